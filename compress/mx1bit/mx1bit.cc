@@ -1,0 +1,65 @@
+#include "compress/mx1bit/mx1bit.h"
+
+#include <cstring>
+
+#include "compress/cpu/checks.h"
+#include "compress/cpu/chunks.h"
+#include "compress/mx1bit/mx1bit_math.h"
+#include "compress/params.h"
+
+namespace gcagent::compress {
+namespace {
+
+class Mx1bitCodec final : public Codec {
+ public:
+  Mx1bitCodec(float threshold, const CodecEnv& env) : t_(threshold), env_(env) {}
+
+  std::string_view name() const override { return "1bit"; }
+  size_t stateElements(size_t n) const override { return n; }
+  size_t maxEncodedBytes(size_t n) const override { return mx1bit::encodedBytes(n); }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state,
+                        std::span<std::byte> out, const SliceId&) const override {
+    const size_t n = in.size();
+    const size_t bytes = mx1bit::encodedBytes(n);
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), n, out.size(), bytes));
+    const float* g = in.data();
+    float* r = state.data();
+    auto* dst = reinterpret_cast<uint8_t*>(out.data());
+    const float t = t_;
+    forChunks(env_, n, 32, [&](size_t begin, size_t end) {
+      for (size_t b = begin / 8; b < (end + 7) / 8; ++b) dst[b] = mx1bit::encodeByte(g, r, n, b, t);
+    });
+    const size_t used = (n + 7) / 8;
+    std::memset(dst + used, 0, bytes - used);
+    return bytes;
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
+                   const SliceId&) const override {
+    const size_t n = acc.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), mx1bit::encodedBytes(n)));
+    const auto* src = reinterpret_cast<const uint8_t*>(in.data());
+    float* dst = acc.data();
+    forChunks(env_, n, 32, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i)
+        dst[i] += mx1bit::dequantize(src[i >> 3] & mx1bit::maskOf(i));
+    });
+    return {};
+  }
+
+ private:
+  float t_;
+  CodecEnv env_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> makeMx1bitCodec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("1bit", params);
+  const double threshold = reader.real("threshold", 0.0, Range::any());
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(new Mx1bitCodec(static_cast<float>(threshold), env));
+}
+
+}  // namespace gcagent::compress

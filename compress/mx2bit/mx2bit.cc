@@ -1,0 +1,67 @@
+#include "compress/mx2bit/mx2bit.h"
+
+#include <cstring>
+
+#include "compress/cpu/checks.h"
+#include "compress/cpu/chunks.h"
+#include "compress/mx2bit/mx2bit_math.h"
+#include "compress/params.h"
+
+namespace gcagent::compress {
+namespace {
+
+class Mx2bitCodec final : public Codec {
+ public:
+  Mx2bitCodec(float threshold, const CodecEnv& env) : t_(threshold), env_(env) {}
+
+  std::string_view name() const override { return "2bit"; }
+  size_t stateElements(size_t n) const override { return n; }
+  size_t maxEncodedBytes(size_t n) const override { return mx2bit::encodedBytes(n); }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state,
+                        std::span<std::byte> out, const SliceId&) const override {
+    const size_t n = in.size();
+    const size_t bytes = mx2bit::encodedBytes(n);
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), n, out.size(), bytes));
+    const float* g = in.data();
+    float* r = state.data();
+    auto* dst = reinterpret_cast<uint8_t*>(out.data());
+    const float t = t_;
+    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
+      for (size_t b = begin / 4; b < (end + 3) / 4; ++b) dst[b] = mx2bit::encodeByte(g, r, n, b, t);
+    });
+    // The tail of the last 4-byte word carries no elements; keep it zero.
+    const size_t used = (n + 3) / 4;
+    std::memset(dst + used, 0, bytes - used);
+    return bytes;
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
+                   const SliceId&) const override {
+    const size_t n = acc.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), mx2bit::encodedBytes(n)));
+    const auto* src = reinterpret_cast<const uint8_t*>(in.data());
+    float* dst = acc.data();
+    const float t = t_;
+    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i)
+        dst[i] += mx2bit::dequantize((src[i >> 2] >> mx2bit::shiftOf(i)) & 3u, t);
+    });
+    return {};
+  }
+
+ private:
+  float t_;
+  CodecEnv env_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> makeMx2bitCodec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("2bit", params);
+  const double threshold = reader.real("threshold", 0.5, Range::above(0));
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(new Mx2bitCodec(static_cast<float>(threshold), env));
+}
+
+}  // namespace gcagent::compress

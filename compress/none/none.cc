@@ -1,0 +1,57 @@
+// fp32 passthrough: the uncompressed baseline, and the codec the agent uses for gradients
+// too small to be worth compressing.
+#include "compress/none/none.h"
+
+#include <cstring>
+
+#include "compress/cpu/checks.h"
+#include "compress/cpu/chunks.h"
+#include "compress/params.h"
+
+namespace gcagent::compress {
+namespace {
+
+class NoneCodec final : public Codec {
+ public:
+  explicit NoneCodec(const CodecEnv& env) : env_(env) {}
+
+  std::string_view name() const override { return "none"; }
+  size_t stateElements(size_t) const override { return 0; }
+  size_t maxEncodedBytes(size_t n) const override { return 4 * n; }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state,
+                        std::span<std::byte> out, const SliceId&) const override {
+    const size_t n = in.size();
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), 0, out.size(), 4 * n));
+    if (n != 0) std::memcpy(out.data(), in.data(), 4 * n);
+    return 4 * n;
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
+                   const SliceId&) const override {
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), acc.size(), in.size(), 4 * acc.size()));
+    const std::byte* src = in.data();
+    float* dst = acc.data();
+    forChunks(env_, acc.size(), 16, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        float v;
+        std::memcpy(&v, src + 4 * i, 4);
+        dst[i] += v;
+      }
+    });
+    return {};
+  }
+
+ private:
+  CodecEnv env_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> makeNoneCodec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("none", params);
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(new NoneCodec(env));
+}
+
+}  // namespace gcagent::compress

@@ -1,0 +1,11 @@
+#pragma once
+
+#include <memory>
+
+#include "compress/codec.h"
+
+namespace gcagent::compress {
+
+Result<std::unique_ptr<Codec>> makeOnebitCodec(const Params& params, const CodecEnv& env);
+
+}  // namespace gcagent::compress

@@ -1,0 +1,106 @@
+#include "compress/params.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/str_cat.h"
+
+namespace gcagent::compress {
+
+bool Range::contains(double v) const {
+  if (std::isnan(v)) return false;
+  if (lo_open ? !(v > lo) : !(v >= lo)) return false;
+  if (hi_open ? !(v < hi) : !(v <= hi)) return false;
+  return true;
+}
+
+std::string Range::describe() const {
+  return strCat(lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]");
+}
+
+const std::string* ParamReader::lookup(std::string_view key) {
+  known_.emplace(key);
+  auto it = params_.find(key);
+  return it == params_.end() ? nullptr : &it->second;
+}
+
+void ParamReader::fail(Status s) {
+  if (first_error_.ok()) first_error_ = std::move(s);
+}
+
+double ParamReader::real(std::string_view key, double fallback, Range range) {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) {
+    fail(Status::invalidArgument(
+        strCat("codec '", codec_, "': parameter '", key, "' = '", *text, "' is not a finite number")));
+    return fallback;
+  }
+  if (!range.contains(v)) {
+    fail(Status::outOfRange(strCat("codec '", codec_, "': parameter '", key, "' = ", *text,
+                                   " is outside ", range.describe())));
+    return fallback;
+  }
+  return v;
+}
+
+int64_t ParamReader::integer(std::string_view key, int64_t fallback, Range range) {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || errno == ERANGE) {
+    fail(Status::invalidArgument(
+        strCat("codec '", codec_, "': parameter '", key, "' = '", *text, "' is not an integer")));
+    return fallback;
+  }
+  if (!range.contains(static_cast<double>(v))) {
+    fail(Status::outOfRange(strCat("codec '", codec_, "': parameter '", key, "' = ", *text,
+                                   " is outside ", range.describe())));
+    return fallback;
+  }
+  return v;
+}
+
+uint64_t ParamReader::seed(std::string_view key, uint64_t fallback) {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text->c_str(), &end, 0);
+  if (text->empty() || (*text)[0] == '-' || *end != '\0' || errno == ERANGE) {
+    fail(Status::invalidArgument(strCat("codec '", codec_, "': parameter '", key, "' = '", *text,
+                                        "' is not an unsigned 64-bit integer")));
+    return fallback;
+  }
+  return v;
+}
+
+bool ParamReader::boolean(std::string_view key, bool fallback) {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  if (*text == "1" || *text == "true") return true;
+  if (*text == "0" || *text == "false") return false;
+  fail(Status::invalidArgument(strCat("codec '", codec_, "': parameter '", key, "' = '", *text,
+                                      "' is not a boolean (true, false, 1, 0)")));
+  return fallback;
+}
+
+Status ParamReader::finish() const {
+  if (!first_error_.ok()) return first_error_;
+  for (const auto& [key, value] : params_) {
+    if (known_.count(key) != 0) continue;
+    std::string list;
+    for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+    return Status::invalidArgument(strCat("codec '", codec_, "': unknown parameter '", key,
+                                          "' (known: ", list.empty() ? "none" : list, ")"));
+  }
+  return {};
+}
+
+}  // namespace gcagent::compress

@@ -1,0 +1,59 @@
+// Reads a codec's parameters with defaults and ranges, collecting the first error and
+// rejecting keys nobody asked for:
+//   ParamReader r("2bit", params);
+//   float t = r.real("threshold", 0.5, Range::above(0));
+//   GC_RETURN_IF_ERROR(r.finish());
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "compress/codec.h"
+
+namespace gcagent::compress {
+
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+
+  static Range any() { return {}; }
+  static Range above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, false}; }
+  static Range atLeast(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
+  static Range closed(double lo, double hi) { return {lo, hi, false, false}; }
+  // (lo, hi]
+  static Range openClosed(double lo, double hi) { return {lo, hi, true, false}; }
+  // (lo, hi)
+  static Range open(double lo, double hi) { return {lo, hi, true, true}; }
+
+  bool contains(double v) const;
+  std::string describe() const;  // "(0, 1]"
+};
+
+class ParamReader {
+ public:
+  ParamReader(std::string_view codec, const Params& params) : codec_(codec), params_(params) {}
+
+  double real(std::string_view key, double fallback, Range range);
+  int64_t integer(std::string_view key, int64_t fallback, Range range);
+  uint64_t seed(std::string_view key, uint64_t fallback);
+  bool boolean(std::string_view key, bool fallback);
+
+  // The first parse or range error, else an error naming any key that was never read.
+  Status finish() const;
+
+ private:
+  const std::string* lookup(std::string_view key);
+  void fail(Status s);
+
+  std::string codec_;
+  const Params& params_;
+  std::set<std::string, std::less<>> known_;
+  Status first_error_;
+};
+
+}  // namespace gcagent::compress

@@ -1,0 +1,43 @@
+#include "compress/residual_store.h"
+
+#include "common/str_cat.h"
+
+namespace gcagent::compress {
+
+Result<std::span<float>> ResidualStore::get(uint64_t key, uint32_t slice, size_t elements) {
+  std::vector<float>& state = keys_[key][slice];
+  if (state.size() == elements) return std::span<float>(state);
+  const size_t old_bytes = state.size() * sizeof(float);
+  const size_t new_bytes = elements * sizeof(float);
+  if (new_bytes > old_bytes && new_bytes - old_bytes > budget_bytes_ - bytes_) {
+    if (state.empty()) keys_[key].erase(slice);
+    return Status::resourceExhausted(
+        strCat("residual store: key ", key, " slice ", slice, " needs ", new_bytes,
+               " bytes, but ", bytes_, " of the ", budget_bytes_, "-byte budget are in use"));
+  }
+  if (!state.empty()) ++resets_;
+  // A fresh vector, not resize(): the old values belong to another shape and must not leak.
+  std::vector<float>(elements, 0.0f).swap(state);
+  bytes_ = bytes_ - old_bytes + new_bytes;
+  return std::span<float>(state);
+}
+
+void ResidualStore::erase(uint64_t key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return;
+  for (const auto& [slice, state] : it->second) bytes_ -= state.size() * sizeof(float);
+  keys_.erase(it);
+}
+
+void ResidualStore::clear() {
+  keys_.clear();
+  bytes_ = 0;
+}
+
+size_t ResidualStore::slices() const {
+  size_t n = 0;
+  for (const auto& [key, slices] : keys_) n += slices.size();
+  return n;
+}
+
+}  // namespace gcagent::compress

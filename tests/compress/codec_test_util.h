@@ -1,0 +1,58 @@
+// Helpers shared by the codec tests: deterministic gradients, the sizes every codec is
+// tried at, and one-call encode / decode.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compress/codec.h"
+#include "compress/registry.h"
+
+namespace gcagent::compress::testing {
+
+// Every codec is tried at these slice lengths (empty, odd tails, word edges, large).
+inline const std::vector<size_t> kSizes = {0, 1, 7, 16, 17, 4096, (1u << 20) + 3};
+
+// Normally distributed values with a fixed seed.
+inline std::vector<float> gaussian(size_t n, uint64_t seed, float stddev = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline std::unique_ptr<Codec> mustMake(const std::string& name, const Params& params = {},
+                                       const CodecEnv& env = {}) {
+  auto codec = makeCodec(name, params, env);
+  EXPECT_TRUE(codec.ok()) << codec.status().toString();
+  return codec.ok() ? std::move(codec).value() : nullptr;
+}
+
+// Encodes `in` with `state` (resized to the codec's need if empty) and returns the bytes.
+inline std::vector<std::byte> encode(const Codec& codec, std::span<const float> in,
+                                     std::vector<float>& state, const SliceId& id = {}) {
+  if (state.empty()) state.assign(codec.stateElements(in.size()), 0.0f);
+  std::vector<std::byte> out(codec.maxEncodedBytes(in.size()));
+  auto written = codec.encode(in, state, out, id);
+  EXPECT_TRUE(written.ok()) << written.status().toString();
+  out.resize(written.ok() ? *written : 0);
+  return out;
+}
+
+// Decodes into a zeroed vector of n elements.
+inline std::vector<float> decode(const Codec& codec, std::span<const std::byte> in, size_t n,
+                                 const SliceId& id = {}) {
+  std::vector<float> acc(n, 0.0f);
+  Status s = codec.decodeAdd(in, acc, id);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  return acc;
+}
+
+}  // namespace gcagent::compress::testing
