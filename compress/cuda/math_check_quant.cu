@@ -1,0 +1,1 @@
+// Element math of onebit, terngrad and qsgd under nvcc.

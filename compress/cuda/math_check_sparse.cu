@@ -1,0 +1,1 @@
+// Element math of topk, dgc, threshold and randomk under nvcc.
