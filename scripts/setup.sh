@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what gcagent needs on Debian 12, only what is missing: Debian packages, then a
+# Python virtual environment cached outside the clone. Safe to run again and again.
+set -euo pipefail
+
+CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libboost-dev
+  libucx-dev ucx-utils
+  prometheus-cpp-dev prometheus
+  libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-venv
+  iproute2
+)
+
+log() { echo "setup: $*" >&2; }
+
+install_debian_packages() {
+  local missing=()
+  for pkg in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The venv is keyed by the requirements file's hash, so a change rebuilds it.
+setup_venv() {
+  local req="$REPO_DIR/scripts/requirements-dev.txt"
+  local stamp
+  stamp=$(sha256sum "$req" | cut -c1-12)
+  local venv="$CACHE_DIR/venv-dev"
+  if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ] && "$venv/bin/python" -c "" 2>/dev/null; then
+    return 0
+  fi
+  log "creating the Python environment in $venv"
+  rm -rf "$venv"
+  mkdir -p "$CACHE_DIR"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  echo "$stamp" > "$venv/.stamp"
+}
+
+install_debian_packages
+setup_venv

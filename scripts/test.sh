@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test: the release tree, then the sanitizer tree.
+set -euo pipefail
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$REPO_DIR/scripts/setup.sh"
+
+jobs=$(nproc)
+for flavor in release asan; do
+  echo "== $flavor build" >&2
+  "$REPO_DIR/scripts/build.sh" "$flavor"
+  echo "== $flavor tests" >&2
+  # halt_on_error: a sanitizer report fails the test instead of scrolling past.
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
+done
+echo "== all tests passed" >&2
