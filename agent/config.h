@@ -1,0 +1,80 @@
+// The agent's configuration: defaults, then a TOML file, then GCAGENT_<SECTION>_<KEY>
+// environment variables, then --section.key=value flags, each later source overriding the
+// earlier ones. Every value is type- and range-checked, and an error names where the bad
+// value came from (file:line:column, the variable, or the flag).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/config_keys.h"
+#include "common/status.h"
+
+namespace gcagent::agent {
+
+namespace config_types {
+using Text = std::string;
+using Integer = int64_t;
+using Real = double;
+using Flag = bool;
+using TextList = std::vector<std::string>;
+}  // namespace config_types
+
+// One member per key, named section_key: config.scheduler_slice_elements.
+struct Config {
+#define GCAGENT_CONFIG_MEMBER(section, key, type, ...) config_types::type section##_##key{};
+  GCAGENT_CONFIG_KEYS(GCAGENT_CONFIG_MEMBER)
+#undef GCAGENT_CONFIG_MEMBER
+};
+
+enum class ValueType { kText, kInteger, kReal, kFlag, kTextList };
+
+struct KeySpec {
+  std::string_view section;
+  std::string_view key;
+  ValueType type;
+  std::string_view default_text;
+  double lo;
+  double hi;
+  std::string_view choices;  // "a|b"; empty: any
+  std::string_view help;
+
+  std::string name() const;     // "scheduler.slice_elements"
+  std::string envName() const;  // "GCAGENT_SCHEDULER_SLICE_ELEMENTS"
+};
+
+const std::vector<KeySpec>& configKeys();
+
+enum class Source { kDefault, kFile, kEnv, kCli };
+
+struct Origin {
+  Source source = Source::kDefault;
+  std::string where;  // "gcagent.toml:3:14", "GCAGENT_X", "--x"; empty for defaults
+};
+
+struct LoadedConfig {
+  Config config;
+  std::vector<Origin> origins;  // parallel to configKeys()
+};
+
+struct ConfigInputs {
+  std::string file_path;                              // empty: no file
+  std::optional<std::string> file_text;               // tests: parse this instead of reading the file
+  std::function<const char*(const char*)> getenv;     // null: no environment overrides
+  std::vector<std::string> overrides;                 // "section.key=value", from the CLI
+};
+
+Result<LoadedConfig> loadConfig(const ConfigInputs& inputs);
+
+// Every key: its value, where it came from, its default and its help.
+std::string printConfig(const LoadedConfig& loaded);
+
+// The configuration reference (markdown table) generated from the key list.
+std::string configReferenceMarkdown();
+
+}  // namespace gcagent::agent

@@ -1,0 +1,39 @@
+// Every configuration key, once: section, key, type, default, allowed range or choices, and
+// help. The TOML loader, the environment and CLI overrides, --print-config and the operator
+// docs are all generated from this list.
+//
+// X(section, key, type, default, lo, hi, choices, help)
+//   type: Text, Integer, Real, Flag or TextList; lo/hi bound Integer and Real values;
+//   choices ("a|b") restrict Text values ("" allows any).
+#pragma once
+
+#define GCAGENT_CONFIG_KEYS(X)                                                                  \
+  X(agent, socket, Text, "/run/gcagent/control.sock", 0, 0, "",                                 \
+    "path of the control socket trainers connect to")                                          \
+  X(agent, shm_prefix, Text, "gcagent", 0, 0, "",                                               \
+    "prefix of the shared-memory segment names in /dev/shm")                                    \
+  X(agent, node_rank, Integer, "0", 0, 4095, "", "this agent's index in transport.peers")      \
+  X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
+    "threads that encode and decode large slices; 0 uses every core")                          \
+  X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \
+  X(transport, listen, Text, "0.0.0.0:18515", 0, 0, "", "address:port this agent accepts peers on") \
+  X(transport, peers, TextList, "", 0, 0, "",                                                   \
+    "host:port of every agent in rank order, this one included")                               \
+  X(transport, peer_timeout, Real, "10", 0.05, 3600, "",                                        \
+    "seconds without a heartbeat before a peer is declared lost")                              \
+  X(transport, heartbeat_interval, Real, "1", 0.01, 600, "", "seconds between heartbeats")     \
+  X(scheduler, slice_elements, Integer, "40000", 1024, 67108864, "",                            \
+    "elements per slice; each slice has one owner agent")                                      \
+  X(scheduler, inflight_per_peer, Integer, "10", 1, 4096, "",                                   \
+    "slices in flight to one peer before higher priorities may overtake")                      \
+  X(scheduler, inflight_bytes, Integer, "0", 0, 68719476736, "",                               \
+    "optional byte budget in flight per peer; 0 means no byte limit")                          \
+  X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \
+  X(compress, min_elements, Integer, "262144", 0, 4294967295, "",                              \
+    "gradients smaller than this are sent uncompressed")                                       \
+  X(compress, residual_budget_bytes, Integer, "4294967296", 0, 1099511627776, "",              \
+    "memory the error-feedback residuals may use")                                             \
+  X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
+    "address:port of the Prometheus endpoint; empty disables it")                              \
+  X(security, token_file, Text, "", 0, 0, "",                                                   \
+    "file holding the cluster token; empty disables peer authentication")

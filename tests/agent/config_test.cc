@@ -1,0 +1,127 @@
+#include "agent/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace gcagent::agent {
+namespace {
+
+ConfigInputs fromText(std::string text) {
+  ConfigInputs in;
+  in.file_path = "gcagent.toml";
+  in.file_text = std::move(text);
+  return in;
+}
+
+std::string errorOf(const ConfigInputs& in) {
+  auto loaded = loadConfig(in);
+  EXPECT_FALSE(loaded.ok());
+  return loaded.ok() ? "" : loaded.status().message();
+}
+
+TEST(ConfigTest, DefaultsComeFromTheKeyTable) {
+  auto loaded = loadConfig({});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  const Config& c = loaded->config;
+  EXPECT_EQ(c.scheduler_slice_elements, 40000);
+  EXPECT_EQ(c.scheduler_inflight_per_peer, 10);
+  EXPECT_EQ(c.transport_backend, "ucx");
+  EXPECT_DOUBLE_EQ(c.transport_peer_timeout, 10.0);
+  EXPECT_TRUE(c.transport_peers.empty());
+  for (const auto& o : loaded->origins) EXPECT_EQ(o.source, Source::kDefault);
+}
+
+TEST(ConfigTest, FileValuesOverrideDefaults) {
+  auto loaded = loadConfig(fromText(R"(
+[scheduler]
+slice_elements = 1024
+[transport]
+peers = ["10.0.0.1:18515", "10.0.0.2:18515"]
+peer_timeout = 2       # an integer is accepted where a number is expected
+)"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_EQ(loaded->config.scheduler_slice_elements, 1024);
+  EXPECT_EQ(loaded->config.transport_peers, (std::vector<std::string>{"10.0.0.1:18515", "10.0.0.2:18515"}));
+  EXPECT_DOUBLE_EQ(loaded->config.transport_peer_timeout, 2.0);
+  size_t i = 0;
+  while (configKeys()[i].name() != "scheduler.slice_elements") ++i;
+  EXPECT_EQ(loaded->origins[i].source, Source::kFile);
+  EXPECT_EQ(loaded->origins[i].where, "gcagent.toml:3:18");
+}
+
+TEST(ConfigTest, EnvironmentOverridesFileAndFlagsOverrideEnvironment) {
+  std::map<std::string, std::string> env = {{"GCAGENT_SCHEDULER_SLICE_ELEMENTS", "2048"},
+                                            {"GCAGENT_COMPRESS_CODEC", "2bit"},
+                                            {"GCAGENT_TRANSPORT_PEERS", "a:1, b:2"}};
+  ConfigInputs in = fromText("[scheduler]\nslice_elements = 1024\n");
+  in.getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  in.overrides = {"compress.codec=dgc"};
+  auto loaded = loadConfig(in);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_EQ(loaded->config.scheduler_slice_elements, 2048);
+  EXPECT_EQ(loaded->config.compress_codec, "dgc");
+  EXPECT_EQ(loaded->config.transport_peers, (std::vector<std::string>{"a:1", "b:2"}));
+  std::string printed = printConfig(*loaded);
+  EXPECT_NE(printed.find("scheduler.slice_elements = 2048\n    source: env GCAGENT_SCHEDULER_SLICE_ELEMENTS; "
+                         "default: 40000"),
+            std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("compress.codec = \"dgc\"\n    source: cli --compress.codec"), std::string::npos) << printed;
+}
+
+TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
+  EXPECT_EQ(errorOf(fromText("[scheduler]\nslice_elements = \"big\"\n")),
+            "gcagent.toml:2:18: scheduler.slice_elements: expected an integer, got a string");
+  EXPECT_EQ(errorOf(fromText("[scheduler]\nslice_elements = 12\n")),
+            "gcagent.toml:2:18: scheduler.slice_elements: 12 is outside [1024, 6.71089e+07]");
+  EXPECT_EQ(errorOf(fromText("[scheduler]\n\nslce_elements = 4096\n")),
+            "gcagent.toml:3:1: unknown key 'scheduler.slce_elements' (known in [scheduler]: slice_elements, "
+            "inflight_per_peer, inflight_bytes)");
+  EXPECT_EQ(errorOf(fromText("[sched]\nx = 1\n")),
+            "gcagent.toml:1:1: unknown section [sched] (known: agent, transport, scheduler, compress, metrics, "
+            "security)");
+  EXPECT_EQ(errorOf(fromText("[transport]\nbackend = \"tcp\"\n")),
+            "gcagent.toml:2:11: transport.backend: \"tcp\" is not one of ucx|loopback");
+  EXPECT_EQ(errorOf(fromText("[transport]\npeers = [\"a:1\", 2]\n")),
+            "gcagent.toml:2:17: transport.peers: every item must be a string");
+  EXPECT_EQ(errorOf(fromText("slice_elements = 4\n")),
+            "gcagent.toml:1:18: 'slice_elements' must be inside a section such as [agent]");
+  std::string syntax = errorOf(fromText("[scheduler\n"));
+  EXPECT_EQ(syntax.rfind("gcagent.toml:1:", 0), 0u) << syntax;
+}
+
+TEST(ConfigTest, BadOverridesNameTheirSource) {
+  ConfigInputs in;
+  in.getenv = [](const char* name) -> const char* {
+    return std::string(name) == "GCAGENT_TRANSPORT_PEER_TIMEOUT" ? "soon" : nullptr;
+  };
+  EXPECT_EQ(errorOf(in), "GCAGENT_TRANSPORT_PEER_TIMEOUT: transport.peer_timeout: 'soon' is not a number");
+  ConfigInputs flags;
+  flags.overrides = {"scheduler.inflight_per_peer=0"};
+  EXPECT_EQ(errorOf(flags), "--scheduler.inflight_per_peer: scheduler.inflight_per_peer: 0 is outside [1, 4096]");
+  flags.overrides = {"scheduler.nope=1"};
+  EXPECT_EQ(errorOf(flags), "--scheduler.nope: unknown key");
+  flags.overrides = {"slice_elements"};
+  EXPECT_EQ(errorOf(flags), "--slice_elements: expected --section.key=value");
+}
+
+TEST(ConfigTest, MissingFileIsReported) {
+  ConfigInputs in;
+  in.file_path = "/nonexistent/gcagent.toml";
+  auto loaded = loadConfig(in);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(), "/nonexistent/gcagent.toml: cannot open the configuration file");
+}
+
+TEST(ConfigTest, ReferenceListsEveryKey) {
+  std::string md = configReferenceMarkdown();
+  for (const auto& k : configKeys()) EXPECT_NE(md.find("`" + k.name() + "`"), std::string::npos) << k.name();
+}
+
+}  // namespace
+}  // namespace gcagent::agent
