@@ -1,0 +1,298 @@
+#include "shm/protocol.h"
+
+#include <unordered_set>
+
+#include "common/byte_io.h"
+#include "common/str_cat.h"
+
+namespace gcagent::shm::protocol {
+namespace {
+
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kError);
+
+MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
+
+void putKeys(ByteWriter& w, const std::vector<uint64_t>& keys) {
+  w.put(static_cast<uint32_t>(keys.size()));
+  for (uint64_t k : keys) w.put(k);
+}
+
+struct BodyWriter {
+  ByteWriter& w;
+  void operator()(const Hello& m) {
+    w.putString(m.job);
+    w.put(m.local_rank);
+    w.put(m.local_size);
+    w.put(m.pid);
+  }
+  void operator()(const Welcome& m) {
+    w.put(m.trainer_id);
+    w.put(m.node_rank);
+    w.put(m.node_count);
+  }
+  void operator()(const Declare& m) {
+    w.put(static_cast<uint32_t>(m.tensors.size()));
+    for (const auto& t : m.tensors) {
+      w.put(t.key);
+      w.put(t.elements);
+      w.put(static_cast<uint8_t>(t.dtype));
+      w.put(t.priority);
+      w.putString(t.codec);
+      w.put(static_cast<uint16_t>(t.params.size()));
+      for (const auto& [k, v] : t.params) {
+        w.putString(k);
+        w.putString(v);
+      }
+    }
+  }
+  void operator()(const Declared& m) {
+    w.putString(m.segment);
+    w.put(m.segment_bytes);
+    putKeys(w, m.slot_offsets);
+  }
+  void operator()(const Submit& m) {
+    w.put(m.iteration);
+    putKeys(w, m.keys);
+  }
+  void operator()(const Complete& m) {
+    w.put(m.iteration);
+    putKeys(w, m.keys);
+  }
+  void operator()(const Error& m) {
+    w.put(static_cast<uint16_t>(m.code));
+    w.putString(m.message);
+  }
+};
+
+// Parses one body, remembering the first problem as a message that names the field.
+class BodyParser {
+ public:
+  BodyParser(MessageType type, std::span<const std::byte> body) : type_(type), r_(body) {}
+
+  Status finish() {
+    if (!error_.empty()) return Status::invalidArgument(strCat(prefix(), error_));
+    if (r_.failed())
+      return Status::dataLoss(strCat(prefix(), "body truncated near byte ", r_.position(), " of ",
+                                     r_.position() + r_.remaining()));
+    if (r_.remaining() != 0)
+      return Status::dataLoss(strCat(prefix(), "body has ", r_.remaining(), " trailing bytes"));
+    return {};
+  }
+
+  bool ok() const { return error_.empty() && !r_.failed(); }
+
+  void invalid(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+  }
+
+  template <class T>
+  T get() {
+    T v{};
+    r_.get(v);
+    return v;
+  }
+
+  // A name: non-empty when required, bounded, no NUL or control characters.
+  std::string name(std::string_view field, size_t max, bool required) {
+    std::string s;
+    const uint16_t length = get<uint16_t>();
+    if (r_.failed()) return s;
+    if (length > max) {
+      invalid(strCat(field, " is longer than ", max, " bytes"));
+      return s;
+    }
+    if (!r_.getChars(s, length)) return s;
+    if (required && s.empty()) invalid(strCat(field, " is empty"));
+    for (char c : s)
+      if (static_cast<unsigned char>(c) < 0x20) {
+        invalid(strCat(field, " contains a control character"));
+        break;
+      }
+    return s;
+  }
+
+  std::vector<uint64_t> keys(std::string_view field, bool unique) {
+    std::vector<uint64_t> out;
+    uint32_t count = get<uint32_t>();
+    if (count > kMaxTensors) {
+      invalid(strCat(field, " count ", count, " exceeds ", kMaxTensors));
+      return out;
+    }
+    if (!r_.expect(size_t{count} * 8)) return out;
+    out.reserve(count);
+    std::unordered_set<uint64_t> seen;
+    for (uint32_t i = 0; i < count; ++i) {
+      out.push_back(get<uint64_t>());
+      if (unique && !seen.insert(out.back()).second) invalid(strCat(field, " repeats key ", out.back()));
+    }
+    return out;
+  }
+
+  size_t remaining() const { return r_.remaining(); }
+
+ private:
+  std::string prefix() const { return strCat("control message '", messageTypeName(type_), "': "); }
+
+  MessageType type_;
+  ByteReader r_;
+  std::string error_;
+};
+
+Hello parseHello(BodyParser& p) {
+  Hello m;
+  m.job = p.name("job name", kMaxJobName, true);
+  m.local_rank = p.get<uint32_t>();
+  m.local_size = p.get<uint32_t>();
+  m.pid = p.get<uint32_t>();
+  if (p.ok() && (m.local_size == 0 || m.local_size > kMaxLocalSize))
+    p.invalid(strCat("local size ", m.local_size, " is outside [1, ", kMaxLocalSize, "]"));
+  if (p.ok() && m.local_rank >= m.local_size)
+    p.invalid(strCat("local rank ", m.local_rank, " is not below the local size ", m.local_size));
+  return m;
+}
+
+Welcome parseWelcome(BodyParser& p) {
+  Welcome m;
+  m.trainer_id = p.get<uint32_t>();
+  m.node_rank = p.get<uint32_t>();
+  m.node_count = p.get<uint32_t>();
+  if (p.ok() && m.node_rank >= m.node_count)
+    p.invalid(strCat("node rank ", m.node_rank, " is not below the node count ", m.node_count));
+  return m;
+}
+
+Declare parseDeclare(BodyParser& p) {
+  Declare m;
+  uint32_t count = p.get<uint32_t>();
+  if (p.ok() && (count == 0 || count > kMaxTensors)) {
+    p.invalid(strCat("tensor count ", count, " is outside [1, ", kMaxTensors, "]"));
+    return m;
+  }
+  std::unordered_set<uint64_t> keys;
+  for (uint32_t i = 0; i < count && p.ok(); ++i) {
+    TensorDecl t;
+    const std::string at = strCat("tensor ", i, ": ");
+    t.key = p.get<uint64_t>();
+    t.elements = p.get<uint64_t>();
+    uint8_t dtype = p.get<uint8_t>();
+    t.priority = p.get<int32_t>();
+    t.codec = p.name(at + "codec name", kMaxCodecName, false);
+    uint16_t params = p.get<uint16_t>();
+    if (!p.ok()) break;
+    if (!keys.insert(t.key).second) p.invalid(strCat(at, "repeats key ", t.key));
+    if (t.elements == 0 || t.elements > kMaxElements)
+      p.invalid(strCat(at, "element count ", t.elements, " is outside [1, 2^40]"));
+    if (dtype != static_cast<uint8_t>(DType::kFloat32))
+      p.invalid(strCat(at, "unknown dtype ", static_cast<int>(dtype), " (1 = float32)"));
+    t.dtype = static_cast<DType>(dtype);
+    if (params > kMaxParams) {
+      p.invalid(strCat(at, params, " codec parameters exceed ", kMaxParams));
+      break;
+    }
+    for (uint16_t j = 0; j < params && p.ok(); ++j) {
+      std::string key = p.name(at + "parameter name", kMaxParamKey, true);
+      std::string value = p.name(at + "parameter value", kMaxParamValue, false);
+      t.params.emplace_back(std::move(key), std::move(value));
+    }
+    m.tensors.push_back(std::move(t));
+  }
+  return m;
+}
+
+Declared parseDeclared(BodyParser& p) {
+  Declared m;
+  m.segment = p.name("segment name", kMaxSegmentName, true);
+  m.segment_bytes = p.get<uint64_t>();
+  m.slot_offsets = p.keys("slot offset", false);
+  for (uint64_t off : m.slot_offsets)
+    if (p.ok() && off >= m.segment_bytes) p.invalid(strCat("slot offset ", off, " is beyond the segment"));
+  return m;
+}
+
+template <class M>
+M parseKeys(BodyParser& p) {
+  M m;
+  m.iteration = p.get<uint64_t>();
+  m.keys = p.keys("key", true);
+  if (p.ok() && m.keys.empty()) p.invalid("no keys");
+  return m;
+}
+
+Error parseError(BodyParser& p) {
+  Error m;
+  uint16_t code = p.get<uint16_t>();
+  m.message = p.name("error message", kMaxErrorMessage, false);
+  if (p.ok() && (code == 0 || code > static_cast<uint16_t>(StatusCode::kInternal)))
+    p.invalid(strCat("unknown error code ", code));
+  m.code = static_cast<StatusCode>(code);
+  return m;
+}
+
+}  // namespace
+
+std::string_view messageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kHello: return "hello";
+    case MessageType::kWelcome: return "welcome";
+    case MessageType::kDeclare: return "declare";
+    case MessageType::kDeclared: return "declared";
+    case MessageType::kSubmit: return "submit";
+    case MessageType::kComplete: return "complete";
+    case MessageType::kError: return "error";
+  }
+  return "unknown";
+}
+
+std::vector<std::byte> encode(const Message& message) {
+  ByteWriter w;
+  w.put(kMagic);
+  w.put(kVersion);
+  w.put(static_cast<uint16_t>(typeOf(message.body)));
+  w.put(uint32_t{0});  // body length, patched below
+  w.put(message.request_id);
+  std::visit(BodyWriter{w}, message.body);
+  w.patchU32(8, static_cast<uint32_t>(w.size() - kHeaderBytes));
+  return w.take();
+}
+
+Result<Header> parseHeader(std::span<const std::byte> bytes) {
+  ByteReader r(bytes);
+  uint32_t magic = 0, body = 0, request = 0;
+  uint16_t version = 0, type = 0;
+  r.get(magic);
+  r.get(version);
+  r.get(type);
+  r.get(body);
+  r.get(request);
+  if (r.failed() || r.remaining() != 0)
+    return Status::dataLoss(strCat("control header: expected ", kHeaderBytes, " bytes, got ", bytes.size()));
+  if (magic != kMagic)
+    return Status::invalidArgument(strCat("control header: bad magic 0x", std::hex, magic, " (not a gcagent client?)"));
+  if (version != kVersion)
+    return Status::invalidArgument(strCat("control header: protocol version ", version, ", this agent speaks ", kVersion));
+  if (type == 0 || type > kLastType) return Status::invalidArgument(strCat("control header: unknown message type ", type));
+  if (body > kMaxBodyBytes)
+    return Status::invalidArgument(strCat("control header: body of ", body, " bytes exceeds the ", kMaxBodyBytes, "-byte limit"));
+  return Header{static_cast<MessageType>(type), body, request};
+}
+
+Result<Message> decode(const Header& header, std::span<const std::byte> body) {
+  if (body.size() != header.body_bytes)
+    return Status::dataLoss(strCat("control message '", messageTypeName(header.type), "': header announces ",
+                                   header.body_bytes, " body bytes, got ", body.size()));
+  BodyParser p(header.type, body);
+  Message m{header.request_id, Hello{}};
+  switch (header.type) {
+    case MessageType::kHello: m.body = parseHello(p); break;
+    case MessageType::kWelcome: m.body = parseWelcome(p); break;
+    case MessageType::kDeclare: m.body = parseDeclare(p); break;
+    case MessageType::kDeclared: m.body = parseDeclared(p); break;
+    case MessageType::kSubmit: m.body = parseKeys<Submit>(p); break;
+    case MessageType::kComplete: m.body = parseKeys<Complete>(p); break;
+    case MessageType::kError: m.body = parseError(p); break;
+  }
+  GC_RETURN_IF_ERROR(p.finish());
+  return m;
+}
+
+}  // namespace gcagent::shm::protocol

@@ -1,0 +1,129 @@
+// The control protocol between a trainer (through the client library) and its node's agent,
+// carried over a Unix stream socket. Every message is a 16-byte little-endian header
+//   u32 magic "GCAC" | u16 version | u16 type | u32 body bytes | u32 request id
+// followed by the body. Gradients never travel here: they sit in shared-memory slots, and
+// these messages only say which slots are ready. decode() validates every field.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gcagent::shm::protocol {
+
+inline constexpr uint32_t kMagic = 0x43414347;  // "GCAC" in memory order
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 16;
+inline constexpr size_t kMaxBodyBytes = 16u << 20;
+
+// Field limits, checked on both encode (by the tests) and decode.
+inline constexpr size_t kMaxJobName = 128;
+inline constexpr size_t kMaxCodecName = 32;
+inline constexpr size_t kMaxParamKey = 64;
+inline constexpr size_t kMaxParamValue = 256;
+inline constexpr size_t kMaxParams = 16;
+inline constexpr size_t kMaxTensors = 1u << 16;
+inline constexpr size_t kMaxLocalSize = 1024;
+inline constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+inline constexpr size_t kMaxErrorMessage = 4096;
+inline constexpr size_t kMaxSegmentName = 255;
+
+enum class MessageType : uint16_t {
+  kHello = 1,     // trainer -> agent: join a job as one local rank
+  kWelcome = 2,   // agent -> trainer: accepted
+  kDeclare = 3,   // trainer -> agent: the tensors this trainer will reduce
+  kDeclared = 4,  // agent -> trainer: the shared segment and each tensor's slot in it
+  kSubmit = 5,    // trainer -> agent: these slots hold this iteration's gradients
+  kComplete = 6,  // agent -> trainer: these slots now hold the averaged gradients
+  kError = 7,     // either way: a request failed
+};
+std::string_view messageTypeName(MessageType type);
+
+enum class DType : uint8_t { kFloat32 = 1 };
+
+struct Hello {
+  std::string job;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  uint32_t pid = 0;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Welcome {
+  uint32_t trainer_id = 0;
+  uint32_t node_rank = 0;
+  uint32_t node_count = 0;
+  bool operator==(const Welcome&) const = default;
+};
+
+struct TensorDecl {
+  uint64_t key = 0;
+  uint64_t elements = 0;
+  DType dtype = DType::kFloat32;
+  int32_t priority = 0;  // higher goes first; shims send minus the layer index
+  std::string codec;     // empty: the agent's default
+  std::vector<std::pair<std::string, std::string>> params;
+  bool operator==(const TensorDecl&) const = default;
+};
+
+struct Declare {
+  std::vector<TensorDecl> tensors;
+  bool operator==(const Declare&) const = default;
+};
+
+struct Declared {
+  std::string segment;  // shared-memory object name
+  uint64_t segment_bytes = 0;
+  std::vector<uint64_t> slot_offsets;  // parallel to Declare::tensors
+  bool operator==(const Declared&) const = default;
+};
+
+struct Submit {
+  uint64_t iteration = 0;
+  std::vector<uint64_t> keys;
+  bool operator==(const Submit&) const = default;
+};
+
+struct Complete {
+  uint64_t iteration = 0;
+  std::vector<uint64_t> keys;
+  bool operator==(const Complete&) const = default;
+};
+
+struct Error {
+  StatusCode code = StatusCode::kInternal;
+  std::string message;
+  bool operator==(const Error&) const = default;
+};
+
+using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error>;
+
+struct Message {
+  uint32_t request_id = 0;
+  Body body;
+  bool operator==(const Message&) const = default;
+};
+
+struct Header {
+  MessageType type;
+  uint32_t body_bytes;
+  uint32_t request_id;
+};
+
+// Header and body in one buffer.
+std::vector<std::byte> encode(const Message& message);
+
+// Checks magic, version, type and the body length limit of exactly kHeaderBytes bytes.
+Result<Header> parseHeader(std::span<const std::byte> bytes);
+
+// Decodes and validates a body announced by `header`.
+Result<Message> decode(const Header& header, std::span<const std::byte> body);
+
+}  // namespace gcagent::shm::protocol
