@@ -1,0 +1,119 @@
+#include "shm/segment.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+// Boost.Interprocess throws; this file is the edge that turns throws into Status.
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include "common/str_cat.h"
+
+namespace gcagent::shm {
+namespace bip = boost::interprocess;
+namespace {
+
+constexpr uint64_t kSlotAlign = 64;
+
+Result<void*> mapFd(int fd, size_t bytes, const std::string& name) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    return Status::resourceExhausted(strCat("shm segment ", name, ": mmap of ", bytes, " bytes failed: ", std::strerror(errno)));
+  return base;
+}
+
+}  // namespace
+
+Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode) {
+  if (bytes == 0) return Status::invalidArgument(strCat("shm segment ", name, ": size 0"));
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (bytes > free_bytes)
+      return Status::resourceExhausted(strCat("shm segment ", name, ": needs ", bytes, " bytes, /dev/shm has ",
+                                              free_bytes, " free"));
+  }
+  try {
+    bip::permissions perms(mode);
+    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write, perms);
+    // The umask may have narrowed the mode; set it exactly.
+    if (::fchmod(shm.get_mapping_handle().handle, mode) != 0) {
+      bip::shared_memory_object::remove(name.c_str());
+      return Status::internal(strCat("shm segment ", name, ": fchmod failed: ", std::strerror(errno)));
+    }
+    shm.truncate(static_cast<bip::offset_t>(bytes));
+    auto base = mapFd(shm.get_mapping_handle().handle, bytes, name);
+    if (!base.ok()) {
+      bip::shared_memory_object::remove(name.c_str());
+      return base.status();
+    }
+    // Fault every page in now: first touch costs seconds per GiB, and must not land on the
+    // data path. Writing zeros also makes tmpfs allocate the pages, so a full /dev/shm
+    // fails here rather than with SIGBUS later.
+    std::memset(*base, 0, bytes);
+    return Segment(name, *base, bytes, true);
+  } catch (const bip::interprocess_exception& e) {
+    return Status::unavailable(strCat("shm segment ", name, ": create failed: ", e.what()));
+  }
+}
+
+Result<Segment> Segment::open(const std::string& name) {
+  try {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    bip::offset_t size = 0;
+    if (!shm.get_size(size) || size <= 0)
+      return Status::failedPrecondition(strCat("shm segment ", name, ": empty or unreadable size"));
+    auto base = mapFd(shm.get_mapping_handle().handle, static_cast<size_t>(size), name);
+    if (!base.ok()) return base.status();
+    return Segment(name, *base, static_cast<size_t>(size), false);
+  } catch (const bip::interprocess_exception& e) {
+    return Status::unavailable(strCat("shm segment ", name, ": open failed: ", e.what()));
+  }
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : name_(std::move(other.name_)),
+      base_(std::exchange(other.base_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owner_(std::exchange(other.owner_, false)) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    release();
+    name_ = std::move(other.name_);
+    base_ = std::exchange(other.base_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owner_ = std::exchange(other.owner_, false);
+  }
+  return *this;
+}
+
+Segment::~Segment() { release(); }
+
+void Segment::release() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+  if (owner_) bip::shared_memory_object::remove(name_.c_str());
+  base_ = nullptr;
+  owner_ = false;
+}
+
+std::string segmentName(const std::string& prefix, uint32_t trainer_id) {
+  return strCat(prefix, "-", ::getpid(), "-", trainer_id);
+}
+
+SlotLayout layoutSlots(std::span<const uint64_t> tensor_bytes) {
+  SlotLayout out;
+  uint64_t at = 0;
+  for (uint64_t bytes : tensor_bytes) {
+    out.offsets.push_back(at);
+    at += (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  }
+  out.total_bytes = at;
+  return out;
+}
+
+}  // namespace gcagent::shm

@@ -1,0 +1,90 @@
+#include "shm/segment.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+namespace gcagent::shm {
+namespace {
+
+std::string testName(const char* what) { return segmentName("gcagent-test-" + std::string(what), 1); }
+
+TEST(SegmentTest, CreatedOwnerOnlyZeroedAndRemovedOnDestruction) {
+  const std::string name = testName("create");
+  {
+    auto seg = Segment::create(name, 10000);
+    ASSERT_TRUE(seg.ok()) << seg.status().toString();
+    EXPECT_EQ(seg->bytes().size(), 10000u);
+    for (std::byte b : seg->bytes()) ASSERT_EQ(b, std::byte{0});
+    struct stat st {};
+    ASSERT_EQ(::stat(("/dev/shm/" + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name));
+}
+
+TEST(SegmentTest, GroupModeIsApplied) {
+  auto seg = Segment::create(testName("mode"), 4096, 0660);
+  ASSERT_TRUE(seg.ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm/" + seg->name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST(SegmentTest, AnotherProcessSeesTheSameBytes) {
+  auto seg = Segment::create(testName("share"), 4096);
+  ASSERT_TRUE(seg.ok());
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto opened = Segment::open(seg->name());
+    if (!opened.ok() || opened->bytes().size() != 4096) _exit(1);
+    std::memcpy(opened->bytes().data() + 100, "gradient", 8);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(std::memcmp(seg->bytes().data() + 100, "gradient", 8), 0);
+}
+
+TEST(SegmentTest, ErrorsNameTheSegment) {
+  auto first = Segment::create(testName("dup"), 4096);
+  ASSERT_TRUE(first.ok());
+  auto second = Segment::create(first->name(), 4096);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(first->name()), std::string::npos) << second.status().message();
+  auto missing = Segment::open("gcagent-test-no-such-segment");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("gcagent-test-no-such-segment: open failed"), std::string::npos);
+  auto huge = Segment::create(testName("huge"), size_t{1} << 50);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("/dev/shm has"), std::string::npos);
+}
+
+TEST(SegmentTest, MovedSegmentIsRemovedOnce) {
+  const std::string name = testName("move");
+  {
+    auto seg = Segment::create(name, 4096);
+    ASSERT_TRUE(seg.ok());
+    Segment moved = std::move(seg).value();
+    EXPECT_TRUE(moved.owner());
+    EXPECT_TRUE(std::filesystem::exists("/dev/shm/" + name));
+  }
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name));
+}
+
+TEST(SlotLayoutTest, SlotsAreCacheLineAligned) {
+  const uint64_t sizes[] = {4, 256, 100, 64};
+  SlotLayout layout = layoutSlots(sizes);
+  EXPECT_EQ(layout.offsets, (std::vector<uint64_t>{0, 64, 320, 448}));
+  EXPECT_EQ(layout.total_bytes, 512u);
+}
+
+}  // namespace
+}  // namespace gcagent::shm
