@@ -1,0 +1,165 @@
+// Every backend through one suite: a group of ranks in this process, each with its own
+// transport (for UCX: its own context, worker and TCP connections over 127.0.0.1).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <numeric>
+
+#include "transport/loopback/loopback.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace gcagent::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Received {
+  Rank from;
+  std::vector<std::byte> header;
+  std::vector<std::byte> payload;
+};
+
+class TransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void makeGroup(Rank size) {
+    inbox_.assign(size, {});
+    events_.assign(size, {});
+    if (GetParam() == "loopback") {
+      group_ = makeLoopbackGroup(size);
+    } else {
+      for (Rank r = 0; r < size; ++r) {
+        auto t = makeUcxTransport({r, size, "127.0.0.1:0", 0.05});
+        ASSERT_TRUE(t.ok()) << t.status().toString();
+        group_.push_back(std::move(t).value());
+      }
+    }
+    addresses_.clear();
+    for (auto& t : group_) addresses_.push_back(t->listenAddress());
+    for (Rank r = 0; r < size; ++r) install(r);
+    for (auto& t : group_) ASSERT_TRUE(t->connect(addresses_).ok());
+    ASSERT_TRUE(runUntil([&] {
+      for (auto& t : group_)
+        if (t && !t->allPeersUp()) return false;
+      return true;
+    })) << "peers never came up";
+  }
+
+  void install(Rank r) {
+    group_[r]->setHandlers(
+        [this, r](const Message& m) {
+          inbox_[r].push_back({m.from, {m.header.begin(), m.header.end()}, {m.payload.begin(), m.payload.end()}});
+        },
+        [this, r](Rank peer, PeerEvent e, const Status&) { events_[r].push_back({peer, e}); });
+  }
+
+  bool runUntil(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (auto& t : group_)
+        if (t) t->progress();
+      if (done()) return true;
+    }
+    return false;
+  }
+
+  static std::vector<std::byte> pattern(size_t n, int seed) {
+    std::vector<std::byte> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+    return v;
+  }
+
+  std::vector<std::unique_ptr<Transport>> group_;
+  std::vector<std::string> addresses_;
+  std::vector<std::vector<Received>> inbox_;
+  std::vector<std::vector<std::pair<Rank, PeerEvent>>> events_;
+};
+
+TEST_P(TransportTest, EveryPeerComesUpOnce) {
+  makeGroup(3);
+  for (Rank r = 0; r < 3; ++r) {
+    std::map<Rank, int> ups;
+    for (auto [peer, e] : events_[r])
+      if (e == PeerEvent::kUp) ups[peer]++;
+    EXPECT_EQ(ups, (std::map<Rank, int>{{(r + 1) % 3, 1}, {(r + 2) % 3, 1}})) << "rank " << r;
+  }
+}
+
+TEST_P(TransportTest, DeliversSmallAndLargeMessagesIntactAndInOrder) {
+  makeGroup(3);
+  const std::vector<size_t> sizes = {0, 1, 4096, 100000, 4u << 20};
+  std::vector<std::vector<std::byte>> payloads;
+  for (size_t i = 0; i < sizes.size(); ++i) payloads.push_back(pattern(sizes[i], static_cast<int>(i)));
+  int done = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto header = pattern(8 + i, 100 + static_cast<int>(i));
+    ASSERT_TRUE(group_[0]->send(2, header, payloads[i], [&](const Status& s) {
+      EXPECT_TRUE(s.ok()) << s.toString();
+      ++done;
+    }).ok());
+  }
+  ASSERT_TRUE(runUntil([&] { return done == static_cast<int>(sizes.size()) && inbox_[2].size() == sizes.size(); }));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(inbox_[2][i].from, 0u);
+    EXPECT_EQ(inbox_[2][i].header, pattern(8 + i, 100 + static_cast<int>(i)));
+    EXPECT_EQ(inbox_[2][i].payload, payloads[i]) << "message " << i;
+  }
+  EXPECT_TRUE(inbox_[1].empty());
+}
+
+TEST_P(TransportTest, HandlersMaySendFromInsideProgress) {
+  makeGroup(2);
+  // Rank 1 echoes whatever it receives.
+  group_[1]->setHandlers(
+      [this](const Message& m) {
+        auto copy = std::make_shared<std::vector<std::byte>>(m.payload.begin(), m.payload.end());
+        EXPECT_TRUE(group_[1]->send(m.from, m.header, *copy, [copy](const Status&) {}).ok());
+      },
+      nullptr);
+  auto payload = pattern(300000, 5);
+  ASSERT_TRUE(group_[0]->send(1, pattern(4, 1), payload, nullptr).ok());
+  ASSERT_TRUE(runUntil([&] { return inbox_[0].size() == 1; }));
+  EXPECT_EQ(inbox_[0][0].payload, payload);
+}
+
+TEST_P(TransportTest, RejectsBadDestinations) {
+  makeGroup(2);
+  EXPECT_EQ(group_[0]->send(0, {}, {}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(group_[0]->send(7, {}, {}, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("loopback", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+// What only a real network transport can show: a peer that goes away is reported, and a
+// peer restarted at the same address rejoins.
+class UcxPeerLossTest : public TransportTest {};
+
+TEST_P(UcxPeerLossTest, LostPeerIsReportedAndARestartedOneRejoins) {
+  makeGroup(3);
+  for (auto& e : events_) e.clear();
+  const std::string address = addresses_[2];
+  group_[2].reset();
+  ASSERT_TRUE(runUntil([&] { return !group_[0]->peerUp(2) && !group_[1]->peerUp(2); }, 5s))
+      << "a closed peer was not detected";
+  EXPECT_EQ(events_[0], (std::vector<std::pair<Rank, PeerEvent>>{{2, PeerEvent::kDown}}));
+  EXPECT_EQ(group_[0]->send(2, {}, {}, nullptr).code(), StatusCode::kUnavailable);
+
+  auto again = makeUcxTransport({2, 3, address, 0.05});
+  ASSERT_TRUE(again.ok()) << again.status().toString();
+  group_[2] = std::move(again).value();
+  install(2);
+  ASSERT_TRUE(group_[2]->connect(addresses_).ok());
+  ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }))
+      << "the restarted peer did not rejoin";
+  int done = 0;
+  ASSERT_TRUE(group_[0]->send(2, {}, pattern(10, 1), [&](const Status& s) { done += s.ok(); }).ok());
+  ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[2].size() == 1; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxPeerLossTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace gcagent::transport
