@@ -135,29 +135,37 @@ INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("loopback", 
 
 // What only a real network transport can show: a peer that goes away is reported, and a
 // peer restarted at the same address rejoins.
-class UcxPeerLossTest : public TransportTest {};
+class UcxPeerLossTest : public TransportTest {
+ protected:
+  // Closes rank `lost`, checks the others notice, restarts it at the same address and
+  // checks that it rejoins and carries traffic.
+  void loseAndRestart(Rank lost) {
+    makeGroup(3);
+    for (auto& e : events_) e.clear();
+    const std::string address = addresses_[lost];
+    group_[lost].reset();
+    const Rank a = (lost + 1) % 3, b = (lost + 2) % 3;
+    ASSERT_TRUE(runUntil([&] { return !group_[a]->peerUp(lost) && !group_[b]->peerUp(lost); }, 5s))
+        << "a closed peer was not detected";
+    EXPECT_EQ(events_[a], (std::vector<std::pair<Rank, PeerEvent>>{{lost, PeerEvent::kDown}}));
+    EXPECT_EQ(group_[a]->send(lost, {}, {}, nullptr).code(), StatusCode::kUnavailable);
 
-TEST_P(UcxPeerLossTest, LostPeerIsReportedAndARestartedOneRejoins) {
-  makeGroup(3);
-  for (auto& e : events_) e.clear();
-  const std::string address = addresses_[2];
-  group_[2].reset();
-  ASSERT_TRUE(runUntil([&] { return !group_[0]->peerUp(2) && !group_[1]->peerUp(2); }, 5s))
-      << "a closed peer was not detected";
-  EXPECT_EQ(events_[0], (std::vector<std::pair<Rank, PeerEvent>>{{2, PeerEvent::kDown}}));
-  EXPECT_EQ(group_[0]->send(2, {}, {}, nullptr).code(), StatusCode::kUnavailable);
+    auto again = makeUcxTransport({lost, 3, address, 0.05});
+    ASSERT_TRUE(again.ok()) << again.status().toString();
+    group_[lost] = std::move(again).value();
+    install(lost);
+    ASSERT_TRUE(group_[lost]->connect(addresses_).ok());
+    ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }))
+        << "the restarted peer did not rejoin";
+    int done = 0;
+    ASSERT_TRUE(group_[a]->send(lost, {}, pattern(10, 1), [&](const Status& s) { done += s.ok(); }).ok());
+    ASSERT_TRUE(group_[lost]->send(b, {}, pattern(10, 2), [&](const Status& s) { done += s.ok(); }).ok());
+    ASSERT_TRUE(runUntil([&] { return done == 2 && inbox_[lost].size() == 1 && inbox_[b].size() == 1; }));
+  }
+};
 
-  auto again = makeUcxTransport({2, 3, address, 0.05});
-  ASSERT_TRUE(again.ok()) << again.status().toString();
-  group_[2] = std::move(again).value();
-  install(2);
-  ASSERT_TRUE(group_[2]->connect(addresses_).ok());
-  ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }))
-      << "the restarted peer did not rejoin";
-  int done = 0;
-  ASSERT_TRUE(group_[0]->send(2, {}, pattern(10, 1), [&](const Status& s) { done += s.ok(); }).ok());
-  ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[2].size() == 1; }));
-}
+TEST_P(UcxPeerLossTest, LostAcceptorIsReportedAndRejoins) { loseAndRestart(2); }
+TEST_P(UcxPeerLossTest, LostConnectorIsReportedAndRejoins) { loseAndRestart(0); }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxPeerLossTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
 

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +19,8 @@ namespace {
 
 constexpr uint32_t kWireMagic = 0x54414347;  // "GCAT"
 constexpr unsigned kAmData = 1;
-constexpr unsigned kAmHello = 2;
+constexpr unsigned kAmHello = 2;     // connector -> acceptor: who I am
+constexpr unsigned kAmHelloAck = 3;  // acceptor -> connector: the link works both ways
 constexpr size_t kMaxUserHeader = 1024;
 
 // Prefixes every active-message header: who sent it.
@@ -53,10 +55,12 @@ Result<sockaddr_storage> resolve(const std::string& address, bool passive, sockl
 
 class UcxTransport;
 
+// One endpoint: created by this rank (to a higher rank), or accepted (from a lower rank,
+// whose identity the hello reveals).
 struct EpContext {
   UcxTransport* self;
-  Rank peer;       // meaningful for outgoing endpoints
-  bool outgoing;
+  Rank peer;
+  bool identified;
   ucp_ep_h ep = nullptr;
 };
 
@@ -64,7 +68,7 @@ struct SendContext {
   UcxTransport* self;
   std::vector<std::byte> header;  // must outlive the send (UCX 1.13 does not copy it)
   Transport::SendDone done;
-  bool hello;
+  bool handshake;
   Rank to;
 };
 
@@ -81,11 +85,11 @@ struct Envelope {
   std::vector<std::byte> payload;
 };
 
+// The lower rank of each pair connects and the higher accepts; both then use the one
+// endpoint in both directions.
 struct Peer {
   std::string address;
-  std::unique_ptr<EpContext> out;     // our endpoint to the peer
-  bool hello_received = false;        // the peer's endpoint to us works
-  bool hello_delivered = false;       // our endpoint to the peer works
+  std::unique_ptr<EpContext> ep;
   bool up = false;
   Clock::time_point reconnect_at{};
 };
@@ -97,8 +101,8 @@ class UcxTransport final : public Transport {
   ~UcxTransport() override {
     std::vector<ucp_ep_h> eps;
     for (auto& p : peers_)
-      if (p.out && p.out->ep) eps.push_back(p.out->ep);
-    for (auto& in : incoming_)
+      if (p.ep && p.ep->ep) eps.push_back(p.ep->ep);
+    for (auto& in : unidentified_)
       if (in->ep) eps.push_back(in->ep);
     closeEndpoints(eps);
     if (listener_) ucp_listener_destroy(listener_);
@@ -133,6 +137,7 @@ class UcxTransport final : public Transport {
 
     GC_RETURN_IF_ERROR(setAmHandler(kAmData, &UcxTransport::onData));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHello, &UcxTransport::onHello));
+    GC_RETURN_IF_ERROR(setAmHandler(kAmHelloAck, &UcxTransport::onHelloAck));
     return listen();
   }
 
@@ -150,7 +155,7 @@ class UcxTransport final : public Transport {
     for (Rank r = 0; r < options_.size; ++r) {
       if (r == options_.rank) continue;
       peers_[r].address = peers[r];
-      GC_RETURN_IF_ERROR(openEndpoint(r));
+      if (r > options_.rank) GC_RETURN_IF_ERROR(openEndpoint(r));
     }
     return {};
   }
@@ -239,7 +244,7 @@ class UcxTransport final : public Transport {
     Peer& peer = peers_[r];
     socklen_t length = 0;
     GC_ASSIGN_OR_RETURN(sockaddr_storage addr, resolve(peer.address, false, &length));
-    peer.out = std::make_unique<EpContext>(EpContext{this, r, true});
+    peer.ep = std::make_unique<EpContext>(EpContext{this, r, true});
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -248,29 +253,31 @@ class UcxTransport final : public Transport {
     ep.sockaddr.addrlen = length;
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::onEndpointError;
-    ep.err_handler.arg = peer.out.get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer.out->ep);
+    ep.err_handler.arg = peer.ep.get();
+    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer.ep->ep);
     if (st != UCS_OK) {
-      peer.out.reset();
+      peer.ep.reset();
       peer.reconnect_at = Clock::now() + reconnectDelay();
       return ucsError(strCat("connecting to rank ", r, " at ", peer.address), st);
     }
-    // The hello tells the peer who we are; its delivery tells us our endpoint works.
+    // The hello tells the acceptor who we are; its ack tells us the link works.
     return post(r, kAmHello, {}, {}, nullptr, true);
   }
 
   Status post(Rank to, unsigned am_id, std::span<const std::byte> header, std::span<const std::byte> payload,
-              SendDone done, bool hello) {
-    auto* ctx = new SendContext{this, {}, std::move(done), hello, to};
+              SendDone done, bool handshake) {
+    auto* ctx = new SendContext{this, {}, std::move(done), handshake, to};
     ctx->header.resize(sizeof(WireHeader) + header.size());
     const WireHeader wire{kWireMagic, options_.rank};
     std::memcpy(ctx->header.data(), &wire, sizeof wire);
     if (!header.empty()) std::memcpy(ctx->header.data() + sizeof wire, header.data(), header.size());
     ucp_request_param_t rp{};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     rp.cb.send = &UcxTransport::onSendDone;
     rp.user_data = ctx;
-    ucs_status_ptr_t req = ucp_am_send_nbx(peers_[to].out->ep, am_id, ctx->header.data(), ctx->header.size(),
+    // The hello carries a reply endpoint: the acceptor learns which endpoint is this rank's.
+    rp.flags = am_id == kAmHello ? UCP_AM_SEND_FLAG_REPLY : 0;
+    ucs_status_ptr_t req = ucp_am_send_nbx(peers_[to].ep->ep, am_id, ctx->header.data(), ctx->header.size(),
                                            payload.data(), payload.size(), &rp);
     if (req == nullptr) {
       finishSend(ctx, UCS_OK);
@@ -282,20 +289,14 @@ class UcxTransport final : public Transport {
 
   void finishSend(SendContext* ctx, ucs_status_t st) {
     std::unique_ptr<SendContext> owned(ctx);
-    if (ctx->hello) {
-      if (st == UCS_OK) {
-        peers_[ctx->to].hello_delivered = true;
-        updateUp(ctx->to);
-      }
-      return;  // a failed hello shows up as an endpoint error
-    }
+    if (ctx->handshake) return;  // a failed handshake shows up as an endpoint error
     completions_.emplace_back(std::move(ctx->done),
                               st == UCS_OK ? Status{} : ucsError(strCat("send to rank ", ctx->to), st));
   }
 
-  void updateUp(Rank r) {
+  void markUp(Rank r) {
     Peer& p = peers_[r];
-    if (!p.up && p.hello_received && p.hello_delivered) {
+    if (!p.up) {
       p.up = true;
       GC_LOG(kInfo, "transport", "rank ", options_.rank, ": peer ", r, " is up");
       events_.push_back({r, PeerEvent::kUp, {}});
@@ -309,7 +310,7 @@ class UcxTransport final : public Transport {
       GC_LOG(kWarn, "transport", "rank ", options_.rank, ": peer ", r, " is down: ", status.message());
       events_.push_back({r, PeerEvent::kDown, status});
     }
-    p.up = p.hello_received = p.hello_delivered = false;
+    p.up = false;
     p.reconnect_at = Clock::now() + reconnectDelay();
   }
 
@@ -322,7 +323,7 @@ class UcxTransport final : public Transport {
     const auto now = Clock::now();
     for (Rank r = 0; r < options_.size; ++r) {
       Peer& p = peers_[r];
-      if (r == options_.rank || p.address.empty() || p.out || now < p.reconnect_at) continue;
+      if (r <= options_.rank || p.address.empty() || p.ep || now < p.reconnect_at) continue;
       worked = true;
       Status s = openEndpoint(r);
       if (!s.ok()) GC_LOG(kDebug, "transport", s.message());
@@ -358,12 +359,12 @@ class UcxTransport final : public Transport {
     auto* ctx = static_cast<EpContext*>(arg);
     UcxTransport* self = ctx->self;
     self->dead_eps_.push_back(ep);
-    if (ctx->outgoing) {
-      Peer& p = self->peers_[ctx->peer];
-      self->peerLost(ctx->peer, status);
-      p.out.reset();  // ctx dies here; the endpoint is closed in progress()
+    if (ctx->identified) {
+      const Rank peer = ctx->peer;
+      self->peerLost(peer, status);
+      self->peers_[peer].ep.reset();  // ctx dies here; the endpoint is closed in progress()
     } else {
-      std::erase_if(self->incoming_, [ctx](const auto& in) { return in.get() == ctx; });
+      std::erase_if(self->unidentified_, [ctx](const auto& in) { return in.get() == ctx; });
     }
   }
 
@@ -382,7 +383,7 @@ class UcxTransport final : public Transport {
       GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": accepting a peer failed: ", ucs_status_string(st));
       return;
     }
-    self->incoming_.push_back(std::move(ctx));
+    self->unidentified_.push_back(std::move(ctx));
   }
 
   // Checks the wire header; a bad one is dropped with a log line.
@@ -401,12 +402,39 @@ class UcxTransport final : public Transport {
   }
 
   static ucs_status_t onHello(void* arg, const void* header, size_t header_length, void*, size_t,
-                              const ucp_am_recv_param_t*) {
+                              const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
     const WireHeader* wire = self->checkHeader(header, header_length);
     if (wire == nullptr) return UCS_OK;
-    self->peers_[wire->from].hello_received = true;
-    self->updateUp(wire->from);
+    const Rank from = wire->from;
+    auto it = std::find_if(self->unidentified_.begin(), self->unidentified_.end(), [&](const auto& in) {
+      return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 && in->ep == param->reply_ep;
+    });
+    if (from > self->options_.rank || it == self->unidentified_.end()) {
+      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a hello from rank ", from,
+             from > self->options_.rank ? ": higher ranks accept, they do not connect" : " on an unknown endpoint");
+      return UCS_OK;
+    }
+    Peer& peer = self->peers_[from];
+    if (peer.ep) {
+      // The peer restarted before its old link failed here: the new link replaces it.
+      self->dead_eps_.push_back(peer.ep->ep);
+      self->peerLost(from, UCS_ERR_CONNECTION_RESET);
+    }
+    peer.ep = std::move(*it);
+    self->unidentified_.erase(it);
+    peer.ep->identified = true;
+    peer.ep->peer = from;
+    self->markUp(from);
+    (void)self->post(from, kAmHelloAck, {}, {}, nullptr, true);
+    return UCS_OK;
+  }
+
+  static ucs_status_t onHelloAck(void* arg, const void* header, size_t header_length, void*, size_t,
+                                 const ucp_am_recv_param_t*) {
+    auto* self = static_cast<UcxTransport*>(arg);
+    const WireHeader* wire = self->checkHeader(header, header_length);
+    if (wire != nullptr && wire->from > self->options_.rank && self->peers_[wire->from].ep) self->markUp(wire->from);
     return UCS_OK;
   }
 
@@ -469,7 +497,7 @@ class UcxTransport final : public Transport {
   int efd_ = -1;
   std::string listen_address_;
   std::vector<Peer> peers_;
-  std::vector<std::unique_ptr<EpContext>> incoming_;
+  std::vector<std::unique_ptr<EpContext>> unidentified_;  // accepted, hello not yet seen
   std::vector<ucp_ep_h> dead_eps_;
   std::vector<PeerEventRecord> events_;
   std::vector<std::pair<SendDone, Status>> completions_;
