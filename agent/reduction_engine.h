@@ -1,0 +1,118 @@
+// The agent's reduction across nodes. Each slice of a tensor has an owner agent (round
+// robin from a hash of the key, as P3 places slices on servers). Every other node encodes
+// its locally reduced slice with its own residual and sends it to the owner; the owner
+// decodes and sums every contribution in fp32, re-encodes the sum with the owner's residual
+// and sends it to every node; each node, the owner included, decodes that one result, so
+// every trainer everywhere sees the same bytes, and divides by the number of trainers.
+//
+// Iterations are synchronous per key: a key reduces one iteration at a time on a node, and
+// owners keep contributions of different iterations apart. Everything runs on the thread
+// that owns the transport.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "compress/codec.h"
+#include "compress/residual_store.h"
+#include "transport/transport.h"
+
+namespace gcagent::agent {
+
+struct TensorSpec {
+  uint64_t key = 0;
+  uint64_t elements = 0;
+  int32_t priority = 0;
+  compress::CodecSpec codec;  // empty name: the engine's default
+};
+
+struct EngineOptions {
+  uint64_t slice_elements = 40000;
+  compress::CodecSpec default_codec{"none", {}};
+  uint64_t min_elements = 0;        // smaller tensors travel uncompressed
+  std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
+  size_t residual_budget_bytes = SIZE_MAX;
+  size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
+  compress::CodecEnv codec_env;
+};
+
+struct EngineCounters {
+  uint64_t raw_bytes_sent = 0;   // fp32 bytes of the slices sent
+  uint64_t wire_bytes_sent = 0;  // their encoded bytes
+  uint64_t raw_bytes_received = 0;
+  uint64_t wire_bytes_received = 0;
+  uint64_t keys_completed = 0;
+  uint64_t bad_messages = 0;
+};
+
+class ReductionEngine {
+ public:
+  // Called once per (job, iteration, key) reduce(): ok when the buffers hold the average.
+  using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&)>;
+
+  ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete);
+  ~ReductionEngine();
+
+  // Declares (or re-declares) a job's tensors; builds their codecs. Keys whose size or
+  // codec changed lose their residuals. Slices that arrived early are replayed.
+  Status declareJob(uint64_t job, const std::vector<TensorSpec>& tensors);
+  void dropJob(uint64_t job);
+
+  // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
+  // gradient (elements floats each); they receive the average in place.
+  Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers);
+
+  void onMessage(const transport::Message& message);
+  // Fails every reduction in flight: they need every peer.
+  void onPeerDown(transport::Rank peer, const Status& why);
+  // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
+  void failJob(uint64_t job, const Status& why);
+
+  const EngineCounters& counters() const { return counters_; }
+  // Slices owned here that wait for contributions (all jobs).
+  size_t pendingAccumulators() const;
+  uint32_t ownerOf(uint64_t key, uint32_t slice) const;
+
+ private:
+  struct KeyState;
+  struct JobState;
+  struct Accumulator;
+
+  KeyState* findKey(uint64_t job, uint64_t key);
+  void addContribution(JobState& job_state, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
+                       transport::Rank from, uint32_t contributors, const float* local,
+                       std::span<const std::byte> encoded);
+  void finishSlice(uint64_t job, JobState& js, KeyState& k, uint32_t slice, uint64_t iteration);
+  void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
+                   std::span<const std::byte> encoded);
+  void completeKey(uint64_t job, KeyState& k, const Status& status);
+  void sendSlice(transport::Rank to, std::vector<std::byte> header, std::shared_ptr<std::vector<std::byte>> payload,
+                 uint64_t job, uint64_t key);
+  void reject(const transport::Message& m, const Status& why);
+
+  transport::Transport& transport_;
+  EngineOptions options_;
+  CompleteFn on_complete_;
+  std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
+  struct Stashed {
+    transport::Rank from;
+    std::vector<std::byte> header;
+    std::vector<std::byte> payload;
+  };
+  std::unordered_map<uint64_t, std::vector<Stashed>> stash_;
+  size_t stash_bytes_ = 0;
+  EngineCounters counters_;
+};
+
+// Identifies a job on the wire: a hash of its name, equal on every node.
+uint64_t jobIdOf(std::string_view name);
+
+}  // namespace gcagent::agent

@@ -1,0 +1,61 @@
+#include "agent/slice_message.h"
+
+#include "common/byte_io.h"
+#include "common/str_cat.h"
+
+namespace gcagent::agent {
+namespace {
+constexpr uint32_t kMagic = 0x53414347;  // "GCAS"
+constexpr uint16_t kVersion = 1;
+}  // namespace
+
+std::vector<std::byte> encodeSliceHeader(const SliceMessage& m) {
+  ByteWriter w;
+  w.put(kMagic);
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(m.kind));
+  w.put(uint8_t{0});
+  w.put(m.job);
+  w.put(m.key);
+  w.put(m.iteration);
+  w.put(m.slice);
+  w.put(m.slice_count);
+  w.put(m.tensor_elements);
+  w.put(m.codec_fingerprint);
+  w.put(m.contributors);
+  return w.take();
+}
+
+Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes) {
+  if (bytes.size() != kSliceHeaderBytes)
+    return Status::dataLoss(strCat("slice header: ", bytes.size(), " bytes, expected ", kSliceHeaderBytes));
+  ByteReader r(bytes);
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint8_t kind = 0, reserved = 0;
+  SliceMessage m;
+  r.get(magic);
+  r.get(version);
+  r.get(kind);
+  r.get(reserved);
+  r.get(m.job);
+  r.get(m.key);
+  r.get(m.iteration);
+  r.get(m.slice);
+  r.get(m.slice_count);
+  r.get(m.tensor_elements);
+  r.get(m.codec_fingerprint);
+  r.get(m.contributors);
+  if (magic != kMagic) return Status::invalidArgument(strCat("slice header: bad magic 0x", std::hex, magic));
+  if (version != kVersion) return Status::invalidArgument(strCat("slice header: version ", version, ", expected ", kVersion));
+  if (kind != 1 && kind != 2) return Status::invalidArgument(strCat("slice header: unknown kind ", int{kind}));
+  m.kind = static_cast<SliceKind>(kind);
+  if (m.slice_count == 0 || m.slice >= m.slice_count)
+    return Status::invalidArgument(strCat("slice header: slice ", m.slice, " of ", m.slice_count));
+  if (m.tensor_elements == 0 || m.tensor_elements < m.slice_count)
+    return Status::invalidArgument(strCat("slice header: ", m.tensor_elements, " elements in ", m.slice_count, " slices"));
+  if (m.contributors == 0) return Status::invalidArgument("slice header: zero contributors");
+  return m;
+}
+
+}  // namespace gcagent::agent

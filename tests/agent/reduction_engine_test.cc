@@ -1,0 +1,231 @@
+// The reduction engine over the loopback transport: N agents in this thread, each with
+// its own local trainers' buffers, against a reference average computed in double.
+#include "agent/reduction_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "agent/slice_message.h"
+#include "transport/loopback/loopback.h"
+
+namespace gcagent::agent {
+namespace {
+
+struct Done {
+  uint64_t iteration;
+  uint64_t key;
+  Status status;
+};
+
+class Cluster {
+ public:
+  Cluster(uint32_t nodes, EngineOptions options) : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes) {
+    for (uint32_t r = 0; r < nodes; ++r) {
+      engines_.push_back(std::make_unique<ReductionEngine>(
+          *transports_[r], options, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
+            done_[r].push_back({it, key, s});
+          }));
+      ReductionEngine* e = engines_.back().get();
+      transports_[r]->setHandlers([e](const transport::Message& m) { e->onMessage(m); }, nullptr);
+      EXPECT_TRUE(transports_[r]->connect({}).ok());
+    }
+  }
+
+  void pump(int rounds = 200) {
+    for (int i = 0; i < rounds; ++i) {
+      bool worked = false;
+      for (auto& t : transports_) worked |= t->progress();
+      if (!worked && i > 2) return;
+    }
+  }
+
+  ReductionEngine& engine(uint32_t r) { return *engines_[r]; }
+  std::vector<Done>& done(uint32_t r) { return done_[r]; }
+  uint32_t size() const { return static_cast<uint32_t>(engines_.size()); }
+
+ private:
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<ReductionEngine>> engines_;
+  std::vector<std::vector<Done>> done_;
+};
+
+float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
+  uint64_t x = (trainer * 1000003ull) ^ (iteration * 7919ull) ^ (key * 104729ull) ^ (i * 2654435761ull);
+  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+  return static_cast<float>(static_cast<int64_t>(x >> 40) % 2001 - 1000) / 1000.0f;
+}
+
+// Runs `iterations` of every key on every node with `local` trainers per node; checks every
+// trainer's buffer against the exact average within `tolerance` (absolute).
+void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations, double tolerance,
+                 const std::string& codec = "") {
+  const uint64_t job = jobIdOf("test-job");
+  std::vector<TensorSpec> specs;
+  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), {codec, {}}});
+  for (uint32_t r = 0; r < c.size(); ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  const uint32_t world = c.size() * local;
+  // buffers[node][local][key]
+  std::vector<std::vector<std::vector<std::vector<float>>>> buffers(c.size());
+  for (int it = 1; it <= iterations; ++it) {
+    for (uint32_t r = 0; r < c.size(); ++r) {
+      buffers[r].assign(local, {});
+      for (uint32_t l = 0; l < local; ++l)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          std::vector<float> v(sizes[k]);
+          for (uint64_t i = 0; i < sizes[k]; ++i) v[i] = valueOf(r * local + l, it, 100 + k, i);
+          buffers[r][l].push_back(std::move(v));
+        }
+    }
+    // Nodes submit in different orders so owners see contributions before their own.
+    for (uint32_t step = 0; step < c.size(); ++step) {
+      uint32_t r = (step + static_cast<uint32_t>(it)) % c.size();
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<float*> ptrs;
+        for (uint32_t l = 0; l < local; ++l) ptrs.push_back(buffers[r][l][k].data());
+        ASSERT_TRUE(c.engine(r).reduce(job, it, 100 + k, ptrs).ok());
+      }
+      c.pump(3);
+    }
+    c.pump();
+    for (uint32_t r = 0; r < c.size(); ++r) {
+      ASSERT_EQ(c.done(r).size(), sizes.size()) << "node " << r << " iteration " << it;
+      for (const Done& d : c.done(r)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
+      c.done(r).clear();
+    }
+    for (size_t k = 0; k < sizes.size(); ++k)
+      for (uint64_t i = 0; i < sizes[k]; ++i) {
+        double expected = 0;
+        for (uint32_t t = 0; t < world; ++t) expected += valueOf(t, it, 100 + k, i);
+        expected /= world;
+        const float first = buffers[0][0][k][i];
+        ASSERT_NEAR(first, expected, tolerance) << "key " << k << " i " << i << " iteration " << it;
+        for (uint32_t r = 0; r < c.size(); ++r)
+          for (uint32_t l = 0; l < local; ++l)
+            ASSERT_EQ(buffers[r][l][k][i], first) << "every trainer must see the same bytes";
+      }
+  }
+}
+
+EngineOptions smallSlices() {
+  EngineOptions o;
+  o.slice_elements = 1000;
+  return o;
+}
+
+TEST(ReductionEngineTest, SingleNodeIsALocalAllreduce) {
+  Cluster c(1, smallSlices());
+  runAndCheck(c, 2, {1, 7, 1000, 2501}, 3, 1e-6);
+}
+
+TEST(ReductionEngineTest, ExactAverageAcrossNodesWithNone) {
+  for (uint32_t nodes : {2u, 3u, 4u}) {
+    SCOPED_TRACE(nodes);
+    Cluster c(nodes, smallSlices());
+    runAndCheck(c, nodes == 3 ? 2 : 1, {1, 7, 999, 1000, 1001, 12345}, 3, 1e-6);
+    EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+  }
+}
+
+TEST(ReductionEngineTest, CompressedAverageStaysWithinTheCodecBound) {
+  Cluster c(2, smallSlices());
+  // fp16 both ways: relative error of a few 2^-11 on values of magnitude <= 1.
+  runAndCheck(c, 2, {3000, 17}, 2, 2e-3, "fp16");
+}
+
+TEST(ReductionEngineTest, ErrorFeedbackMakesTheRunningSumConverge) {
+  // With 2bit both ways each step is coarse, but what is not sent stays in the residuals:
+  // the running mean of the outputs approaches the true average.
+  EngineOptions o = smallSlices();
+  o.default_codec = {"2bit", {{"threshold", "0.25"}}};
+  Cluster c(2, o);
+  const uint64_t job = jobIdOf("ef");
+  const uint64_t n = 2000;
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}}}).ok());
+  std::vector<double> sum(n, 0.0);
+  const int steps = 400;
+  for (int it = 1; it <= steps; ++it) {
+    std::vector<std::vector<float>> g(2, std::vector<float>(n));
+    for (uint32_t r = 0; r < 2; ++r)
+      for (uint64_t i = 0; i < n; ++i) g[r][i] = 0.1f * valueOf(r, 0, 1, i);  // the same gradient every step
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}).ok());
+    c.pump();
+    for (uint64_t i = 0; i < n; ++i) sum[i] += g[0][i];
+    for (uint32_t r = 0; r < 2; ++r) c.done(r).clear();
+  }
+  double worst = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double expected = 0.05 * (valueOf(0, 0, 1, i) + valueOf(1, 0, 1, i));
+    worst = std::max(worst, std::abs(sum[i] / steps - expected));
+  }
+  // Residuals stay bounded, so the mean error shrinks like (threshold * nodes) / steps.
+  EXPECT_LT(worst, 4 * 0.25 / steps * 2 + 1e-4);
+}
+
+TEST(ReductionEngineTest, SlicesThatArriveBeforeTheJobAreReplayed) {
+  Cluster c(2, smallSlices());
+  const uint64_t job = jobIdOf("late");
+  std::vector<TensorSpec> specs = {{5, 4000, 0, {}}};
+  ASSERT_TRUE(c.engine(0).declareJob(job, specs).ok());
+  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
+  c.pump();
+  EXPECT_TRUE(c.done(0).empty());
+  ASSERT_TRUE(c.engine(1).declareJob(job, specs).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  ASSERT_EQ(c.done(1).size(), 1u);
+  EXPECT_EQ(a, std::vector<float>(4000, 2.0f));
+  EXPECT_EQ(b, std::vector<float>(4000, 2.0f));
+}
+
+TEST(ReductionEngineTest, MismatchedCodecsAreRejectedNotMisdecoded) {
+  Cluster c(2, smallSlices());
+  const uint64_t job = jobIdOf("mismatch");
+  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}}}).ok());
+  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"none", {}}}}).ok());
+  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
+  c.pump();
+  EXPECT_GT(c.engine(0).counters().bad_messages + c.engine(1).counters().bad_messages, 0u);
+  EXPECT_TRUE(c.done(0).empty());  // never completes wrongly; the timeout path fails it
+}
+
+TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
+  Cluster c(2, smallSlices());
+  const uint64_t job = jobIdOf("fail");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}}}).ok());
+  std::vector<float> a(4000, 1.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}).ok());
+  Status again = c.engine(0).reduce(job, 4, 5, {a.data()});
+  EXPECT_EQ(again.message(), "tensor 5 is still reducing iteration 3");
+  EXPECT_EQ(c.engine(0).reduce(job, 1, 77, {a.data()}).message(), "tensor 77 is not declared");
+  c.engine(0).onPeerDown(1, Status::unavailable("gone"));
+  ASSERT_EQ(c.done(0).size(), 1u);
+  EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
+  EXPECT_EQ(c.engine(0).reduce(job, 3, 5, {a.data()}).message(), "tensor 5: iteration 3 is not after iteration 3");
+}
+
+TEST(SliceMessageTest, RoundTripsAndValidates) {
+  SliceMessage m{SliceKind::kResult, 1, 2, 3, 4, 5, 100, 0xabcdef, 6};
+  auto bytes = encodeSliceHeader(m);
+  ASSERT_EQ(bytes.size(), kSliceHeaderBytes);
+  auto back = parseSliceHeader(bytes);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, m);
+  m.slice = 5;
+  EXPECT_EQ(parseSliceHeader(encodeSliceHeader(m)).status().message(), "slice header: slice 5 of 5");
+  m.slice = 0;
+  m.contributors = 0;
+  EXPECT_EQ(parseSliceHeader(encodeSliceHeader(m)).status().message(), "slice header: zero contributors");
+  bytes[0] = std::byte{0};
+  EXPECT_EQ(parseSliceHeader(bytes).status().message(), "slice header: bad magic 0x53414300");
+  EXPECT_EQ(parseSliceHeader(std::span(bytes).first(10)).status().message(), "slice header: 10 bytes, expected 56");
+}
+
+}  // namespace
+}  // namespace gcagent::agent
