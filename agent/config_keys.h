@@ -13,6 +13,8 @@
   X(agent, shm_prefix, Text, "gcagent", 0, 0, "",                                               \
     "prefix of the shared-memory segment names in /dev/shm")                                    \
   X(agent, node_rank, Integer, "0", 0, 4095, "", "this agent's index in transport.peers")      \
+  X(agent, summary_interval, Real, "10", 0, 86400, "",                                         \
+    "seconds between progress summaries in the log; 0 turns them off")                         \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
   X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \
@@ -29,6 +31,10 @@
   X(scheduler, inflight_bytes, Integer, "0", 0, 68719476736, "",                               \
     "optional byte budget in flight per peer; 0 means no byte limit")                          \
   X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \
+  X(compress, params, TextList, "", 0, 0, "",                                                   \
+    "parameters of the default codec, as key=value items")                                     \
+  X(compress, result_codec, Text, "same", 0, 0, "",                                             \
+    "codec of the summed slices owners send back: same (as the tensor's) or a codec name")     \
   X(compress, min_elements, Integer, "262144", 0, 4294967295, "",                              \
     "gradients smaller than this are sent uncompressed")                                       \
   X(compress, residual_budget_bytes, Integer, "4294967296", 0, 1099511627776, "",              \

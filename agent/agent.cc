@@ -1,0 +1,227 @@
+#include "agent/agent.h"
+
+#include <chrono>
+#include <csignal>
+
+#include "agent/control_server.h"
+#include "agent/io.h"
+#include "agent/reduction_engine.h"
+#include "common/log.h"
+#include "common/str_cat.h"
+#include "common/thread_pool.h"
+#include "compress/registry.h"
+#include "transport/loopback/loopback.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace gcagent::agent {
+
+struct Agent::Impl {
+  Config config;
+  EngineOptions engine_options;
+  std::unique_ptr<ThreadPool> pool;
+};
+
+namespace {
+
+Result<compress::Params> parseParams(const std::vector<std::string>& items) {
+  compress::Params params;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::invalidArgument(strCat("compress.params: '", item, "' is not key=value"));
+    params[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return params;
+}
+
+// Drives the transport from the io_context: on its event fd, and on a short timer for the
+// work that has no fd event (reconnect attempts).
+class TransportPump {
+ public:
+  TransportPump(asio::io_context& io, transport::Transport& t) : t_(t), fd_(io), timer_(io) {
+    if (t_.eventFd() >= 0) fd_.assign(::dup(t_.eventFd()));
+  }
+  void start() {
+    waitFd();
+    tick();
+  }
+  void stop() {
+    stopped_ = true;
+    boost::system::error_code ec;
+    fd_.cancel(ec);
+    timer_.cancel();
+  }
+
+ private:
+  void drain() {
+    while (t_.progress()) {
+    }
+  }
+  void waitFd() {
+    if (stopped_ || !fd_.is_open()) return;
+    fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+      if (ec || stopped_) return;
+      do drain();
+      while (!t_.arm());
+      waitFd();
+    });
+  }
+  void tick() {
+    if (stopped_) return;
+    timer_.expires_after(std::chrono::milliseconds(5));
+    timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || stopped_) return;
+      drain();
+      tick();
+    });
+  }
+
+  transport::Transport& t_;
+  asio::posix::stream_descriptor fd_;
+  asio::steady_timer timer_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() = default;
+
+Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  const auto& peers = config.transport_peers;
+  if (!peers.empty() && config.agent_node_rank >= static_cast<int64_t>(peers.size()))
+    return Status::invalidArgument(strCat("agent.node_rank ", config.agent_node_rank, " is not below the ",
+                                          peers.size(), " entries of transport.peers"));
+  for (const auto& p : peers) GC_RETURN_IF_ERROR(transport::splitHostPort(p).status());
+  GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
+  // Build the default and result codecs once, so a typo fails now and not at the first gradient.
+  GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());
+  if (config.compress_result_codec != "same")
+    GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_result_codec).status());
+  impl->pool = std::make_unique<ThreadPool>(static_cast<size_t>(config.agent_codec_threads));
+  EngineOptions& o = impl->engine_options;
+  o.slice_elements = static_cast<uint64_t>(config.scheduler_slice_elements);
+  o.default_codec = {config.compress_codec, std::move(params)};
+  o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
+  o.result_codec = config.compress_result_codec;
+  o.residual_budget_bytes = static_cast<size_t>(config.compress_residual_budget_bytes);
+  o.codec_env.pool = impl->pool.get();
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
+}
+
+Status Agent::run() {
+  const Config& c = impl_->config;
+  asio::io_context io;
+
+  // Transport: UCX to the configured peers, or a group of one for a node on its own.
+  std::unique_ptr<transport::Transport> transport;
+  const bool alone = c.transport_peers.size() <= 1;
+  if (alone) {
+    transport = std::move(transport::makeLoopbackGroup(1).front());
+  } else {
+    const auto rank = static_cast<transport::Rank>(c.agent_node_rank);
+    std::string listen = c.transport_listen;
+    GC_ASSIGN_OR_RETURN(auto mine, transport::splitHostPort(c.transport_peers[rank]));
+    GC_ASSIGN_OR_RETURN(auto bind, transport::splitHostPort(listen));
+    if (bind.second == 0) listen = strCat(bind.first, ":", mine.second);  // listen on our advertised port
+    GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(
+                                       {rank, static_cast<transport::Rank>(c.transport_peers.size()), listen, 0.2}));
+  }
+
+  ControlServer* server_ptr = nullptr;
+  ReductionEngine engine(*transport, impl_->engine_options,
+                         [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
+                           if (server_ptr != nullptr) server_ptr->onReduced(job, it, key, s);
+                         });
+  ServerOptions server_options;
+  server_options.socket_path = c.agent_socket;
+  server_options.shm_prefix = c.agent_shm_prefix;
+  server_options.node_rank = transport->rank();
+  server_options.node_count = transport->size();
+  ControlServer server(io, engine, server_options);
+  server_ptr = &server;
+
+  transport->setHandlers([&engine](const transport::Message& m) { engine.onMessage(m); },
+                         [&engine](transport::Rank peer, transport::PeerEvent event, const Status& why) {
+                           if (event == transport::PeerEvent::kDown) engine.onPeerDown(peer, why);
+                         });
+  GC_RETURN_IF_ERROR(transport->connect(alone ? std::vector<std::string>{} : c.transport_peers));
+  TransportPump pump(io, *transport);
+  pump.start();
+
+  Status failure;
+  // Trainers are accepted once every peer is reachable, so no reduction starts half-wired.
+  asio::steady_timer ready(io);
+  const auto wait_started = std::chrono::steady_clock::now();
+  auto last_notice = wait_started;
+  std::function<void()> wait_for_peers = [&] {
+    if (transport->allPeersUp()) {
+      GC_LOG(kInfo, "agent", "rank ", transport->rank(), " of ", transport->size(), ": all peers up");
+      failure = server.start();
+      if (!failure.ok()) io.stop();
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_notice > std::chrono::seconds(5)) {
+      last_notice = now;
+      GC_LOG(kInfo, "agent", "waiting for peers (", std::chrono::duration_cast<std::chrono::seconds>(now - wait_started).count(), " s)");
+    }
+    ready.expires_after(std::chrono::milliseconds(10));
+    ready.async_wait([&](boost::system::error_code ec) {
+      if (!ec) wait_for_peers();
+    });
+  };
+  wait_for_peers();
+
+  // The periodic one-line summary.
+  asio::steady_timer summary(io);
+  EngineCounters last_engine = engine.counters();
+  uint64_t last_iterations = 0;
+  auto last_time = std::chrono::steady_clock::now();
+  std::function<void()> summarize = [&] {
+    if (c.agent_summary_interval <= 0) return;
+    summary.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(c.agent_summary_interval)));
+    summary.async_wait([&](boost::system::error_code ec) {
+      if (ec) return;
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - last_time).count();
+      const EngineCounters& e = engine.counters();
+      const uint64_t raw = e.raw_bytes_sent - last_engine.raw_bytes_sent;
+      const uint64_t wire = e.wire_bytes_sent - last_engine.wire_bytes_sent;
+      const uint64_t iterations = server.counters().iterations_completed;
+      GC_LOG(kInfo, "agent", "progress: ", (iterations - last_iterations) / secs, " iterations/s, ",
+             raw / secs / 1e6, " MB/s raw, ", wire / secs / 1e6, " MB/s on the wire, ratio ",
+             wire ? static_cast<double>(raw) / wire : 0.0);
+      last_engine = e;
+      last_iterations = iterations;
+      last_time = now;
+      summarize();
+    });
+  };
+  summarize();
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int signal) {
+    if (ec) return;
+    GC_LOG(kInfo, "agent", "signal ", signal, ": shutting down");
+    server.stop(Status::unavailable("agent shutting down"));
+    pump.stop();
+    ready.cancel();
+    summary.cancel();
+    io.stop();
+  });
+
+  io.run();
+  server.stop(Status::unavailable("agent shutting down"));
+  const EngineCounters& e = engine.counters();
+  GC_LOG(kInfo, "agent", "done: ", server.counters().iterations_completed, " iterations; sent ", e.raw_bytes_sent,
+         " raw bytes as ", e.wire_bytes_sent, " wire bytes (ratio ",
+         e.wire_bytes_sent ? static_cast<double>(e.raw_bytes_sent) / e.wire_bytes_sent : 0.0, "); ",
+         e.bad_messages, " bad peer messages, ", server.counters().bad_messages, " bad trainer messages");
+  return failure;
+}
+
+}  // namespace gcagent::agent

@@ -1,0 +1,369 @@
+#include "agent/control_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <variant>
+
+#include "common/log.h"
+#include "common/str_cat.h"
+#include "shm/protocol.h"
+#include "shm/segment.h"
+
+namespace gcagent::agent {
+
+namespace protocol = shm::protocol;
+using asio::local::stream_protocol;
+
+struct ControlServer::Job {
+  std::string name;
+  uint64_t id = 0;
+  uint32_t local_size = 0;
+  std::vector<Session*> members;  // by local rank
+  std::vector<protocol::TensorDecl> tensors;
+  uint64_t generation = 0;
+  // Submissions of an (iteration, key) so far, by local rank.
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<float*>> pending;
+  std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
+  size_t inFlight = 0;                   // reductions handed to the engine, not yet done
+};
+
+class ControlServer::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(ControlServer& server, stream_protocol::socket socket, uint32_t id)
+      : server_(server), socket_(std::move(socket)), id_(id) {}
+
+  void start() { readHeader(); }
+
+  void send(const protocol::Message& m) {
+    if (closed_) return;
+    out_.push_back(protocol::encode(m));
+    if (!writing_) writeNext();
+  }
+
+  void sendError(uint32_t request, const Status& why) {
+    send({request, protocol::Error{why.code(), why.message()}});
+  }
+
+  // Writes what is queued, synchronously, then closes: the agent is stopping.
+  void flushAndClose() {
+    boost::system::error_code ec;
+    while (!out_.empty() && !ec) {
+      asio::write(socket_, asio::buffer(out_.front()), ec);
+      out_.pop_front();
+    }
+    close();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    socket_.close(ec);
+    server_.sessionClosed(this);
+  }
+
+  uint32_t id() const { return id_; }
+  uint32_t localRank() const { return local_rank_; }
+  const std::shared_ptr<Job>& job() const { return job_; }
+
+  // The request that submitted (iteration, key), if this trainer did; forgets it.
+  std::optional<uint32_t> takeSubmit(uint64_t iteration, uint64_t key) {
+    auto it = submits_.find({iteration, key});
+    if (it == submits_.end()) return std::nullopt;
+    uint32_t request = it->second;
+    submits_.erase(it);
+    return request;
+  }
+
+ private:
+  struct Slot {
+    float* data;
+    uint64_t elements;
+  };
+
+  void readHeader() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(header_), [this, self](boost::system::error_code ec, size_t) {
+      if (ec) return close();
+      auto header = protocol::parseHeader(header_);
+      if (!header.ok()) {
+        // The stream cannot be resynchronised after a bad header: answer and hang up.
+        ++server_.counters_.bad_messages;
+        GC_LOG(kWarn, "control", "trainer ", id_, ": ", header.status().message(), "; disconnecting");
+        sendError(0, header.status());
+        close_after_write_ = true;
+        return;
+      }
+      body_.resize(header->body_bytes);
+      readBody(*header);
+    });
+  }
+
+  void readBody(protocol::Header header) {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body_), [this, self, header](boost::system::error_code ec, size_t) {
+      if (ec) return close();
+      auto message = protocol::decode(header, body_);
+      if (!message.ok()) {
+        ++server_.counters_.bad_messages;
+        GC_LOG(kWarn, "control", "trainer ", id_, ": ", message.status().message());
+        sendError(header.request_id, message.status());
+      } else {
+        dispatch(*message);
+      }
+      if (!closed_) readHeader();
+    });
+  }
+
+  void writeNext() {
+    if (out_.empty()) {
+      writing_ = false;
+      if (close_after_write_) close();
+      return;
+    }
+    writing_ = true;
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(out_.front()), [this, self](boost::system::error_code ec, size_t) {
+      out_.pop_front();
+      if (ec) return close();
+      writeNext();
+    });
+  }
+
+  void dispatch(const protocol::Message& m) {
+    Status s;
+    if (auto* hello = std::get_if<protocol::Hello>(&m.body)) s = onHello(m.request_id, *hello);
+    else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) s = onDeclare(m.request_id, *declare);
+    else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
+    else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
+                                            "' is not one a trainer sends"));
+    if (!s.ok()) {
+      ++server_.counters_.bad_messages;
+      GC_LOG(kWarn, "control", "trainer ", id_, ": ", s.message());
+      sendError(m.request_id, s);
+    }
+  }
+
+  Status onHello(uint32_t request, const protocol::Hello& h) {
+    if (job_) return Status::failedPrecondition(strCat("trainer already joined job '", job_->name, "'"));
+    Status error;
+    auto job = server_.findOrCreateJob(h.job, h.local_size, &error);
+    if (!job) return error;
+    if (job->members[h.local_rank] != nullptr)
+      return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected"));
+    job->members[h.local_rank] = this;
+    job_ = std::move(job);
+    local_rank_ = h.local_rank;
+    GC_LOG(kInfo, "control", "trainer ", id_, " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
+           h.local_rank, " of ", h.local_size);
+    send({request, protocol::Welcome{id_, server_.options_.node_rank, server_.options_.node_count}});
+    return {};
+  }
+
+  Status onDeclare(uint32_t request, const protocol::Declare& d) {
+    if (!job_) return Status::failedPrecondition("declare before hello");
+    Job& job = *job_;
+    if (d.tensors != job.tensors) {
+      if (!job.pending.empty() || job.inFlight != 0)
+        return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
+      std::vector<TensorSpec> specs;
+      for (const auto& t : d.tensors) {
+        compress::Params params(t.params.begin(), t.params.end());
+        specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}});
+      }
+      GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
+      job.tensors = d.tensors;
+      ++job.generation;
+      GC_LOG(kInfo, "control", "job '", job.name, "': ", d.tensors.size(), " tensors declared (generation ",
+             job.generation, ")");
+    }
+    std::vector<uint64_t> bytes;
+    for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
+    shm::SlotLayout layout = shm::layoutSlots(bytes);
+    segment_.reset();  // a re-declaration replaces the old segment under the same name
+    slots_.clear();
+    auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
+                                        server_.options_.mode);
+    if (!segment.ok()) return segment.status();
+    segment_ = std::move(segment).value();
+    for (size_t i = 0; i < d.tensors.size(); ++i)
+      slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
+                                  d.tensors[i].elements};
+    generation_ = job.generation;
+    send({request, protocol::Declared{segment_->name(), layout.total_bytes, layout.offsets}});
+    return {};
+  }
+
+  Status onSubmit(uint32_t request, const protocol::Submit& s) {
+    if (!job_ || !segment_) return Status::failedPrecondition("submit before declare");
+    Job& job = *job_;
+    if (generation_ != job.generation)
+      return Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
+    for (uint64_t key : s.keys) {
+      if (slots_.count(key) == 0) return Status::invalidArgument(strCat("tensor ", key, " is not declared"));
+      auto last = last_iteration_.find(key);
+      if (last != last_iteration_.end() && s.iteration <= last->second)
+        return Status::invalidArgument(strCat("tensor ", key, ": iteration ", s.iteration,
+                                              " was already submitted or is older than iteration ", last->second));
+    }
+    for (uint64_t key : s.keys) {
+      last_iteration_[key] = s.iteration;
+      submits_[{s.iteration, key}] = request;
+      auto& buffers = job.pending[{s.iteration, key}];
+      buffers.resize(job.local_size, nullptr);
+      buffers[local_rank_] = slots_[key].data;
+      if (std::find(buffers.begin(), buffers.end(), nullptr) != buffers.end()) continue;
+      std::vector<float*> ready = std::move(buffers);
+      job.pending.erase({s.iteration, key});
+      ++job.inFlight;
+      Status st = server_.engine_.reduce(job.id, s.iteration, key, std::move(ready));
+      if (!st.ok()) server_.onReduced(job.id, s.iteration, key, st);
+    }
+    return {};
+  }
+
+  ControlServer& server_;
+  stream_protocol::socket socket_;
+  uint32_t id_;
+  std::shared_ptr<Job> job_;
+  uint32_t local_rank_ = 0;
+  std::optional<shm::Segment> segment_;
+  uint64_t generation_ = 0;
+  std::unordered_map<uint64_t, Slot> slots_;
+  std::unordered_map<uint64_t, uint64_t> last_iteration_;
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> submits_;
+  std::array<std::byte, protocol::kHeaderBytes> header_{};
+  std::vector<std::byte> body_;
+  std::deque<std::vector<std::byte>> out_;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+  bool closed_ = false;
+};
+
+ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options)
+    : io_(io), engine_(engine), options_(std::move(options)), acceptor_(io) {}
+
+ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
+
+Status ControlServer::start() {
+  ::unlink(options_.socket_path.c_str());  // a stale socket from a crashed agent
+  boost::system::error_code ec;
+  acceptor_.open(stream_protocol(), ec);
+  if (!ec) acceptor_.bind(stream_protocol::endpoint(options_.socket_path), ec);
+  if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": ", ec.message()));
+  if (::chmod(options_.socket_path.c_str(), options_.mode) != 0)
+    return Status::unavailable(strCat("control socket ", options_.socket_path, ": chmod: ", std::strerror(errno)));
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": listen: ", ec.message()));
+  GC_LOG(kInfo, "control", "accepting trainers on ", options_.socket_path);
+  accept();
+  return {};
+}
+
+void ControlServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, stream_protocol::socket socket) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted) GC_LOG(kWarn, "control", "accept failed: ", ec.message());
+      return;
+    }
+    auto session = std::make_shared<Session>(*this, std::move(socket), next_trainer_id_++);
+    sessions_[session.get()] = session;
+    ++counters_.trainers_connected;
+    session->start();
+    accept();
+  });
+}
+
+std::shared_ptr<ControlServer::Job> ControlServer::findOrCreateJob(const std::string& name, uint32_t local_size,
+                                                                   Status* error) {
+  const uint64_t id = jobIdOf(name);
+  auto& job = jobs_[id];
+  if (!job) {
+    job = std::make_shared<Job>();
+    job->name = name;
+    job->id = id;
+    job->local_size = local_size;
+    job->members.assign(local_size, nullptr);
+  } else if (job->name != name) {
+    *error = Status::failedPrecondition(strCat("job '", name, "' collides with job '", job->name, "'"));
+    return nullptr;
+  } else if (job->local_size != local_size) {
+    *error = Status::invalidArgument(strCat("job '", name, "' has ", job->local_size,
+                                            " local trainers, this one says ", local_size));
+    return nullptr;
+  }
+  return job;
+}
+
+void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key, const Status& status) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  if (it->second->inFlight > 0) --it->second->inFlight;
+  notify(*it->second, iteration, key, status);
+}
+
+void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Status& status) {
+  for (Session* member : job.members) {
+    if (member == nullptr) continue;
+    auto request = member->takeSubmit(iteration, key);
+    if (!request) continue;
+    if (status.ok()) {
+      member->send({*request, protocol::Complete{iteration, {key}}});
+    } else {
+      member->sendError(*request, Status(status.code(), strCat("tensor ", key, " iteration ", iteration, ": ",
+                                                               status.message())));
+    }
+  }
+  if (!status.ok()) {
+    GC_LOG(kWarn, "control", "job '", job.name, "' tensor ", key, " iteration ", iteration, " failed: ", status.message());
+    job.keys_done.erase(iteration);
+    return;
+  }
+  if (++job.keys_done[iteration] == job.tensors.size()) {
+    job.keys_done.erase(iteration);
+    ++counters_.iterations_completed;
+  }
+}
+
+void ControlServer::sessionClosed(Session* session) {
+  auto owned = sessions_.find(session);
+  if (owned == sessions_.end()) return;
+  std::shared_ptr<Session> keep = owned->second;  // alive until its buffers are out of the engine
+  sessions_.erase(owned);
+  --counters_.trainers_connected;
+  std::shared_ptr<Job> job = session->job();
+  if (!job) return;
+  GC_LOG(kInfo, "control", "trainer ", session->id(), " left job '", job->name, "' (local rank ",
+         session->localRank(), ")");
+  job->members[session->localRank()] = nullptr;
+  const Status why = Status::unavailable(strCat("trainer local rank ", session->localRank(), " of job '", job->name,
+                                                "' left"));
+  // Its shared memory is about to go: nothing may still point into it.
+  for (auto& [entry, buffers] : std::exchange(job->pending, {})) notify(*job, entry.first, entry.second, why);
+  engine_.failJob(job->id, why);
+  if (std::all_of(job->members.begin(), job->members.end(), [](Session* s) { return s == nullptr; })) {
+    engine_.dropJob(job->id);
+    jobs_.erase(job->id);
+  }
+}
+
+void ControlServer::stop(const Status& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  for (auto& [id, job] : jobs_) {
+    for (auto& [entry, buffers] : std::exchange(job->pending, {})) notify(*job, entry.first, entry.second, why);
+    engine_.failJob(id, why);
+  }
+  while (!sessions_.empty()) sessions_.begin()->second->flushAndClose();
+  ::unlink(options_.socket_path.c_str());
+}
+
+}  // namespace gcagent::agent

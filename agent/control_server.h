@@ -1,0 +1,71 @@
+// The trainers' side of the agent: a Unix stream socket speaking the control protocol
+// (shm/protocol.h), one shared-memory segment per trainer, and the bookkeeping that turns
+// the submissions of a job's local trainers into one reduction per key and iteration.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "agent/io.h"
+#include "agent/reduction_engine.h"
+#include "common/status.h"
+
+namespace gcagent::agent {
+
+struct ServerOptions {
+  std::string socket_path;
+  std::string shm_prefix = "gcagent";
+  mode_t mode = 0600;  // of the socket and the segments
+  uint32_t node_rank = 0;
+  uint32_t node_count = 1;
+};
+
+struct ServerCounters {
+  uint64_t trainers_connected = 0;
+  uint64_t bad_messages = 0;
+  uint64_t iterations_completed = 0;  // (job, iteration) pairs whose every key completed
+};
+
+class ControlServer {
+ public:
+  ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options);
+  ~ControlServer();
+
+  // Binds the socket (replacing a stale file) and starts accepting trainers.
+  Status start();
+  // Fails all work in flight with `why`, disconnects every trainer, removes the socket.
+  void stop(const Status& why);
+
+  // The engine's completion callback.
+  void onReduced(uint64_t job, uint64_t iteration, uint64_t key, const Status& status);
+
+  const ServerCounters& counters() const { return counters_; }
+
+ private:
+  class Session;
+  struct Job;
+  friend class Session;
+
+  void accept();
+  void sessionClosed(Session* session);
+  // Tells the job's trainers that submitted (iteration, key) how it ended.
+  void notify(Job& job, uint64_t iteration, uint64_t key, const Status& status);
+  std::shared_ptr<Job> findOrCreateJob(const std::string& name, uint32_t local_size, Status* error);
+
+  asio::io_context& io_;
+  ReductionEngine& engine_;
+  ServerOptions options_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  std::map<Session*, std::shared_ptr<Session>> sessions_;
+  std::unordered_map<uint64_t, std::shared_ptr<Job>> jobs_;
+  uint32_t next_trainer_id_ = 1;
+  bool stopping_ = false;
+  ServerCounters counters_;
+};
+
+}  // namespace gcagent::agent

@@ -1,0 +1,84 @@
+// gcagent: the per-node gradient-communication sidecar.
+//   gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/config.h"
+
+namespace {
+
+void usage() {
+  std::fputs(
+      "usage: gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]\n"
+      "  --config FILE     TOML configuration (overridden by GCAGENT_<SECTION>_<KEY>, then by flags)\n"
+      "  --print-config    print every key with its value, source, default and help, then exit\n"
+      "  --validate        check the configuration and the codecs, then exit\n",
+      stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gcagent::agent;
+  ConfigInputs inputs;
+  inputs.getenv = [](const char* name) { return std::getenv(name); };
+  bool print = false, validate = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      usage();
+      return 0;
+    }
+    if (arg == "--print-config") {
+      print = true;
+    } else if (arg == "--validate") {
+      validate = true;
+    } else if (arg == "--config" && i + 1 < argc) {
+      inputs.file_path = argv[++i];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      inputs.file_path = arg.substr(9);
+    } else if (arg.rfind("--", 0) == 0 && arg.find('.') != std::string::npos) {
+      // --section.key=value or --section.key value
+      std::string flag = arg.substr(2);
+      if (flag.find('=') == std::string::npos) {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "gcagent: %s needs a value\n", arg.c_str());
+          return 2;
+        }
+        flag += "=" + std::string(argv[++i]);
+      }
+      inputs.overrides.push_back(flag);
+    } else {
+      std::fprintf(stderr, "gcagent: unknown argument '%s' (see --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  auto loaded = loadConfig(inputs);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "gcagent: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  if (print) {
+    std::fputs(printConfig(*loaded).c_str(), stdout);
+    return 0;
+  }
+  auto agent = Agent::create(loaded->config);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "gcagent: %s\n", agent.status().message().c_str());
+    return 2;
+  }
+  if (validate) {
+    std::puts("gcagent: configuration is valid");
+    return 0;
+  }
+  gcagent::Status status = (*agent)->run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "gcagent: %s\n", status.message().c_str());
+    return 1;
+  }
+  return 0;
+}
