@@ -95,7 +95,12 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     KeyState k;
     k.spec = t;
     k.push_spec = t.codec.name.empty() ? options_.default_codec : t.codec;
-    if (t.elements < options_.min_elements) k.push_spec = {"none", {}};
+    if (t.elements < options_.min_elements) {
+      // Too small to be worth compressing; a bad codec name is still an error.
+      auto requested = compress::makeCodec(k.push_spec, options_.codec_env);
+      if (!requested.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", requested.status().message()));
+      k.push_spec = {"none", {}};
+    }
     k.pull_spec = options_.result_codec == "same" || k.push_spec.name == "none"
                       ? k.push_spec
                       : compress::CodecSpec{options_.result_codec, {}};

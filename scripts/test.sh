@@ -3,6 +3,7 @@
 set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
 "$REPO_DIR/scripts/setup.sh"
 
 jobs=$(nproc)
@@ -13,5 +14,9 @@ for flavor in release asan; do
   # halt_on_error: a sanitizer report fails the test instead of scrolling past.
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
+  echo "== $flavor integration tests" >&2
+  # Multi-process agents and trainers, on loopback and in network namespaces.
+  GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
+    "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration"
 done
 echo "== all tests passed" >&2

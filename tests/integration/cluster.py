@@ -1,0 +1,164 @@
+"""Starts gcagent agents and test trainers as real processes, on loopback TCP or inside
+network namespaces that the test creates itself."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+BUILD = Path(os.environ.get("GCAGENT_BUILD_DIR", Path(__file__).resolve().parents[2] / "build" / "release"))
+AGENT = BUILD / "agent" / "gcagent"
+TRAINER = BUILD / "clients" / "gcagent_test_trainer"
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Namespaces:
+    """N network namespaces joined by veth pairs through a bridge: 10.77.x.(r+1)/24."""
+
+    def __init__(self, n):
+        self.tag = uuid.uuid4().hex[:6]
+        self.names = [f"gca{self.tag}n{r}" for r in range(n)]
+        self.bridge = f"gca{self.tag}br"
+        self.subnet = 77
+        self.addresses = [f"10.{self.subnet}.{int(self.tag[:2], 16)}.{r + 1}" for r in range(n)]
+
+    @staticmethod
+    def available():
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            return False, "network namespaces need root and iproute2"
+        probe = f"gcaprobe{os.getpid()}"
+        r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+        if r.returncode != 0:
+            return False, f"ip netns add failed: {r.stderr.strip()}"
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+        return True, ""
+
+    def _ip(self, *args):
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    def __enter__(self):
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("link", "set", self.bridge, "up")
+        for r, ns in enumerate(self.names):
+            host, inner = f"gca{self.tag}h{r}", f"gca{self.tag}v{r}"
+            self._ip("netns", "add", ns)
+            self._ip("link", "add", host, "type", "veth", "peer", "name", inner)
+            self._ip("link", "set", host, "master", self.bridge)
+            self._ip("link", "set", host, "up")
+            self._ip("link", "set", inner, "netns", ns)
+            self._ip("-n", ns, "addr", "add", f"{self.addresses[r]}/24", "dev", inner)
+            self._ip("-n", ns, "link", "set", inner, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+        return self
+
+    def __exit__(self, *exc):
+        for ns in self.names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+    def prefix(self, rank):
+        return ["ip", "netns", "exec", self.names[rank]]
+
+
+class Cluster:
+    """N agents, each with its own control socket, all in one job mesh."""
+
+    def __init__(self, tmp_path, n, extra=(), namespaces=None, env=None):
+        self.n = n
+        self.dir = Path(tmp_path)
+        self.namespaces = namespaces
+        self.prefix = f"gcatest{uuid.uuid4().hex[:8]}"
+        self.env = dict(os.environ, **(env or {}))
+        self.env.setdefault("GCAGENT_LOG_LEVEL", "info")
+        if namespaces:
+            port = 18515
+            self.peers = [f"{a}:{port}" for a in namespaces.addresses]
+        else:
+            self.peers = [f"127.0.0.1:{p}" for p in free_ports(n)]
+        self.sockets = [str(self.dir / f"agent{r}.sock") for r in range(n)]
+        self.logs = [self.dir / f"agent{r}.log" for r in range(n)]
+        self.extra = list(extra)
+        self.procs = []
+
+    def agent_command(self, rank):
+        cmd = [str(AGENT), "--agent.socket", self.sockets[rank], "--agent.shm_prefix", self.prefix,
+               "--agent.summary_interval", "0", "--agent.codec_threads", "1"]
+        if self.n > 1:
+            host = self.peers[rank].rsplit(":", 1)[0]
+            cmd += ["--transport.peers", ",".join(self.peers), "--agent.node_rank", str(rank),
+                    "--transport.listen", f"{host}:0"]
+        cmd += self.extra
+        return (self.namespaces.prefix(rank) if self.namespaces else []) + cmd
+
+    def start(self):
+        for r in range(self.n):
+            log = open(self.logs[r], "w")
+            self.procs.append(subprocess.Popen(self.agent_command(r), stdout=log, stderr=subprocess.STDOUT,
+                                               env=self.env))
+        return self
+
+    def trainers(self, local_size, args, timeout=120, job="job"):
+        """Runs local_size trainers per agent to completion; returns [(rc, output)]."""
+        world = self.n * local_size
+        procs = []
+        for r in range(self.n):
+            for l in range(local_size):
+                cmd = [str(TRAINER), "--socket", self.sockets[r], "--job", job, "--local-rank", str(l),
+                       "--local-size", str(local_size), "--world-rank", str(r * local_size + l),
+                       "--world-size", str(world), "--timeout-ms", str(timeout * 1000), *args]
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                              env=self.env))
+        results = []
+        deadline = time.time() + timeout
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+                out += "\n(trainer timed out)"
+            results.append((p.returncode, out))
+        return results
+
+    def stop(self, timeout=20):
+        codes = []
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                codes.append(p.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append("hung")
+        return codes
+
+    def log(self, rank):
+        return self.logs[rank].read_text()
+
+    def leftovers(self):
+        """Shared-memory segments and sockets this cluster left behind."""
+        shm = [p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(self.prefix)]
+        socks = [s for s in self.sockets if os.path.exists(s)]
+        return shm + socks
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
