@@ -1,5 +1,5 @@
 # The two commands: `make demo` and `make test`. Each installs what is missing first.
-.PHONY: all demo test build deps clean
+.PHONY: all demo test bench build deps clean
 
 all: build
 
@@ -13,7 +13,11 @@ test:
 	scripts/test.sh
 
 demo:
-	scripts/demo.sh $(ARGS)
+	scripts/demo.sh
+
+# Codec throughput against the memory-bandwidth baseline.
+bench: build
+	build/release/bench/gcagent_codec_bench $(ARGS)
 
 clean:
 	rm -rf build

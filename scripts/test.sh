@@ -7,13 +7,15 @@ CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
 "$REPO_DIR/scripts/setup.sh"
 
 jobs=$(nproc)
+# halt_on_error: a sanitizer report fails the test (and the agents it starts) instead of
+# scrolling past.
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for flavor in release asan; do
   echo "== $flavor build" >&2
   "$REPO_DIR/scripts/build.sh" "$flavor"
   echo "== $flavor tests" >&2
-  # halt_on_error: a sanitizer report fails the test instead of scrolling past.
-  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
+  ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
   echo "== $flavor integration tests" >&2
   # Multi-process agents and trainers, on loopback and in network namespaces.
   GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \

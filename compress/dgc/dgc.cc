@@ -1,10 +1,117 @@
+// Deep Gradient Compression (Lin et al. 2018): momentum correction, a sampled threshold,
+// momentum factor masking. Per step, with u the momentum and v the accumulated velocity:
+//   u = m u + g; v += u;
+//   the cut: the `ratio` quantile of |v| over a sample of max(256, ceil(sample * n)) elements
+//     drawn with replacement by a generator seeded from (seed, key, slice, step) (slices no
+//     larger than the sample are read whole, making the cut the exact k-th largest);
+//   while fewer than 0.8k reach the cut, lower it by 0.8x, at most 10 times;
+//   if more than 1.3k reach it, send the exact k largest of those (equal magnitudes to the
+//     lower index), else all of them;
+//   send (index, v) pairs in the shared sparse format (compress/sparse/sparse_format.h),
+//     indices ascending, and zero u and v at the sent indices.
+// k = max(1, ceil(ratio * n)). Every sent |v| >= every kept |v|, and 1 <= count <= 1.3k
+// (0 for an empty slice), so the size varies up to 4 + 8 floor(1.3k) bytes. v is the
+// error-feedback residual; with m = 0, u is just g and sent + v is exactly what was given.
 #include "compress/dgc/dgc.h"
 
-namespace gcagent::compress {
+#include <algorithm>
+#include <vector>
 
-// Interim: replaced by the real codec in this same change.
-Result<std::unique_ptr<Codec>> makeDgcCodec(const Params&, const CodecEnv&) {
-  return Status::failedPrecondition("codec 'dgc' is not built yet");
+#include "compress/cpu/checks.h"
+#include "compress/dgc/dgc_math.h"
+#include "compress/params.h"
+#include "compress/sparse/select.h"
+
+namespace gcagent::compress {
+namespace {
+
+constexpr float kLowerBy = 0.8f;
+constexpr int kMaxLowerings = 10;
+
+// The most pairs sent for a target of k: floor(1.3k).
+size_t mostPairs(size_t k) { return k + 3 * k / 10; }
+
+class DgcCodec final : public Codec {
+ public:
+  DgcCodec(double ratio, float momentum, double sample, uint64_t seed, const CodecEnv& env)
+      : ratio_(ratio), momentum_(momentum), sample_(sample), seed_(seed), env_(env) {}
+
+  std::string_view name() const override { return "dgc"; }
+  // v (the residual) then u.
+  size_t stateElements(size_t n) const override { return 2 * n; }
+  std::span<const float> residual(std::span<const float> state, size_t n) const override {
+    return state.size() >= 2 * n ? state.first(n) : std::span<const float>{};
+  }
+  size_t maxEncodedBytes(size_t n) const override {
+    return sparse::bytesFor(std::min(n, mostPairs(sparse::countFor(ratio_, n))));
+  }
+  bool isFixedSize() const override { return false; }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
+                        const SliceId& id) const override {
+    const size_t n = in.size();
+    GC_RETURN_IF_ERROR(sparse::checkSliceLength(name(), n));
+    GC_RETURN_IF_ERROR(
+        checkEncodeSpans(name(), n, state.size(), 2 * n, out.size(), maxEncodedBytes(n)));
+    const std::span<float> v = state.first(n);
+    const std::span<float> u = state.subspan(n, n);
+    accumulateVelocity(in, u, v);
+    std::vector<uint32_t> idx;
+    if (n != 0) {
+      const size_t k = sparse::countFor(ratio_, n);
+      const uint64_t stream = sparse::streamOf(seed_, id.key, id.slice, id.step);
+      uint32_t cut = sparse::estimateThreshold(v, ratio_, sparse::sampleCount(sample_, n), stream);
+      cut = sparse::relaxThreshold(v, cut, (4 * k + 4) / 5, kLowerBy, kMaxLowerings);
+      sparse::collectAtLeast(v, cut, idx);
+      if (idx.size() > mostPairs(k)) sparse::keepLargest(v, idx, k);
+    }
+    // Momentum factor masking: a sent coordinate restarts, or its stale momentum would keep
+    // pushing it after the update.
+    for (uint32_t i : idx) u[i] = 0.0f;
+    return sparse::sendAndClear(v, idx, out);
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
+                   const SliceId&) const override {
+    GC_RETURN_IF_ERROR(
+        sparse::checkAtMost(name(), acc.size(), in.size(), maxEncodedBytes(acc.size())));
+    return sparse::decodeAdd(in, acc, name());
+  }
+
+ private:
+  void accumulateVelocity(std::span<const float> in, std::span<float> u, std::span<float> v) const {
+    const float* g = in.data();
+    float* pu = u.data();
+    float* pv = v.data();
+    const float m = momentum_;
+    forChunks(env_, in.size(), 16, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) dgc::momentumStep(g[i], pu[i], pv[i], m);
+    });
+  }
+
+  double ratio_;
+  float momentum_;
+  double sample_;
+  uint64_t seed_;
+  CodecEnv env_;
+};
+
+}  // namespace
+
+// ratio: the target density k/n, in (0, 1], default 0.001.
+// momentum: m, in [0, 1), default 0.9.
+// sample: the fraction of elements the threshold is estimated from, in (0, 1], default 0.01
+//   (at least 256 elements).
+// seed: the sample generator's seed, default 0.
+Result<std::unique_ptr<Codec>> makeDgcCodec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("dgc", params);
+  const double ratio = reader.real("ratio", 0.001, Range::openClosed(0, 1));
+  const double momentum = reader.real("momentum", 0.9, Range{0, 1, false, true});
+  const double sample = reader.real("sample", 0.01, Range::openClosed(0, 1));
+  const uint64_t seed = reader.seed("seed", 0);
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(
+      new DgcCodec(ratio, static_cast<float>(momentum), sample, seed, env));
 }
 
 }  // namespace gcagent::compress

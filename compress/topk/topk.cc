@@ -1,10 +1,61 @@
+// Exact top-k by magnitude with error feedback (DGC, GRACE). x = r + g; the k largest |x|
+// go out as (index, value) pairs in the shared sparse format (compress/sparse/sparse_format.h),
+// indices ascending; equal magnitudes go to the lower index. r keeps x with the sent entries
+// zeroed. k = max(1, ceil(ratio * n)) (0 for an empty slice), so the encoding is always
+// exactly 4 + 8k bytes.
 #include "compress/topk/topk.h"
 
-namespace gcagent::compress {
+#include "compress/cpu/checks.h"
+#include "compress/params.h"
+#include "compress/sparse/select.h"
 
-// Interim: replaced by the real codec in this same change.
-Result<std::unique_ptr<Codec>> makeTopkCodec(const Params&, const CodecEnv&) {
-  return Status::failedPrecondition("codec 'topk' is not built yet");
+namespace gcagent::compress {
+namespace {
+
+class TopkCodec final : public Codec {
+ public:
+  TopkCodec(double ratio, const CodecEnv& env) : ratio_(ratio), env_(env) {}
+
+  std::string_view name() const override { return "topk"; }
+  size_t stateElements(size_t n) const override { return n; }
+  size_t maxEncodedBytes(size_t n) const override {
+    return sparse::bytesFor(sparse::countFor(ratio_, n));
+  }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
+                        const SliceId& id) const override {
+    const size_t n = in.size();
+    GC_RETURN_IF_ERROR(sparse::checkSliceLength(name(), n));
+    GC_RETURN_IF_ERROR(
+        checkEncodeSpans(name(), n, state.size(), n, out.size(), maxEncodedBytes(n)));
+    const std::span<float> r = state.first(n);
+    sparse::accumulate(env_, in, r);
+    // The stream only steers the candidate prefilter; the chosen set does not depend on it.
+    const auto idx = sparse::largest(r, sparse::countFor(ratio_, n),
+                                     sparse::streamOf(0, id.key, id.slice, id.step));
+    return sparse::sendAndClear(r, idx, out);
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
+                   const SliceId&) const override {
+    const size_t n = acc.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
+    return sparse::decodeAdd(in, acc, name());
+  }
+
+ private:
+  double ratio_;
+  CodecEnv env_;
+};
+
+}  // namespace
+
+// ratio: the fraction of elements sent, in (0, 1], default 0.01.
+Result<std::unique_ptr<Codec>> makeTopkCodec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("topk", params);
+  const double ratio = reader.real("ratio", 0.01, Range::openClosed(0, 1));
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(new TopkCodec(ratio, env));
 }
 
 }  // namespace gcagent::compress
