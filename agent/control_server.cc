@@ -1,5 +1,6 @@
 #include "agent/control_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +37,12 @@ struct ControlServer::Job {
 class ControlServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(ControlServer& server, stream_protocol::socket socket, uint32_t id)
-      : server_(server), socket_(std::move(socket)), id_(id) {}
+      : server_(server), socket_(std::move(socket)), id_(id) {
+    // The kernel's word on who the trainer is: its segments are made out to that user.
+    ucred cred{};
+    socklen_t length = sizeof cred;
+    if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) peer_uid_ = cred.uid;
+  }
 
   void start() { readHeader(); }
 
@@ -189,7 +195,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     segment_.reset();  // a re-declaration replaces the old segment under the same name
     slots_.clear();
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
-                                        server_.options_.mode);
+                                        server_.options_.mode, peer_uid_);
     if (!segment.ok()) return segment.status();
     segment_ = std::move(segment).value();
     for (size_t i = 0; i < d.tensors.size(); ++i)
@@ -233,6 +239,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   uint32_t id_;
   std::shared_ptr<Job> job_;
   uint32_t local_rank_ = 0;
+  std::optional<uid_t> peer_uid_;
   std::optional<shm::Segment> segment_;
   uint64_t generation_ = 0;
   std::unordered_map<uint64_t, Slot> slots_;

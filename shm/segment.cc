@@ -28,7 +28,7 @@ Result<void*> mapFd(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode) {
+Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner) {
   if (bytes == 0) return Status::invalidArgument(strCat("shm segment ", name, ": size 0"));
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) == 0) {
@@ -44,6 +44,10 @@ Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mo
     if (::fchmod(shm.get_mapping_handle().handle, mode) != 0) {
       bip::shared_memory_object::remove(name.c_str());
       return Status::internal(strCat("shm segment ", name, ": fchmod failed: ", std::strerror(errno)));
+    }
+    if (owner && *owner != ::geteuid() && ::fchown(shm.get_mapping_handle().handle, *owner, static_cast<gid_t>(-1)) != 0) {
+      bip::shared_memory_object::remove(name.c_str());
+      return Status::unavailable(strCat("shm segment ", name, ": cannot give it to uid ", *owner, ": ", std::strerror(errno)));
     }
     shm.truncate(static_cast<bip::offset_t>(bytes));
     auto base = mapFd(shm.get_mapping_handle().handle, bytes, name);

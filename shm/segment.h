@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,7 +21,10 @@ class Segment {
  public:
   // Fails if the name exists, or if /dev/shm lacks the space (a sparse segment would
   // SIGBUS later instead of failing now).
-  static Result<Segment> create(const std::string& name, size_t bytes, mode_t mode = 0600);
+  // `owner`, when given, becomes the segment's owner (an agent running as root serving a
+  // trainer of another user); otherwise the agent's user keeps it.
+  static Result<Segment> create(const std::string& name, size_t bytes, mode_t mode = 0600,
+                                std::optional<uid_t> owner = std::nullopt);
   static Result<Segment> open(const std::string& name);
 
   Segment(Segment&&) noexcept;

@@ -36,6 +36,16 @@ TEST(SegmentTest, GroupModeIsApplied) {
   EXPECT_EQ(st.st_mode & 0777, 0660u);
 }
 
+TEST(SegmentTest, GivenToTheTrainersUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changing a segment's owner needs root";
+  auto seg = Segment::create(testName("owner"), 4096, 0600, uid_t{4242});
+  ASSERT_TRUE(seg.ok()) << seg.status().toString();
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm/" + seg->name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4242u);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
 TEST(SegmentTest, AnotherProcessSeesTheSameBytes) {
   auto seg = Segment::create(testName("share"), 4096);
   ASSERT_TRUE(seg.ok());
