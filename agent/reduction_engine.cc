@@ -186,6 +186,16 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     }
     src = k.local_sum.data();
   }
+  if (transport_.size() == 1) {
+    // A node on its own: the local sum is the whole sum, and nothing needs slicing.
+    if (k.outputs.size() > 1) {
+      const float scale = 1.0f / static_cast<float>(k.outputs.size());
+      for (uint64_t i = 0; i < n; ++i) k.outputs[0][i] = src[i] * scale;
+      for (size_t b = 1; b < k.outputs.size(); ++b) std::memcpy(k.outputs[b], k.outputs[0], n * sizeof(float));
+    }
+    completeKey(job, k, {});
+    return {};
+  }
   const uint32_t self = transport_.rank();
   const uint32_t contributors = static_cast<uint32_t>(k.outputs.size());
   for (uint32_t s = 0; s < k.slice_count && k.active; ++s) {
@@ -251,12 +261,6 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
   auto node = k.accumulators.extract({slice, iteration});
   Accumulator& acc = node.mapped();
   const uint64_t key = k.spec.key;
-  if (transport_.size() == 1) {
-    // Nothing leaves the node: the fp32 sum is the result.
-    const std::span<const std::byte> raw(reinterpret_cast<const std::byte*>(acc.sum.data()), acc.sum.size() * 4);
-    applyResult(job, k, slice, iteration, acc.contributors, raw);
-    return;
-  }
   auto residual = js.pull_residuals.get(key, slice, k.pull->stateElements(acc.sum.size()));
   if (!residual.ok()) {
     if (k.active && k.iteration == iteration) completeKey(job, k, residual.status());
@@ -292,16 +296,12 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const uint64_t b = k.begin(slice, options_.slice_elements), e = k.end(slice, options_.slice_elements);
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
-  if (transport_.size() == 1) {
-    std::memcpy(out, encoded.data(), encoded.size());
-  } else {
-    std::fill(dst.begin(), dst.end(), 0.0f);
-    Status s = k.pull->decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
-    if (!s.ok()) {
-      ++counters_.bad_messages;
-      completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
-      return;
-    }
+  std::fill(dst.begin(), dst.end(), 0.0f);
+  Status s = k.pull->decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+  if (!s.ok()) {
+    ++counters_.bad_messages;
+    completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
+    return;
   }
   const float scale = 1.0f / static_cast<float>(contributors);
   for (float& v : dst) v *= scale;
