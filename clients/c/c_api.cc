@@ -1,0 +1,186 @@
+// The C edge: argument checks, conversion from C types, and the one place where exceptions
+// (std::bad_alloc and anything unexpected) are caught and turned into status codes. Nothing
+// thrown inside the library crosses into the caller.
+#include <new>
+#include <string>
+#include <vector>
+
+#include "client.h"
+#include "common/str_cat.h"
+#include "gcagent_client.h"
+
+struct gcagent_client {
+  std::unique_ptr<gcagent::client::Client> impl;
+  std::string last_error;
+};
+
+namespace {
+using gcagent::strCat;
+using gcagent::client::Outcome;
+using gcagent::client::failure;
+
+thread_local std::string t_connect_error;
+
+void remember(std::string& slot, std::string message) noexcept {
+  try {
+    slot = std::move(message);
+  } catch (...) {
+    // Out of memory while recording an error: keep the previous text rather than throw.
+  }
+}
+
+// Runs `body`, records a failure's message in `error`, and returns the code.
+template <class Body>
+int guarded(std::string& error, Body&& body) noexcept {
+  try {
+    Outcome outcome = body();
+    if (!outcome.ok()) remember(error, std::move(outcome.message));
+    return outcome.code;
+  } catch (const std::bad_alloc&) {
+    remember(error, "out of memory");
+    return GCAGENT_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    remember(error, std::string("internal error: ") + e.what());
+    return GCAGENT_ERR_INTERNAL;
+  } catch (...) {
+    remember(error, "internal error: unknown exception");
+    return GCAGENT_ERR_INTERNAL;
+  }
+}
+
+Outcome checkKeys(const uint64_t* keys, size_t count) {
+  if (keys == nullptr && count != 0) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "keys is NULL");
+  if (count == 0) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "no keys listed");
+  return {};
+}
+
+}  // namespace
+
+extern "C" {
+
+GCAGENT_API uint32_t gcagent_abi_version(void) { return GCAGENT_CLIENT_ABI_VERSION; }
+
+GCAGENT_API const char* gcagent_status_string(int code) {
+  switch (code) {
+    case GCAGENT_OK: return "ok";
+    case GCAGENT_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case GCAGENT_ERR_IO: return "i/o error: the agent is unreachable or closed the connection";
+    case GCAGENT_ERR_TIMEOUT: return "timed out";
+    case GCAGENT_ERR_PROTOCOL: return "protocol error: the agent sent a bad or unexpected message";
+    case GCAGENT_ERR_AGENT: return "the agent reported an error";
+    case GCAGENT_ERR_NOT_FOUND: return "key not declared";
+    case GCAGENT_ERR_STATE: return "call not valid in the current state";
+    case GCAGENT_ERR_NO_MEMORY: return "out of memory";
+    case GCAGENT_ERR_INTERNAL: return "internal error in the gcagent client library";
+    default: return "unknown gcagent status code";
+  }
+}
+
+GCAGENT_API int gcagent_connect(const char* socket_path, const char* job, uint32_t local_rank,
+                                uint32_t local_size, int timeout_ms, gcagent_client** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(t_connect_error, [&]() -> Outcome {
+    if (out == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: out is NULL");
+    if (socket_path == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: socket_path is NULL");
+    if (job == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: job is NULL");
+    auto handle = std::make_unique<gcagent_client>();
+    gcagent::client::ConnectOptions options{socket_path, job, local_rank, local_size, timeout_ms};
+    Outcome r = gcagent::client::Client::connect(options, &handle->impl);
+    if (!r.ok()) return r;
+    *out = handle.release();
+    return r;
+  });
+}
+
+GCAGENT_API int gcagent_declare(gcagent_client* client, const gcagent_tensor* tensors, size_t count) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (tensors == nullptr || count == 0)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_declare: no tensors (NULL or count 0)");
+    if (count > gcagent::shm::protocol::kMaxTensors)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                     strCat("gcagent_declare: ", count, " tensors exceed ", gcagent::shm::protocol::kMaxTensors));
+    std::vector<gcagent::shm::protocol::TensorDecl> decls(count);
+    for (size_t i = 0; i < count; ++i) {
+      const gcagent_tensor& t = tensors[i];
+      auto& d = decls[i];
+      d.key = t.key;
+      d.elements = t.elements;
+      d.priority = t.priority;
+      if (t.codec != nullptr) d.codec = t.codec;
+      if (t.param_count > gcagent::shm::protocol::kMaxParams)
+        return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("tensor ", i, " (key ", t.key, "): ", t.param_count,
+                                                            " codec parameters exceed ",
+                                                            gcagent::shm::protocol::kMaxParams));
+      if (t.param_count != 0 && (t.param_keys == nullptr || t.param_values == nullptr))
+        return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                       strCat("tensor ", i, " (key ", t.key, "): param_keys or param_values is NULL"));
+      for (size_t j = 0; j < t.param_count; ++j) {
+        if (t.param_keys[j] == nullptr || t.param_values[j] == nullptr)
+          return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                         strCat("tensor ", i, " (key ", t.key, "): codec parameter ", j, " is NULL"));
+        d.params.emplace_back(t.param_keys[j], t.param_values[j]);
+      }
+    }
+    return client->impl->declare(std::move(decls));
+  });
+}
+
+GCAGENT_API float* gcagent_buffer(gcagent_client* client, uint64_t key) {
+  if (client == nullptr) return nullptr;
+  float* data = client->impl->buffer(key);
+  if (data == nullptr)
+    guarded(client->last_error, [&] { return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared")); });
+  return data;
+}
+
+GCAGENT_API uint64_t gcagent_buffer_elements(const gcagent_client* client, uint64_t key) {
+  return client == nullptr ? 0 : client->impl->elements(key);
+}
+
+GCAGENT_API int gcagent_submit(gcagent_client* client, uint64_t iteration, const uint64_t* keys, size_t count) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkKeys(keys, count));
+    return client->impl->submit(iteration, std::span(keys, count));
+  });
+}
+
+GCAGENT_API int gcagent_wait(gcagent_client* client, uint64_t iteration, const uint64_t* keys, size_t count,
+                             int timeout_ms) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkKeys(keys, count));
+    return client->impl->wait(iteration, std::span(keys, count), timeout_ms);
+  });
+}
+
+GCAGENT_API int gcagent_poll(gcagent_client* client, uint64_t iteration, const uint64_t* keys, size_t count) {
+  return gcagent_wait(client, iteration, keys, count, 0);
+}
+
+GCAGENT_API int gcagent_set_reply_timeout(gcagent_client* client, int timeout_ms) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  client->impl->setReplyTimeout(timeout_ms);
+  return GCAGENT_OK;
+}
+
+GCAGENT_API const char* gcagent_last_error(const gcagent_client* client) {
+  return client == nullptr ? t_connect_error.c_str() : client->last_error.c_str();
+}
+
+GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client) {
+  return client == nullptr ? 0 : client->impl->welcome().trainer_id;
+}
+
+GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client) {
+  return client == nullptr ? 0 : client->impl->welcome().node_rank;
+}
+
+GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client) {
+  return client == nullptr ? 0 : client->impl->welcome().node_count;
+}
+
+GCAGENT_API void gcagent_close(gcagent_client* client) { delete client; }
+
+}  // extern "C"

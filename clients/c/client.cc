@@ -1,0 +1,287 @@
+#include "client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <numeric>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "common/str_cat.h"
+
+namespace gcagent::client {
+namespace protocol = shm::protocol;
+namespace {
+
+protocol::MessageType typeOf(const protocol::Message& m) {
+  return static_cast<protocol::MessageType>(m.body.index() + 1);
+}
+
+// Runs a request through the same validation the agent will apply, so that a bad argument is
+// reported here, with the field named, instead of coming back as an agent error.
+Outcome validateLocally(const protocol::Message& message) {
+  const std::vector<std::byte> frame = protocol::encode(message);
+  auto header = protocol::parseHeader(std::span(frame).first(protocol::kHeaderBytes));
+  if (!header.ok())
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("request too large: ", header.status().message()));
+  auto decoded = protocol::decode(*header, std::span(frame).subspan(protocol::kHeaderBytes));
+  if (!decoded.ok()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, decoded.status().message());
+  return success();
+}
+
+// Lengths are checked before encoding: the wire carries them as u16.
+Outcome checkLength(std::string_view field, std::string_view value, size_t max) {
+  if (value.size() > max)
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat(field, " of ", value.size(), " bytes exceeds ", max));
+  return success();
+}
+
+std::string agentError(const protocol::Error& e) { return Status(e.code, e.message).toString(); }
+
+}  // namespace
+
+uint32_t Client::nextRequestId() {
+  const uint32_t id = next_request_id_++;
+  if (next_request_id_ == 0) next_request_id_ = 1;  // 0 means "the whole connection"
+  return id;
+}
+
+Outcome Client::breakWith(Outcome outcome) {
+  if (broken_.ok()) broken_ = outcome;
+  return outcome;
+}
+
+Outcome Client::connect(const ConnectOptions& options, std::unique_ptr<Client>* out) {
+  GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength("job name", options.job, protocol::kMaxJobName));
+  protocol::Message hello{0, protocol::Hello{options.job, options.local_rank, options.local_size,
+                                             static_cast<uint32_t>(::getpid())}};
+  GCAGENT_CLIENT_RETURN_IF_FAILED(validateLocally(hello));
+
+  const Deadline deadline = Deadline::after(options.timeout_ms);
+  ControlChannel channel;
+  GCAGENT_CLIENT_RETURN_IF_FAILED(ControlChannel::connect(options.socket_path, deadline, &channel));
+  std::unique_ptr<Client> client(new Client(std::move(channel)));
+  protocol::Message reply;
+  Outcome r = client->request(std::move(hello), protocol::MessageType::kWelcome,
+                              Deadline::latest(deadline, Deadline::after(kMinHandshakeMs)), &reply);
+  if (!r.ok()) {
+    r.message = strCat("joining job '", options.job, "' at ", options.socket_path, ": ", r.message);
+    return r;
+  }
+  client->welcome_ = std::get<protocol::Welcome>(reply.body);
+  *out = std::move(client);
+  return success();
+}
+
+Outcome Client::request(protocol::Message message, protocol::MessageType reply, Deadline deadline,
+                        protocol::Message* out) {
+  const uint32_t id = nextRequestId();
+  message.request_id = id;
+  const std::string_view what = protocol::messageTypeName(typeOf(message));
+  Outcome sent = channel_.send(message, deadline);
+  if (!sent.ok()) return breakWith(std::move(sent));
+  for (;;) {
+    protocol::Message m;
+    Outcome r = channel_.receive(deadline, &m);
+    if (r.code == GCAGENT_ERR_TIMEOUT)
+      // A late reply would be mistaken for a stray message: the connection cannot be trusted.
+      return breakWith(failure(GCAGENT_ERR_TIMEOUT,
+                               strCat("the agent did not answer the ", what, " request in time; close this client "
+                                      "and connect again")));
+    if (!r.ok()) return breakWith(std::move(r));
+    // A reply is valid only while its request is outstanding, and only one is at a time,
+    // so the reply's own request id is not relied on.
+    if (typeOf(m) == reply) {
+      *out = std::move(m);
+      return success();
+    }
+    if (auto* e = std::get_if<protocol::Error>(&m.body); e != nullptr && m.request_id == id)
+      return failure(GCAGENT_ERR_AGENT, strCat("the agent rejected the ", what, ": ", agentError(*e)));
+    GCAGENT_CLIENT_RETURN_IF_FAILED(handle(std::move(m)));
+  }
+}
+
+Outcome Client::handle(protocol::Message&& message) {
+  if (auto* complete = std::get_if<protocol::Complete>(&message.body)) {
+    for (uint64_t key : complete->keys) {
+      auto it = slots_.find(key);
+      // Anything else is a late or repeated completion of a submit that has already ended.
+      if (it == slots_.end() || it->second.state != KeyState::kPending || it->second.iteration != complete->iteration)
+        continue;
+      it->second.state = KeyState::kComplete;
+      --pending_;
+    }
+    return success();
+  }
+  if (auto* error = std::get_if<protocol::Error>(&message.body)) {
+    if (message.request_id == 0)
+      return breakWith(failure(GCAGENT_ERR_AGENT, strCat("the agent failed this trainer's job: ", agentError(*error))));
+    std::shared_ptr<const std::string> text;
+    for (auto& [key, slot] : slots_) {
+      if (slot.state != KeyState::kPending || slot.request_id != message.request_id) continue;
+      if (text == nullptr)
+        text = std::make_shared<const std::string>(
+            strCat("the agent failed the submit of iteration ", slot.iteration, ": ", agentError(*error)));
+      slot.state = KeyState::kFailed;
+      slot.error = text;
+      --pending_;
+    }
+    return success();  // an error for a request no longer pending has nothing left to fail
+  }
+  return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent sent an unexpected '",
+                                                        protocol::messageTypeName(typeOf(message)), "' message")));
+}
+
+Outcome Client::declare(std::vector<protocol::TensorDecl> tensors) {
+  if (!broken_.ok()) return broken_;
+  if (pending_ != 0)
+    return failure(GCAGENT_ERR_STATE, strCat(pending_, " submitted keys are still in flight; wait for them before "
+                                                       "declaring again"));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const std::string at = strCat("tensor ", i, " (key ", t.key, "): ");
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "codec name", t.codec, protocol::kMaxCodecName));
+    for (const auto& [k, v] : t.params) {
+      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter name", k, protocol::kMaxParamKey));
+      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter '" + k + "' value", v, protocol::kMaxParamValue));
+    }
+  }
+  protocol::Message message{0, protocol::Declare{std::move(tensors)}};
+  GCAGENT_CLIENT_RETURN_IF_FAILED(validateLocally(message));
+
+  protocol::Message reply;
+  GCAGENT_CLIENT_RETURN_IF_FAILED(
+      request(message, protocol::MessageType::kDeclared, Deadline::after(reply_timeout_ms_), &reply));
+  // The agent has switched to the new declaration: the old one goes, whatever happens next.
+  slots_.clear();
+  segment_.reset();
+  return adopt(std::get<protocol::Declare>(message.body).tensors, std::get<protocol::Declared>(reply.body));
+}
+
+Outcome Client::adopt(const std::vector<protocol::TensorDecl>& tensors, const protocol::Declared& declared) {
+  if (declared.slot_offsets.size() != tensors.size())
+    return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent declared ", declared.slot_offsets.size(),
+                                                          " slots for ", tensors.size(), " tensors")));
+  auto segment = shm::Segment::open(declared.segment);
+  if (!segment.ok())
+    return failure(GCAGENT_ERR_IO, strCat("cannot map the agent's shared segment: ", segment.status().message()));
+  const uint64_t mapped = segment->bytes().size();
+  if (mapped < declared.segment_bytes)
+    return failure(GCAGENT_ERR_PROTOCOL, strCat("shared segment ", declared.segment, " holds ", mapped,
+                                                " bytes, the agent declared ", declared.segment_bytes));
+  const uint64_t size = declared.segment_bytes;
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t offset = declared.slot_offsets[i];
+    const uint64_t bytes = tensors[i].elements * sizeof(float);  // elements <= 2^40: no overflow
+    if (offset % alignof(float) != 0 || offset > size || bytes > size - offset)
+      return failure(GCAGENT_ERR_PROTOCOL,
+                     strCat("the agent placed key ", tensors[i].key, " (", bytes, " bytes) at offset ", offset,
+                            " of its ", size, "-byte segment ", declared.segment));
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return declared.slot_offsets[a] < declared.slot_offsets[b]; });
+  for (size_t j = 1; j < order.size(); ++j) {
+    const size_t prev = order[j - 1], cur = order[j];
+    if (declared.slot_offsets[prev] + tensors[prev].elements * sizeof(float) > declared.slot_offsets[cur])
+      return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent gave keys ", tensors[prev].key, " and ", tensors[cur].key,
+                                                  " overlapping slots in segment ", declared.segment));
+  }
+  std::byte* base = segment->bytes().data();
+  std::unordered_map<uint64_t, Slot> slots;
+  slots.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Slot slot;
+    slot.data = reinterpret_cast<float*>(base + declared.slot_offsets[i]);
+    slot.elements = tensors[i].elements;
+    slots.emplace(tensors[i].key, std::move(slot));
+  }
+  slots_ = std::move(slots);
+  segment_ = std::move(segment).value();
+  return success();
+}
+
+float* Client::buffer(uint64_t key) const {
+  auto it = slots_.find(key);
+  return it == slots_.end() ? nullptr : it->second.data;
+}
+
+uint64_t Client::elements(uint64_t key) const {
+  auto it = slots_.find(key);
+  return it == slots_.end() ? 0 : it->second.elements;
+}
+
+Outcome Client::submit(uint64_t iteration, std::span<const uint64_t> keys) {
+  if (!broken_.ok()) return broken_;
+  if (!segment_) return failure(GCAGENT_ERR_STATE, "no tensors are declared: declare before submitting");
+  if (keys.empty()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "submit lists no keys");
+  std::vector<Slot*> slots;
+  slots.reserve(keys.size());
+  for (uint64_t key : keys) {
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+    if (it->second.state == KeyState::kPending)
+      return failure(GCAGENT_ERR_STATE, strCat("key ", key, " is still in flight from iteration ",
+                                               it->second.iteration, "; wait for it before submitting it again"));
+    slots.push_back(&it->second);
+  }
+  std::vector<uint64_t> sorted(keys.begin(), keys.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("key ", *dup, " is listed twice"));
+
+  const uint32_t id = nextRequestId();
+  protocol::Message message{id, protocol::Submit{iteration, std::vector<uint64_t>(keys.begin(), keys.end())}};
+  Outcome sent = channel_.send(message, Deadline::after(reply_timeout_ms_));
+  if (!sent.ok()) return breakWith(std::move(sent));
+  for (Slot* slot : slots) {
+    slot->state = KeyState::kPending;
+    slot->iteration = iteration;
+    slot->request_id = id;
+    slot->error.reset();
+  }
+  pending_ += slots.size();
+  return success();
+}
+
+Outcome Client::wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms) {
+  if (!broken_.ok()) return broken_;
+  if (keys.empty()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "wait lists no keys");
+  // handle() never inserts into slots_, so these pointers stay valid while messages arrive.
+  std::vector<const Slot*> slots;
+  slots.reserve(keys.size());
+  for (uint64_t key : keys) {
+    auto it = slots_.find(key);
+    if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+    const Slot& slot = it->second;
+    if (slot.state == KeyState::kIdle)
+      return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was never submitted"));
+    if (slot.iteration != iteration)
+      return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was not submitted for iteration ", iteration,
+                                               " (its last submit was for iteration ", slot.iteration, ")"));
+    slots.push_back(&slot);
+  }
+  const Deadline deadline = Deadline::after(timeout_ms);
+  for (;;) {
+    size_t incomplete = 0;
+    uint64_t first = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i]->state == KeyState::kFailed)
+        return failure(GCAGENT_ERR_AGENT, strCat("key ", keys[i], ": ", *slots[i]->error));
+      if (slots[i]->state == KeyState::kPending && incomplete++ == 0) first = keys[i];
+    }
+    if (incomplete == 0) return success();
+    protocol::Message message;
+    Outcome r = channel_.receive(deadline, &message);
+    if (r.code == GCAGENT_ERR_TIMEOUT)
+      return failure(GCAGENT_ERR_TIMEOUT, strCat("iteration ", iteration, " is not complete after ", timeout_ms,
+                                                 " ms: ", incomplete, " of ", keys.size(),
+                                                 " keys still pending (first: key ", first, ")"));
+    if (!r.ok()) return breakWith(std::move(r));
+    GCAGENT_CLIENT_RETURN_IF_FAILED(handle(std::move(message)));
+  }
+}
+
+}  // namespace gcagent::client

@@ -1,0 +1,87 @@
+// One trainer's connection to its node's agent: the handshake, the declared tensors and their
+// slots in the agent's shared segment, and the state of every key between submit and complete.
+//
+// Each declared key is idle, pending (submitted, not yet complete), complete or failed. The
+// buffer of a key holds one iteration at a time, so a key has at most one submit in flight;
+// completions and errors for any pending key are applied whenever a message arrives, whichever
+// call happens to be reading, so none is lost.
+//
+// An Error from the agent fails the still-pending keys of the request whose id it carries;
+// request id 0 fails the whole connection. The connection is also unusable after the socket
+// closes, a malformed or unexpected message, or a request the agent never answered: every
+// later call returns that first failure.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "control_channel.h"
+#include "outcome.h"
+#include "shm/protocol.h"
+#include "shm/segment.h"
+
+namespace gcagent::client {
+
+struct ConnectOptions {
+  std::string socket_path;
+  std::string job;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  int timeout_ms = 0;
+};
+
+class Client {
+ public:
+  static constexpr int kDefaultReplyTimeoutMs = 60'000;
+  static constexpr int kMinHandshakeMs = 5'000;
+
+  static Outcome connect(const ConnectOptions& options, std::unique_ptr<Client>* out);
+
+  Outcome declare(std::vector<shm::protocol::TensorDecl> tensors);
+  float* buffer(uint64_t key) const;
+  uint64_t elements(uint64_t key) const;
+  Outcome submit(uint64_t iteration, std::span<const uint64_t> keys);
+  Outcome wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms);
+  void setReplyTimeout(int timeout_ms) { reply_timeout_ms_ = timeout_ms; }
+
+  const shm::protocol::Welcome& welcome() const { return welcome_; }
+
+ private:
+  enum class KeyState { kIdle, kPending, kComplete, kFailed };
+  struct Slot {
+    float* data = nullptr;
+    uint64_t elements = 0;
+    KeyState state = KeyState::kIdle;
+    uint64_t iteration = 0;   // of the last submit
+    uint32_t request_id = 0;  // of the last submit
+    std::shared_ptr<const std::string> error;  // when failed
+  };
+
+  explicit Client(ControlChannel channel) : channel_(std::move(channel)) {}
+
+  uint32_t nextRequestId();
+  Outcome breakWith(Outcome outcome);
+  // Sends a request and reads until its reply of type `reply` (or an Error for it) arrives,
+  // handling whatever else comes first.
+  Outcome request(shm::protocol::Message message, shm::protocol::MessageType reply, Deadline deadline,
+                  shm::protocol::Message* out);
+  // Applies a message that is not the reply to an outstanding request.
+  Outcome handle(shm::protocol::Message&& message);
+  Outcome adopt(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::Declared& declared);
+
+  ControlChannel channel_;
+  shm::protocol::Welcome welcome_;
+  uint32_t next_request_id_ = 1;
+  int reply_timeout_ms_ = kDefaultReplyTimeoutMs;
+  Outcome broken_;  // the failure that made the connection unusable, if any
+  std::optional<shm::Segment> segment_;
+  std::unordered_map<uint64_t, Slot> slots_;
+  size_t pending_ = 0;  // slots in KeyState::kPending
+};
+
+}  // namespace gcagent::client

@@ -1,0 +1,148 @@
+/* gcagent client library: the versioned C ABI that every framework shim calls.
+ *
+ * A trainer process connects to its node's gcagent over a Unix stream socket, declares the
+ * gradient tensors it will reduce, and gets for each one a float buffer inside a shared-memory
+ * segment that the agent owns. Each iteration it writes a gradient into the buffer in place,
+ * submits the keys, and waits (or polls) until the agent has written the averaged gradient
+ * back into the same buffers.
+ *
+ *   gcagent_client* c = NULL;
+ *   if (gcagent_connect("/run/gcagent.sock", "job", local_rank, local_size, 30000, &c) != GCAGENT_OK)
+ *     fprintf(stderr, "%s\n", gcagent_last_error(NULL));
+ *   gcagent_tensor t = {.key = 1, .elements = n, .priority = -layer};
+ *   gcagent_declare(c, &t, 1);
+ *   float* g = gcagent_buffer(c, 1);      write the gradient into g[0..n)
+ *   gcagent_submit(c, it, &t.key, 1);
+ *   gcagent_wait(c, it, &t.key, 1, -1);   g now holds the average over all trainers
+ *   gcagent_close(c);
+ *
+ * Every call that can fail returns a gcagent_status code; gcagent_last_error() gives the full
+ * message. No call throws, aborts or raises a signal (SIGPIPE included). A client is not
+ * thread-safe: calls on one client must not overlap (a shim that uses it from several threads
+ * serialises them). Different clients are independent.
+ *
+ * ABI: the library is libgcagent_client.so.1 and exports only the gcagent_* symbols, versioned
+ * GCAGENT_CLIENT_1. A shim compiled against this header can compare GCAGENT_CLIENT_ABI_VERSION
+ * with gcagent_abi_version() at load time. Numeric values of gcagent_status never change.
+ */
+#ifndef GCAGENT_CLIENT_H_
+#define GCAGENT_CLIENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GCAGENT_CLIENT_ABI_VERSION 1
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GCAGENT_API __attribute__((visibility("default")))
+#else
+#define GCAGENT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result of every call that can fail. */
+typedef enum gcagent_status {
+  GCAGENT_OK = 0,
+  GCAGENT_ERR_INVALID_ARGUMENT = 1, /* a null pointer, a zero count, a name that is too long, ... */
+  GCAGENT_ERR_IO = 2,               /* the socket failed or the agent closed it (agent gone) */
+  GCAGENT_ERR_TIMEOUT = 3,          /* the timeout passed first; the call may be repeated */
+  GCAGENT_ERR_PROTOCOL = 4,         /* the agent sent a malformed or unexpected message */
+  GCAGENT_ERR_AGENT = 5,            /* the agent answered with an error (see gcagent_last_error) */
+  GCAGENT_ERR_NOT_FOUND = 6,        /* a key that is not declared */
+  GCAGENT_ERR_STATE = 7,            /* not valid now: submit before declare, wait for a key that
+                                       was not submitted for that iteration, resubmitting a key
+                                       still in flight, declare while submits are in flight */
+  GCAGENT_ERR_NO_MEMORY = 8,        /* an allocation or a mapping failed */
+  GCAGENT_ERR_INTERNAL = 9          /* a bug in this library */
+} gcagent_status;
+
+/* A connection to the node's agent. Opaque; created by gcagent_connect, freed by gcagent_close. */
+typedef struct gcagent_client gcagent_client;
+
+/* One gradient tensor, float32. */
+typedef struct gcagent_tensor {
+  uint64_t key;        /* unique within one declare; the same key on every trainer of the job */
+  uint64_t elements;   /* float32 elements, 1 .. 2^40 */
+  int32_t priority;    /* higher is sent first; shims pass minus the layer index */
+  const char* codec;   /* compression codec name (at most 32 bytes); NULL or "" for the agent's default */
+  const char* const* param_keys;   /* codec parameters: param_count names (at most 64 bytes each) */
+  const char* const* param_values; /* and their values (at most 256 bytes each); NULL when param_count is 0 */
+  size_t param_count;              /* at most 16 */
+} gcagent_tensor;
+
+/* GCAGENT_CLIENT_ABI_VERSION of the library actually loaded. */
+GCAGENT_API uint32_t gcagent_abi_version(void);
+
+/* A short static description of a gcagent_status value ("timed out"); never NULL. */
+GCAGENT_API const char* gcagent_status_string(int code);
+
+/* Connects to the agent listening at socket_path and joins `job` as local rank `local_rank` of
+ * `local_size` trainers on this node. Retries while the socket is missing or refuses
+ * connections (the agent may still be starting) for up to timeout_ms milliseconds (< 0: forever,
+ * 0: one try); once connected, the agent gets at least 5 more seconds to answer the handshake.
+ * On success stores a new client in *out. On failure *out is set to NULL and the message is
+ * available from gcagent_last_error(NULL) on the same thread. */
+GCAGENT_API int gcagent_connect(const char* socket_path, const char* job, uint32_t local_rank,
+                                uint32_t local_size, int timeout_ms, gcagent_client** out);
+
+/* Declares the tensors this trainer will reduce and maps the shared segment that holds their
+ * buffers. May be called again (e.g. when a framework rebuilds its buckets) once no submit is in
+ * flight: the new declaration replaces the old one entirely, and pointers returned by
+ * gcagent_buffer for the old one become invalid. If the agent rejects the declaration, the old
+ * one stays in place. Waits for the agent's answer up to the reply timeout (60 s by default,
+ * see gcagent_set_reply_timeout). */
+GCAGENT_API int gcagent_declare(gcagent_client* client, const gcagent_tensor* tensors, size_t count);
+
+/* The shared buffer of a declared key: `gcagent_buffer_elements` floats that the trainer writes
+ * its gradient into before submitting, and reads the averaged gradient from after a successful
+ * wait. NULL (0 elements) for an unknown key or a null client. Valid until the next declare or
+ * gcagent_close. Do not touch a buffer between its submit and its completion. */
+GCAGENT_API float* gcagent_buffer(gcagent_client* client, uint64_t key);
+GCAGENT_API uint64_t gcagent_buffer_elements(const gcagent_client* client, uint64_t key);
+
+/* Tells the agent that the buffers of `keys` hold this trainer's gradients of `iteration`.
+ * Returns without waiting for the reduction. Every key must be declared, listed once, and not
+ * still in flight from an earlier submit. */
+GCAGENT_API int gcagent_submit(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
+                               size_t count);
+
+/* Waits until every listed key, submitted for `iteration`, holds the averaged gradient.
+ * Returns GCAGENT_OK; GCAGENT_ERR_AGENT if the agent failed the submit of one of them (the
+ * failure sticks to those keys until they are submitted again); GCAGENT_ERR_TIMEOUT after
+ * timeout_ms milliseconds (< 0: no limit; the wait may simply be repeated); GCAGENT_ERR_IO if
+ * the agent went away (never hangs on a dead agent). Completions that arrive for other keys or
+ * iterations meanwhile are remembered. Waiting again for completed keys returns GCAGENT_OK
+ * until they are submitted again. */
+GCAGENT_API int gcagent_wait(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
+                             size_t count, int timeout_ms);
+
+/* gcagent_wait with a timeout of 0: handles whatever the agent has already sent and returns
+ * GCAGENT_OK if the keys are complete, else GCAGENT_ERR_TIMEOUT (or an error). */
+GCAGENT_API int gcagent_poll(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
+                             size_t count);
+
+/* How long declare waits for the agent's answer, and how long any call waits to send a
+ * message, in milliseconds (< 0: no limit). Default 60000. */
+GCAGENT_API int gcagent_set_reply_timeout(gcagent_client* client, int timeout_ms);
+
+/* The full message of the last failed call on `client` ("" if none failed yet), valid until the
+ * next call on that client. With a null client: the message of the last failed gcagent_connect
+ * on the calling thread. Never NULL. */
+GCAGENT_API const char* gcagent_last_error(const gcagent_client* client);
+
+/* What the agent said when it accepted the connection (0 for a null client). */
+GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client);
+GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client);
+GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client);
+
+/* Closes the socket, unmaps the segment and frees the client. NULL is ignored. */
+GCAGENT_API void gcagent_close(gcagent_client* client);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GCAGENT_CLIENT_H_ */

@@ -1,0 +1,254 @@
+/* gcagent_test_trainer: a fake trainer for integration tests and demos, written in C11 to
+ * prove that gcagent_client.h is pure C.
+ *
+ *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]
+ *       [--world-rank W] [--world-size S] (--tensors N1,N2,... | --model FILE.csv)
+ *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|none]
+ *       [--timeout-ms T] [--report]
+ *
+ * Tensor i has key i and priority -i. Each iteration (numbered 1..K) fills element e of
+ * tensor key with v(world rank, iteration, key, e), submits every key, waits, and checks the
+ * buffers against the average of v over world ranks 0..S-1, which it computes itself.
+ * v is a hash-based value on a 2^-14 grid in [-1/16, 1/16): fp32 sums of up to 2^13 such
+ * values are exact in any order, so "exact" allows only the rounding of the final division
+ * plus, for an agent that divides before summing, (S+1) float epsilons of 1/16.
+ * "bound:EPS" allows an absolute error EPS (lossy codecs).
+ *
+ * --report prints "connected trainer_id=.. node_rank=.. node_count=.. tensors=.. bytes=..",
+ * then per iteration "iteration=I ms=submit-to-complete MB/s=gradient-bytes/second" and last
+ * "summary iterations=K bytes=B mean_ms=.. min_ms=.. max_ms=.. MB/s=..".
+ *
+ * Exit status: 0 success, 1 wrong values (first mismatches printed), 2 a gcagent call failed
+ * (gcagent_last_error printed), 3 bad command line or model file.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gcagent_client.h"
+
+#define MAX_PARAMS 16
+#define MAX_TENSORS 65536
+#define MAX_REPORTED_MISMATCHES 5
+
+static const char* g_prog = "gcagent_test_trainer";
+
+static void die(int code, const char* what, const char* detail) {
+  fprintf(stderr, "%s: %s%s%s\n", g_prog, what, detail ? ": " : "", detail ? detail : "");
+  exit(code);
+}
+
+static void check_call(int rc, const char* what, const gcagent_client* c) {
+  if (rc != GCAGENT_OK) {
+    fprintf(stderr, "%s: %s failed (%s): %s\n", g_prog, what, gcagent_status_string(rc), gcagent_last_error(c));
+    exit(2);
+  }
+}
+
+static uint64_t mix(uint64_t x) { /* splitmix64 finalizer */
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+static uint64_t seed_of(uint32_t rank, uint64_t iteration, uint64_t key) {
+  return mix(mix(mix(rank + 0x9e3779b97f4a7c15ULL) ^ iteration) ^ key);
+}
+
+static float value(uint64_t seed, uint64_t i) {
+  const int64_t q = (int64_t)(mix(seed + i * 0x9e3779b97f4a7c15ULL) >> 53) - 1024; /* [-1024, 1024) */
+  return (float)q / 16384.0f;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t parse_u64(const char* s, const char* flag) {
+  char* end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (s[0] == '\0' || s[0] == '-' || *end != '\0') die(3, "not a non-negative integer", flag);
+  return (uint64_t)v;
+}
+
+static size_t add_tensor(uint64_t* elements, size_t count, uint64_t n) {
+  if (count == MAX_TENSORS) die(3, "too many tensors", NULL);
+  if (n == 0) die(3, "a tensor has 0 elements", NULL);
+  elements[count] = n;
+  return count + 1;
+}
+
+static size_t parse_tensor_list(const char* list, uint64_t* elements) {
+  size_t count = 0;
+  char* copy = strdup(list);
+  for (char* tok = strtok(copy, ","); tok != NULL; tok = strtok(NULL, ","))
+    count = add_tensor(elements, count, parse_u64(tok, "--tensors"));
+  free(copy);
+  return count;
+}
+
+/* name,elements rows; '#' comments, blank lines and one header line are skipped. */
+static size_t parse_model(const char* path, uint64_t* elements) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) die(3, "cannot open the model file", path);
+  char line[1024];
+  size_t count = 0, rows = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    line[strcspn(line, "\r\n")] = '\0';
+    if (line[0] == '\0' || line[0] == '#') continue;
+    const char* comma = strrchr(line, ',');
+    char* end = NULL;
+    unsigned long long n = comma ? strtoull(comma + 1, &end, 10) : 0;
+    if (comma == NULL || end == comma + 1 || *end != '\0') {
+      if (rows++ == 0) continue; /* the header line */
+      die(3, "model rows must be name,elements", line);
+    }
+    ++rows;
+    count = add_tensor(elements, count, (uint64_t)n);
+  }
+  fclose(f);
+  if (count == 0) die(3, "the model file lists no tensors", path);
+  return count;
+}
+
+int main(int argc, char** argv) {
+  const char *socket_path = NULL, *job = "test", *codec = "", *check = "exact";
+  uint32_t local_rank = 0, local_size = 1, world_rank = 0, world_size = 1;
+  uint64_t iterations = 10;
+  int timeout_ms = 60000, report = 0;
+  const char* param_keys[MAX_PARAMS];
+  const char* param_values[MAX_PARAMS];
+  size_t params = 0, count = 0;
+  uint64_t* elements = calloc(MAX_TENSORS, sizeof *elements);
+  if (elements == NULL) die(2, "out of memory", NULL);
+
+  for (int i = 1; i < argc; ++i) {
+    const char* flag = argv[i];
+    if (strcmp(flag, "--report") == 0) {
+      report = 1;
+      continue;
+    }
+    if (i + 1 >= argc) die(3, "missing value for", flag);
+    const char* v = argv[++i];
+    if (strcmp(flag, "--socket") == 0) socket_path = v;
+    else if (strcmp(flag, "--job") == 0) job = v;
+    else if (strcmp(flag, "--local-rank") == 0) local_rank = (uint32_t)parse_u64(v, flag);
+    else if (strcmp(flag, "--local-size") == 0) local_size = (uint32_t)parse_u64(v, flag);
+    else if (strcmp(flag, "--world-rank") == 0) world_rank = (uint32_t)parse_u64(v, flag);
+    else if (strcmp(flag, "--world-size") == 0) world_size = (uint32_t)parse_u64(v, flag);
+    else if (strcmp(flag, "--tensors") == 0) count = parse_tensor_list(v, elements);
+    else if (strcmp(flag, "--model") == 0) count = parse_model(v, elements);
+    else if (strcmp(flag, "--iterations") == 0) iterations = parse_u64(v, flag);
+    else if (strcmp(flag, "--codec") == 0) codec = v;
+    else if (strcmp(flag, "--timeout-ms") == 0) timeout_ms = (int)parse_u64(v, flag);
+    else if (strcmp(flag, "--check") == 0) check = v;
+    else if (strcmp(flag, "--param") == 0) {
+      char* eq = strchr(v, '=');
+      if (eq == NULL || eq == v) die(3, "--param wants key=value", v);
+      if (params == MAX_PARAMS) die(3, "too many --param", v);
+      char* key = strdup(v);
+      key[eq - v] = '\0';
+      param_keys[params] = key;
+      param_values[params++] = key + (eq - v) + 1;
+    } else die(3, "unknown flag", flag);
+  }
+  if (socket_path == NULL) die(3, "--socket is required", NULL);
+  if (count == 0) die(3, "give --tensors or --model", NULL);
+  if (world_size == 0 || world_rank >= world_size) die(3, "--world-rank must be below --world-size", NULL);
+
+  double bound = 0.0;
+  int checking = 1;
+  if (strcmp(check, "exact") == 0) bound = (world_size + 1.0) * FLT_EPSILON / 16.0;
+  else if (strncmp(check, "bound:", 6) == 0) {
+    char* end = NULL;
+    bound = strtod(check + 6, &end);
+    if (end == check + 6 || *end != '\0' || !(bound >= 0)) die(3, "bad --check bound", check);
+  } else if (strcmp(check, "none") == 0) checking = 0;
+  else die(3, "--check wants exact, bound:EPS or none", check);
+
+  gcagent_client* c = NULL;
+  check_call(gcagent_connect(socket_path, job, local_rank, local_size, timeout_ms, &c), "connect", NULL);
+
+  gcagent_tensor* tensors = calloc(count, sizeof *tensors);
+  uint64_t* keys = calloc(count, sizeof *keys);
+  if (tensors == NULL || keys == NULL) die(2, "out of memory", NULL);
+  uint64_t total_bytes = 0;
+  for (size_t t = 0; t < count; ++t) {
+    keys[t] = t;
+    tensors[t].key = t;
+    tensors[t].elements = elements[t];
+    tensors[t].priority = -(int32_t)t;
+    tensors[t].codec = codec;
+    tensors[t].param_keys = param_keys;
+    tensors[t].param_values = param_values;
+    tensors[t].param_count = params;
+    total_bytes += elements[t] * sizeof(float);
+  }
+  check_call(gcagent_declare(c, tensors, count), "declare", c);
+  for (size_t t = 0; t < count; ++t)
+    if (gcagent_buffer(c, t) == NULL || gcagent_buffer_elements(c, t) != elements[t])
+      die(2, "a declared tensor has no buffer of its size", gcagent_last_error(c));
+  if (report)
+    printf("connected trainer_id=%" PRIu32 " node_rank=%" PRIu32 " node_count=%" PRIu32 " tensors=%zu bytes=%" PRIu64 "\n",
+           gcagent_trainer_id(c), gcagent_node_rank(c), gcagent_node_count(c), count, total_bytes);
+
+  double sum_ms = 0, min_ms = INFINITY, max_ms = 0;
+  size_t mismatches = 0;
+  for (uint64_t it = 1; it <= iterations; ++it) {
+    for (size_t t = 0; t < count; ++t) {
+      float* buf = gcagent_buffer(c, t);
+      const uint64_t seed = seed_of(world_rank, it, t);
+      for (uint64_t e = 0; e < elements[t]; ++e) buf[e] = value(seed, e);
+    }
+    const double start = now_ms();
+    check_call(gcagent_submit(c, it, keys, count), "submit", c);
+    check_call(gcagent_wait(c, it, keys, count, timeout_ms), "wait", c);
+    const double ms = now_ms() - start;
+    sum_ms += ms;
+    min_ms = ms < min_ms ? ms : min_ms;
+    max_ms = ms > max_ms ? ms : max_ms;
+    if (report) {
+      printf("iteration=%" PRIu64 " ms=%.3f MB/s=%.1f\n", it, ms, (double)total_bytes / 1e3 / (ms > 0 ? ms : 1e-6));
+      fflush(stdout);
+    }
+    for (size_t t = 0; checking && t < count; ++t) {
+      const float* buf = gcagent_buffer(c, t);
+      for (uint64_t e = 0; e < elements[t]; ++e) {
+        double sum = 0;
+        for (uint32_t w = 0; w < world_size; ++w) sum += value(seed_of(w, it, t), e);
+        const float expected = (float)(sum / world_size);
+        const double tolerance = bound + FLT_EPSILON * fabs(expected);
+        if (fabs((double)buf[e] - expected) <= tolerance) continue; /* false for NaN: reported */
+        if (mismatches++ < MAX_REPORTED_MISMATCHES)
+          fprintf(stderr, "%s: mismatch at iteration %" PRIu64 " key %zu index %" PRIu64 ": got %.9g, expected %.9g (tolerance %.3g)\n",
+                  g_prog, it, t, e, (double)buf[e], (double)expected, tolerance);
+      }
+    }
+    if (mismatches > 0) {
+      fprintf(stderr, "%s: %zu wrong values in iteration %" PRIu64 "\n", g_prog, mismatches, it);
+      gcagent_close(c);
+      return 1;
+    }
+  }
+  if (report && iterations > 0)
+    printf("summary iterations=%" PRIu64 " bytes=%" PRIu64 " mean_ms=%.3f min_ms=%.3f max_ms=%.3f MB/s=%.1f\n", iterations,
+           total_bytes, sum_ms / (double)iterations, min_ms, max_ms,
+           (double)total_bytes * (double)iterations / 1e3 / (sum_ms > 0 ? sum_ms : 1e-6));
+  gcagent_close(c);
+  for (size_t p = 0; p < params; ++p) free((void*)param_keys[p]);
+  free(tensors);
+  free(keys);
+  free(elements);
+  return 0;
+}
