@@ -71,6 +71,26 @@ def test_two_bit_runs_and_reports_its_ratio(tmp_path):
         assert 14 < ratio <= 16.1, done
 
 
+# Thresholds and ratios large enough that a residual stays bounded: 2bit moves at most one
+# threshold per step, so it must exceed the largest summed value (4 x 1/16). (onebit is left
+# out: with one mean-magnitude scale per slice, the few largest elements of a constant
+# gradient need O(slice length) steps to catch up.)
+# randomk's bound is wider: an element may go unpicked for ~30 of the 80 steps (0.75^30 is
+# rare, but there are 10^4 residuals), and its residual holds all of them at the end.
+@pytest.mark.parametrize("codec,params,bound", [("2bit", ["threshold=0.25"], 0.004), ("topk", ["ratio=0.25"], 0.004),
+                                                ("threshold", ["drop=0.75"], 0.004), ("randomk", ["ratio=0.25"], 0.03)])
+def test_error_feedback_makes_the_mean_converge(tmp_path, codec, params, bound):
+    # The same gradient every step (values in [-1/16, 1/16)): one step is coarse, but the
+    # residuals carry what was dropped, so the mean over 80 steps lands near the average:
+    # within (push residual + result residual) / (trainers x steps).
+    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096"]) as c:
+        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", codec, "--check", f"converge:{bound}"]
+        for p in params:
+            args += ["--param", p]
+        assert_trainers_ok(c.trainers(2, args), c)
+        stop_clean(c)
+
+
 def test_unknown_codec_is_an_error_for_the_trainer(tmp_path):
     with Cluster(tmp_path, 1) as c:
         results = c.trainers(1, ["--tensors", "10", "--iterations", "1", "--codec", "9bit"])

@@ -3,7 +3,7 @@
  *
  *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]
  *       [--world-rank W] [--world-size S] (--tensors N1,N2,... | --model FILE.csv)
- *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|none]
+ *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|converge:EPS|none]
  *       [--timeout-ms T] [--report]
  *
  * Tensor i has key i and priority -i. Each iteration (numbered 1..K) fills element e of
@@ -12,7 +12,10 @@
  * v is a hash-based value on a 2^-14 grid in [-1/16, 1/16): fp32 sums of up to 2^13 such
  * values are exact in any order, so "exact" allows only the rounding of the final division
  * plus, for an agent that divides before summing, (S+1) float epsilons of 1/16.
- * "bound:EPS" allows an absolute error EPS (lossy codecs).
+ * "bound:EPS" allows an absolute error EPS (lossy codecs). "converge:EPS" submits the same
+ * gradient every iteration and checks, after the last one, that the mean of the outputs over
+ * all iterations is within EPS of the true average: error feedback makes what a coarse codec
+ * drops in one step arrive in later ones.
  *
  * --report prints "connected trainer_id=.. node_rank=.. node_count=.. tensors=.. bytes=..",
  * then per iteration "iteration=I ms=submit-to-complete MB/s=gradient-bytes/second" and last
@@ -168,14 +171,17 @@ int main(int argc, char** argv) {
   if (world_size == 0 || world_rank >= world_size) die(3, "--world-rank must be below --world-size", NULL);
 
   double bound = 0.0;
-  int checking = 1;
+  int checking = 1, converging = 0;
   if (strcmp(check, "exact") == 0) bound = (world_size + 1.0) * FLT_EPSILON / 16.0;
-  else if (strncmp(check, "bound:", 6) == 0) {
+  else if (strncmp(check, "bound:", 6) == 0 || strncmp(check, "converge:", 9) == 0) {
+    converging = check[0] == 'c';
+    const char* text = strchr(check, ':') + 1;
     char* end = NULL;
-    bound = strtod(check + 6, &end);
-    if (end == check + 6 || *end != '\0' || !(bound >= 0)) die(3, "bad --check bound", check);
+    bound = strtod(text, &end);
+    if (end == text || *end != '\0' || !(bound >= 0)) die(3, "bad --check bound", check);
+    checking = !converging;
   } else if (strcmp(check, "none") == 0) checking = 0;
-  else die(3, "--check wants exact, bound:EPS or none", check);
+  else die(3, "--check wants exact, bound:EPS, converge:EPS or none", check);
 
   gcagent_client* c = NULL;
   check_call(gcagent_connect(socket_path, job, local_rank, local_size, timeout_ms, &c), "connect", NULL);
@@ -205,10 +211,16 @@ int main(int argc, char** argv) {
 
   double sum_ms = 0, min_ms = INFINITY, max_ms = 0;
   size_t mismatches = 0;
+  double** running = NULL; /* converge: the sum of the outputs over iterations, per element */
+  if (converging) {
+    running = calloc(count, sizeof *running);
+    for (size_t t = 0; running != NULL && t < count; ++t)
+      if ((running[t] = calloc(elements[t], sizeof **running)) == NULL) die(2, "out of memory", NULL);
+  }
   for (uint64_t it = 1; it <= iterations; ++it) {
     for (size_t t = 0; t < count; ++t) {
       float* buf = gcagent_buffer(c, t);
-      const uint64_t seed = seed_of(world_rank, it, t);
+      const uint64_t seed = seed_of(world_rank, converging ? 0 : it, t);
       for (uint64_t e = 0; e < elements[t]; ++e) buf[e] = value(seed, e);
     }
     const double start = now_ms();
@@ -221,6 +233,10 @@ int main(int argc, char** argv) {
     if (report) {
       printf("iteration=%" PRIu64 " ms=%.3f MB/s=%.1f\n", it, ms, (double)total_bytes / 1e3 / (ms > 0 ? ms : 1e-6));
       fflush(stdout);
+    }
+    for (size_t t = 0; converging && t < count; ++t) {
+      const float* buf = gcagent_buffer(c, t);
+      for (uint64_t e = 0; e < elements[t]; ++e) running[t][e] += buf[e];
     }
     for (size_t t = 0; checking && t < count; ++t) {
       const float* buf = gcagent_buffer(c, t);
@@ -240,6 +256,24 @@ int main(int argc, char** argv) {
       gcagent_close(c);
       return 1;
     }
+  }
+  for (size_t t = 0; converging && iterations > 0 && t < count; ++t) {
+    for (uint64_t e = 0; e < elements[t]; ++e) {
+      double sum = 0;
+      for (uint32_t w = 0; w < world_size; ++w) sum += value(seed_of(w, 0, t), e);
+      const double expected = sum / world_size, mean = running[t][e] / (double)iterations;
+      if (fabs(mean - expected) <= bound) continue;
+      if (mismatches++ < MAX_REPORTED_MISMATCHES)
+        fprintf(stderr, "%s: no convergence at key %zu index %" PRIu64 ": mean %.9g over %" PRIu64 " iterations, expected %.9g (bound %.3g)\n",
+                g_prog, t, e, mean, iterations, expected, bound);
+    }
+    free(running[t]);
+  }
+  free(running);
+  if (mismatches > 0) {
+    fprintf(stderr, "%s: %zu values did not converge\n", g_prog, mismatches);
+    gcagent_close(c);
+    return 1;
   }
   if (report && iterations > 0)
     printf("summary iterations=%" PRIu64 " bytes=%" PRIu64 " mean_ms=%.3f min_ms=%.3f max_ms=%.3f MB/s=%.1f\n", iterations,
