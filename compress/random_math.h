@@ -29,10 +29,14 @@ GC_HD uint64_t streamSeed(uint64_t seed, uint64_t key, uint32_t slice, uint64_t 
   return mix64(h ^ step);
 }
 
+// The index-th 64 random bits of a stream: splitmix64's sequence started at `stream`, read
+// at any position without walking to it.
+GC_HD uint64_t bits64(uint64_t stream, uint64_t index) { return mix64(stream + (index + 1) * kGolden); }
+
 // Draw `index` of `stream`, uniform on [0, 1) in steps of 2^-24 (every value is an exact
 // float, and 1 is never returned, so `u < p` is true for p == 1 and false for p == 0).
 GC_HD float uniform01(uint64_t stream, uint64_t index) {
-  const uint64_t bits = mix64(stream + (index + 1) * kGolden) >> 40;
+  const uint64_t bits = bits64(stream, index) >> 40;
   return static_cast<float>(static_cast<int32_t>(bits)) * 0x1p-24f;
 }
 

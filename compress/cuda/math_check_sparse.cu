@@ -12,9 +12,9 @@ __global__ void sparseSelectMathCheck(const float* x, uint32_t* passed, uint64_t
                                       uint64_t step) {
   const size_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const uint64_t stream = sparse::streamOf(seed, key, slice, step);
+  const uint64_t stream = rng::streamSeed(seed, key, slice, step);
   passed[i] = sparse::magnitudeKey(x[i]) >= cut ? 1u : sparse::scaledKey(cut, 0.8f);
-  sampled[i] = sparse::sampleIndex(stream, i, n) ^ sparse::mix64(i);
+  sampled[i] = sparse::sampleIndex(stream, i, n) ^ rng::mix64(i);
 }
 
 __global__ void dgcMathCheck(const float* g, float* u, float* v, size_t n, float m) {

@@ -59,7 +59,7 @@ class DgcCodec final : public Codec {
     std::vector<uint32_t> idx;
     if (n != 0) {
       const size_t k = sparse::countFor(ratio_, n);
-      const uint64_t stream = sparse::streamOf(seed_, id.key, id.slice, id.step);
+      const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
       uint32_t cut = sparse::estimateThreshold(v, ratio_, sparse::sampleCount(sample_, n), stream);
       cut = sparse::relaxThreshold(v, cut, (4 * k + 4) / 5, kLowerBy, kMaxLowerings);
       sparse::collectAtLeast(v, cut, idx);

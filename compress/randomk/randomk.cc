@@ -48,7 +48,7 @@ std::vector<uint32_t> randomIndices(size_t n, size_t k, uint64_t stream) {
   const size_t mask = std::bit_ceil(2 * k) - 1;
   std::vector<uint32_t> slots(mask + 1, kEmpty);
   const auto insert = [&](uint32_t index) {  // false when already present
-    for (size_t s = sparse::mix64(index) & mask;; s = (s + 1) & mask) {
+    for (size_t s = rng::mix64(index) & mask;; s = (s + 1) & mask) {
       if (slots[s] == index) return false;
       if (slots[s] == kEmpty) {
         slots[s] = index;
@@ -112,7 +112,7 @@ class RandomkCodec final : public Codec {
 
  private:
   uint64_t streamOf(const SliceId& id) const {
-    return sparse::streamOf(seed_, id.key, id.slice, id.step);
+    return rng::streamSeed(seed_, id.key, id.slice, id.step);
   }
 
   double ratio_;

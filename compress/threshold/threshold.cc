@@ -44,7 +44,7 @@ class ThresholdCodec final : public Codec {
     sparse::accumulate(env_, in, r);
     std::vector<uint32_t> idx;
     if (n != 0) {
-      const uint64_t stream = sparse::streamOf(seed_, id.key, id.slice, id.step);
+      const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
       const uint32_t cut =
           sparse::estimateThreshold(r, keep_, sparse::sampleCount(sample_, n), stream);
       sparse::collectAtLeast(r, cut, idx);

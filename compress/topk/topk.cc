@@ -32,7 +32,7 @@ class TopkCodec final : public Codec {
     sparse::accumulate(env_, in, r);
     // The stream only steers the candidate prefilter; the chosen set does not depend on it.
     const auto idx = sparse::largest(r, sparse::countFor(ratio_, n),
-                                     sparse::streamOf(0, id.key, id.slice, id.step));
+                                     rng::streamSeed(0, id.key, id.slice, id.step));
     return sparse::sendAndClear(r, idx, out);
   }
 

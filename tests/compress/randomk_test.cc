@@ -39,9 +39,9 @@ std::vector<std::byte> bytesOf(const std::vector<float>& v) {
 
 TEST(RandomkTest, GeneratorIsSplitmix64) {
   // splitmix64 seeded with 0 yields these first; the GPU must draw the same.
-  EXPECT_EQ(sparse::randomBits(0, 0), 0xe220a8397b1dcdafull);
-  EXPECT_EQ(sparse::randomBits(0, 1), 0x6e789e6aa1b965f4ull);
-  EXPECT_EQ(sparse::randomBits(0, 2), 0x06c45d188009454full);
+  EXPECT_EQ(rng::bits64(0, 0), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(rng::bits64(0, 1), 0x6e789e6aa1b965f4ull);
+  EXPECT_EQ(rng::bits64(0, 2), 0x06c45d188009454full);
   EXPECT_EQ(sparse::below(~0ull, 10), 9u);
   EXPECT_EQ(sparse::below(0, 10), 0u);
 }
@@ -107,7 +107,7 @@ TEST(RandomkTest, HandComputedDrawMatchesFloyd) {
   // k = 2 of 4: draw j = 2 picks in [0, 2], draw j = 3 in [0, 3], or 3 when that repeats.
   auto codec = mustMake("randomk", {{"ratio", "0.5"}, {"error_feedback", "false"}, {"seed", "11"}});
   const SliceId id{6, 1, 9};
-  const uint64_t stream = sparse::streamOf(11, 6, 1, 9);
+  const uint64_t stream = rng::streamSeed(11, 6, 1, 9);
   const uint32_t first = randomk::floydPick(stream, 2);
   uint32_t second = randomk::floydPick(stream, 3);
   if (second == first) second = 3;
