@@ -1,21 +1,20 @@
-// A 16-bit cast codec (fp16, bf16) over a Math with fromFloat/toFloat. With
+// A 16-bit cast codec (fp16, bf16) over the loops of one CastFormat. With
 // error_feedback=true the rounding error of each element is carried to the next step.
 #pragma once
 
-#include <cstring>
 #include <string_view>
 
 #include "compress/codec.h"
+#include "compress/cpu/cast_kernels.h"
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
 
 namespace gcagent::compress {
 
-template <class Math>
 class CastCodec final : public Codec {
  public:
-  CastCodec(std::string_view name, bool error_feedback, const CodecEnv& env)
-      : name_(name), error_feedback_(error_feedback), env_(env) {}
+  CastCodec(std::string_view name, CastFormat format, bool error_feedback, const CodecEnv& env)
+      : name_(name), format_(format), error_feedback_(error_feedback), env_(env) {}
 
   std::string_view name() const override { return name_; }
   size_t stateElements(size_t n) const override { return error_feedback_ ? n : 0; }
@@ -27,17 +26,10 @@ class CastCodec final : public Codec {
     GC_RETURN_IF_ERROR(
         checkEncodeSpans(name_, n, state.size(), stateElements(n), out.size(), 2 * n));
     const float* g = in.data();
-    float* r = state.data();
+    float* r = error_feedback_ ? state.data() : nullptr;
     std::byte* dst = out.data();
-    const bool ef = error_feedback_;
-    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        float x = ef ? g[i] + r[i] : g[i];
-        uint16_t h = Math::fromFloat(x);
-        if (ef) r[i] = x - Math::toFloat(h);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-    });
+    const auto encode = castKernels(format_).encode;
+    forChunks(env_, n, 16, [&](size_t begin, size_t end) { encode(g, r, dst, begin, end); });
     return 2 * n;
   }
 
@@ -46,18 +38,15 @@ class CastCodec final : public Codec {
     GC_RETURN_IF_ERROR(checkEncodedSize(name_, acc.size(), in.size(), 2 * acc.size()));
     const std::byte* src = in.data();
     float* dst = acc.data();
-    forChunks(env_, acc.size(), 16, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] += Math::toFloat(h);
-      }
-    });
+    const auto decode_add = castKernels(format_).decode_add;
+    forChunks(env_, acc.size(), 16,
+              [&](size_t begin, size_t end) { decode_add(src, dst, begin, end); });
     return {};
   }
 
  private:
   std::string_view name_;
+  CastFormat format_;
   bool error_feedback_;
   CodecEnv env_;
 };

@@ -4,10 +4,35 @@
 
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
+#include "compress/mx1bit/mx1bit_kernels.h"
 #include "compress/mx1bit/mx1bit_math.h"
 #include "compress/params.h"
 
 namespace gcagent::compress {
+namespace mx1bit {
+namespace {
+
+void encodeGeneric(const float* g, float* r, uint8_t* dst, size_t begin, size_t end, float t) {
+  for (size_t b = begin / 8; b < (end + 7) / 8; ++b) dst[b] = encodeByte(g, r, end, b, t);
+}
+
+void decodeAddGeneric(const uint8_t* src, float* acc, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) acc[i] += dequantize(src[i >> 3] & maskOf(i));
+}
+
+constexpr Kernels kGenericKernels = {encodeGeneric, decodeAddGeneric};
+
+}  // namespace
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace mx1bit
+
 namespace {
 
 class Mx1bitCodec final : public Codec {
@@ -27,11 +52,10 @@ class Mx1bitCodec final : public Codec {
     float* r = state.data();
     auto* dst = reinterpret_cast<uint8_t*>(out.data());
     const float t = t_;
-    forChunks(env_, n, 32, [&](size_t begin, size_t end) {
-      for (size_t b = begin / 8; b < (end + 7) / 8; ++b) dst[b] = mx1bit::encodeByte(g, r, n, b, t);
-    });
+    const auto encode = mx1bit::kernels().encode;
+    forChunks(env_, n, 32, [&](size_t begin, size_t end) { encode(g, r, dst, begin, end, t); });
     const size_t used = (n + 7) / 8;
-    std::memset(dst + used, 0, bytes - used);
+    if (bytes > used) std::memset(dst + used, 0, bytes - used);
     return bytes;
   }
 
@@ -41,10 +65,8 @@ class Mx1bitCodec final : public Codec {
     GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), mx1bit::encodedBytes(n)));
     const auto* src = reinterpret_cast<const uint8_t*>(in.data());
     float* dst = acc.data();
-    forChunks(env_, n, 32, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i)
-        dst[i] += mx1bit::dequantize(src[i >> 3] & mx1bit::maskOf(i));
-    });
+    const auto decode_add = mx1bit::kernels().decode_add;
+    forChunks(env_, n, 32, [&](size_t begin, size_t end) { decode_add(src, dst, begin, end); });
     return {};
   }
 

@@ -4,10 +4,35 @@
 
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
+#include "compress/mx2bit/mx2bit_kernels.h"
 #include "compress/mx2bit/mx2bit_math.h"
 #include "compress/params.h"
 
 namespace gcagent::compress {
+namespace mx2bit {
+namespace {
+
+void encodeGeneric(const float* g, float* r, uint8_t* dst, size_t begin, size_t end, float t) {
+  for (size_t b = begin / 4; b < (end + 3) / 4; ++b) dst[b] = encodeByte(g, r, end, b, t);
+}
+
+void decodeAddGeneric(const uint8_t* src, float* acc, size_t begin, size_t end, float t) {
+  for (size_t i = begin; i < end; ++i) acc[i] += dequantize((src[i >> 2] >> shiftOf(i)) & 3u, t);
+}
+
+constexpr Kernels kGenericKernels = {encodeGeneric, decodeAddGeneric};
+
+}  // namespace
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace mx2bit
+
 namespace {
 
 class Mx2bitCodec final : public Codec {
@@ -27,12 +52,11 @@ class Mx2bitCodec final : public Codec {
     float* r = state.data();
     auto* dst = reinterpret_cast<uint8_t*>(out.data());
     const float t = t_;
-    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
-      for (size_t b = begin / 4; b < (end + 3) / 4; ++b) dst[b] = mx2bit::encodeByte(g, r, n, b, t);
-    });
+    const auto encode = mx2bit::kernels().encode;
+    forChunks(env_, n, 16, [&](size_t begin, size_t end) { encode(g, r, dst, begin, end, t); });
     // The tail of the last 4-byte word carries no elements; keep it zero.
     const size_t used = (n + 3) / 4;
-    std::memset(dst + used, 0, bytes - used);
+    if (bytes > used) std::memset(dst + used, 0, bytes - used);
     return bytes;
   }
 
@@ -43,10 +67,9 @@ class Mx2bitCodec final : public Codec {
     const auto* src = reinterpret_cast<const uint8_t*>(in.data());
     float* dst = acc.data();
     const float t = t_;
-    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i)
-        dst[i] += mx2bit::dequantize((src[i >> 2] >> mx2bit::shiftOf(i)) & 3u, t);
-    });
+    const auto decode_add = mx2bit::kernels().decode_add;
+    forChunks(env_, n, 16,
+              [&](size_t begin, size_t end) { decode_add(src, dst, begin, end, t); });
     return {};
   }
 

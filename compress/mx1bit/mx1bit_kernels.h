@@ -1,0 +1,28 @@
+// The 1-bit loops over elements [begin, end) of a slice, for the baseline ISA (mx1bit.cc)
+// and for AVX2 (mx1bit_avx2.cc). Both give the bytes and residuals of mx1bit_math.h bit
+// for bit. `begin` is a multiple of 8 (chunk edges never split a byte); `end` is a multiple
+// of 8 or the end of the slice.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compress/cpu/isa.h"
+
+namespace gcagent::compress::mx1bit {
+
+struct Kernels {
+  // Quantizes g[i] + r[i] into the bit of element i (byte i>>3), updating r[i].
+  void (*encode)(const float* g, float* r, uint8_t* dst, size_t begin, size_t end, float t);
+  // acc[i] += +1 or -1, the value of element i's bit.
+  void (*decode_add)(const uint8_t* src, float* acc, size_t begin, size_t end);
+};
+
+// The kernels for the active ISA.
+const Kernels& kernels();
+
+#if GC_CPU_X86
+extern const Kernels kAvx2Kernels;
+#endif
+
+}  // namespace gcagent::compress::mx1bit
