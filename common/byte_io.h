@@ -21,16 +21,16 @@ class ByteWriter {
   template <class T>
     requires std::is_arithmetic_v<T>
   void put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof v);
-    std::memcpy(out_.data() + at, &v, sizeof v);
+    // insert() rather than resize()+memcpy: g++ 12 at -O3 misreads the latter as an overflow.
+    std::byte bytes[sizeof v];
+    std::memcpy(bytes, &v, sizeof v);
+    out_.insert(out_.end(), bytes, bytes + sizeof v);
   }
   // u16 length, then the bytes.
   void putString(std::string_view s) {
     put(static_cast<uint16_t>(s.size()));
-    const size_t at = out_.size();
-    out_.resize(at + s.size());
-    if (!s.empty()) std::memcpy(out_.data() + at, s.data(), s.size());
+    const auto* chars = reinterpret_cast<const std::byte*>(s.data());
+    out_.insert(out_.end(), chars, chars + s.size());
   }
   void patchU32(size_t at, uint32_t v) { std::memcpy(out_.data() + at, &v, sizeof v); }
   size_t size() const { return out_.size(); }
