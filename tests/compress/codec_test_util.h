@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "compress/bytes.h"
 #include "compress/codec.h"
 #include "compress/registry.h"
+#include "compress/sparse/sparse_format.h"
 
 namespace gcagent::compress::testing {
 
@@ -53,6 +55,26 @@ inline std::vector<float> decode(const Codec& codec, std::span<const std::byte> 
   Status s = codec.decodeAdd(in, acc, id);
   EXPECT_TRUE(s.ok()) << s.toString();
   return acc;
+}
+
+// Bytes written out: bytes({0xe0, 0x03}).
+inline std::vector<std::byte> bytes(std::initializer_list<int> v) {
+  std::vector<std::byte> out;
+  for (int b : v) out.push_back(static_cast<std::byte>(b));
+  return out;
+}
+
+// A sparse (index, value) encoding, and the indices of one.
+inline std::vector<std::byte> pairs(std::vector<uint32_t> idx, std::vector<float> val) {
+  std::vector<std::byte> out(sparse::bytesFor(idx.size()));
+  sparse::write(idx, val, out);
+  return out;
+}
+
+inline std::vector<uint32_t> indicesOf(std::span<const std::byte> encoded) {
+  std::vector<uint32_t> idx(loadLe<uint32_t>(encoded.data()));
+  for (size_t j = 0; j < idx.size(); ++j) idx[j] = loadLe<uint32_t>(encoded.data() + 4 + 4 * j);
+  return idx;
 }
 
 }  // namespace gcagent::compress::testing

@@ -8,18 +8,13 @@
 namespace gcagent::compress {
 namespace {
 
+using testing::bytes;
 using testing::decode;
 using testing::encode;
 using testing::mustMake;
 
 const std::vector<float> kG = {0.75f, -0.5f, 0.25f,   -0.25f, 0.5f, -1.0f, 0.125f, 0.0f, 1.5f,
                                -0.75f, 0.375f, 0.25f, -0.375f, 0.0f, 0.0f,  2.0f,  0.25f};
-
-std::vector<std::byte> bytes(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int b : v) out.push_back(static_cast<std::byte>(b));
-  return out;
-}
 
 TEST(GoldenTest, Mx2bitTwoStepsMatchMxnet) {
   auto codec = mustMake("2bit", {{"threshold", "0.5"}});

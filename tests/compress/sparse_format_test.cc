@@ -5,15 +5,12 @@
 #include <vector>
 
 #include "compress/bytes.h"
+#include "tests/compress/codec_test_util.h"
 
 namespace gcagent::compress {
 namespace {
 
-std::vector<std::byte> pairs(std::vector<uint32_t> idx, std::vector<float> val) {
-  std::vector<std::byte> out(sparse::bytesFor(idx.size()));
-  EXPECT_EQ(sparse::write(idx, val, out), out.size());
-  return out;
-}
+using testing::pairs;
 
 TEST(SparseFormatTest, RoundTripsPairs) {
   auto bytes = pairs({3, 0, 9}, {1.5f, -2.0f, 0.25f});

@@ -14,17 +14,12 @@
 namespace gcagent::compress {
 namespace {
 
+using testing::bytes;
 using testing::decode;
 using testing::encode;
 using testing::gaussian;
 using testing::kSizes;
 using testing::mustMake;
-
-std::vector<std::byte> bytes(std::initializer_list<int> v) {
-  std::vector<std::byte> out;
-  for (int b : v) out.push_back(static_cast<std::byte>(b));
-  return out;
-}
 
 float scalerOf(const std::vector<std::byte>& encoded) {
   float f;

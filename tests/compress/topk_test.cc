@@ -16,23 +16,13 @@
 namespace gcagent::compress {
 namespace {
 
+using testing::indicesOf;
+using testing::pairs;
 using testing::decode;
 using testing::encode;
 using testing::gaussian;
 using testing::kSizes;
 using testing::mustMake;
-
-std::vector<uint32_t> indicesOf(std::span<const std::byte> bytes) {
-  std::vector<uint32_t> idx(loadLe<uint32_t>(bytes.data()));
-  for (size_t j = 0; j < idx.size(); ++j) idx[j] = loadLe<uint32_t>(bytes.data() + 4 + 4 * j);
-  return idx;
-}
-
-std::vector<std::byte> pairs(std::vector<uint32_t> idx, std::vector<float> val) {
-  std::vector<std::byte> out(sparse::bytesFor(idx.size()));
-  sparse::write(idx, val, out);
-  return out;
-}
 
 // The reference: a full sort by magnitude, larger first, equal magnitudes by index.
 std::vector<uint32_t> topByFullSort(const std::vector<float>& x, size_t k) {
