@@ -6,10 +6,13 @@
 #include "agent/control_server.h"
 #include "agent/io.h"
 #include "agent/reduction_engine.h"
+#include "common/build_config.h"
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "common/thread_pool.h"
 #include "compress/registry.h"
+#include "metrics/endpoint.h"
+#include "metrics/stats.h"
 #include "transport/loopback/loopback.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -19,6 +22,7 @@ struct Agent::Impl {
   Config config;
   EngineOptions engine_options;
   std::unique_ptr<ThreadPool> pool;
+  std::shared_ptr<metrics::Stats> stats;
 };
 
 namespace {
@@ -108,12 +112,25 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.result_codec = config.compress_result_codec;
   o.residual_budget_bytes = static_cast<size_t>(config.compress_residual_budget_bytes);
   o.codec_env.pool = impl->pool.get();
+  impl->stats = std::make_shared<metrics::Stats>();
+  std::string codecs;
+  for (const auto& info : compress::codecList()) codecs += strCat(codecs.empty() ? "" : ",", info.name);
+  impl->stats->setBuildInfo(GCAGENT_VERSION, codecs, GCAGENT_HAVE_CUDA != 0, /*ucx=*/true);
+  o.stats = impl->stats;
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 Status Agent::run() {
   const Config& c = impl_->config;
+  metrics::Stats& stats = *impl_->stats;
   asio::io_context io;
+
+  // Prometheus endpoint first: a busy address fails the start, before any peer waits on us.
+  std::unique_ptr<metrics::Endpoint> endpoint;
+  if (!c.metrics_listen.empty()) {
+    GC_ASSIGN_OR_RETURN(endpoint, metrics::Endpoint::start(c.metrics_listen, stats));
+    GC_LOG(kInfo, "metrics", "metrics on ", endpoint->address());
+  }
 
   // Transport: UCX to the configured peers, or a group of one for a node on its own.
   std::unique_ptr<transport::Transport> transport;
@@ -175,10 +192,26 @@ Status Agent::run() {
   };
   wait_for_peers();
 
-  // The periodic one-line summary.
+  // Gauges computed from state that only this thread may read, refreshed every second.
+  asio::steady_timer refresh(io);
+  std::function<void()> refresh_stats = [&] {
+    engine.refreshStats();
+    stats.updateRatios();
+    uint32_t up = 0;
+    for (transport::Rank r = 0; r < transport->size(); ++r)
+      if (r != transport->rank() && transport->peerUp(r)) ++up;
+    stats.peersUp().Set(up);
+    refresh.expires_after(std::chrono::seconds(1));
+    refresh.async_wait([&](boost::system::error_code ec) {
+      if (!ec) refresh_stats();
+    });
+  };
+  refresh_stats();
+
+  // The periodic one-line summary, read from the same stats Prometheus scrapes.
   asio::steady_timer summary(io);
-  EngineCounters last_engine = engine.counters();
-  uint64_t last_iterations = 0;
+  metrics::Stats::Totals last_totals = stats.totals();
+  double last_iterations = stats.iterationsCompleted().Value();
   auto last_time = std::chrono::steady_clock::now();
   std::function<void()> summarize = [&] {
     if (c.agent_summary_interval <= 0) return;
@@ -188,14 +221,14 @@ Status Agent::run() {
       if (ec) return;
       const auto now = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(now - last_time).count();
-      const EngineCounters& e = engine.counters();
-      const uint64_t raw = e.raw_bytes_sent - last_engine.raw_bytes_sent;
-      const uint64_t wire = e.wire_bytes_sent - last_engine.wire_bytes_sent;
-      const uint64_t iterations = server.counters().iterations_completed;
+      const metrics::Stats::Totals t = stats.totals();
+      const double raw = t.raw_sent - last_totals.raw_sent;
+      const double wire = t.wire_sent - last_totals.wire_sent;
+      const double iterations = stats.iterationsCompleted().Value();
       GC_LOG(kInfo, "agent", "progress: ", (iterations - last_iterations) / secs, " iterations/s, ",
              raw / secs / 1e6, " MB/s raw, ", wire / secs / 1e6, " MB/s on the wire, ratio ",
-             wire ? static_cast<double>(raw) / wire : 0.0);
-      last_engine = e;
+             wire > 0 ? raw / wire : 0.0);
+      last_totals = t;
       last_iterations = iterations;
       last_time = now;
       summarize();
@@ -211,6 +244,7 @@ Status Agent::run() {
     pump.stop();
     ready.cancel();
     summary.cancel();
+    refresh.cancel();
     io.stop();
   });
 

@@ -40,6 +40,6 @@
   X(compress, residual_budget_bytes, Integer, "4294967296", 0, 1099511627776, "",              \
     "memory the error-feedback residuals may use")                                             \
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
-    "address:port of the Prometheus endpoint; empty disables it")                              \
+    "address:port of the Prometheus /metrics endpoint; port 0 picks one (logged); empty disables it") \
   X(security, token_file, Text, "", 0, 0, "",                                                   \
     "file holding the cluster token; empty disables peer authentication")

@@ -100,7 +100,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       auto header = protocol::parseHeader(header_);
       if (!header.ok()) {
         // The stream cannot be resynchronised after a bad header: answer and hang up.
-        ++server_.counters_.bad_messages;
+        server_.badMessage();
         GC_LOG(kWarn, "control", "trainer ", id_, ": ", header.status().message(), "; disconnecting");
         sendError(0, header.status());
         close_after_write_ = true;
@@ -117,7 +117,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       if (ec) return close();
       auto message = protocol::decode(header, body_);
       if (!message.ok()) {
-        ++server_.counters_.bad_messages;
+        server_.badMessage();
         GC_LOG(kWarn, "control", "trainer ", id_, ": ", message.status().message());
         sendError(header.request_id, message.status());
       } else {
@@ -150,7 +150,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                             "' is not one a trainer sends"));
     if (!s.ok()) {
-      ++server_.counters_.bad_messages;
+      server_.badMessage();
       GC_LOG(kWarn, "control", "trainer ", id_, ": ", s.message());
       sendError(m.request_id, s);
     }
@@ -258,6 +258,11 @@ ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, Serv
 
 ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
 
+void ControlServer::badMessage() {
+  ++counters_.bad_messages;
+  engine_.stats().error(metrics::ErrorKind::kBadMessage).Increment();
+}
+
 Status ControlServer::start() {
   ::unlink(options_.socket_path.c_str());  // a stale socket from a crashed agent
   boost::system::error_code ec;
@@ -282,6 +287,7 @@ void ControlServer::accept() {
     auto session = std::make_shared<Session>(*this, std::move(socket), next_trainer_id_++);
     sessions_[session.get()] = session;
     ++counters_.trainers_connected;
+    engine_.stats().trainersConnected().Increment();
     session->start();
     accept();
   });
@@ -335,6 +341,7 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
   if (++job.keys_done[iteration] == job.tensors.size()) {
     job.keys_done.erase(iteration);
     ++counters_.iterations_completed;
+    engine_.stats().iterationsCompleted().Increment();
   }
 }
 
@@ -344,6 +351,7 @@ void ControlServer::sessionClosed(Session* session) {
   std::shared_ptr<Session> keep = owned->second;  // alive until its buffers are out of the engine
   sessions_.erase(owned);
   --counters_.trainers_connected;
+  engine_.stats().trainersConnected().Decrement();
   std::shared_ptr<Job> job = session->job();
   if (!job) return;
   GC_LOG(kInfo, "control", "trainer ", session->id(), " left job '", job->name, "' (local rank ",

@@ -8,15 +8,18 @@
 
 #include "agent/agent.h"
 #include "agent/config.h"
+#include "metrics/stats.h"
 
 namespace {
 
 void usage() {
   std::fputs(
       "usage: gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]\n"
+      "       gcagent --list-metrics\n"
       "  --config FILE     TOML configuration (overridden by GCAGENT_<SECTION>_<KEY>, then by flags)\n"
       "  --print-config    print every key with its value, source, default and help, then exit\n"
-      "  --validate        check the configuration and the codecs, then exit\n",
+      "  --validate        check the configuration and the codecs, then exit\n"
+      "  --list-metrics    print every exported stat: name, type, labels, help\n",
       stdout);
 }
 
@@ -31,6 +34,10 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       usage();
+      return 0;
+    }
+    if (arg == "--list-metrics") {
+      std::fputs(gcagent::metrics::formatStatList().c_str(), stdout);
       return 0;
     }
     if (arg == "--print-config") {

@@ -1,6 +1,8 @@
 #include "agent/reduction_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "agent/slice_message.h"
@@ -17,6 +19,15 @@ uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One residual in this many encodes has its norm computed: a full pass over the slice.
+constexpr uint64_t kResidualSampleEvery = 64;
 
 uint32_t fingerprint(const compress::CodecSpec& spec) {
   uint32_t h = 2166136261u;  // FNV-1a over name and sorted parameters
@@ -52,6 +63,10 @@ struct ReductionEngine::KeyState {
   compress::CodecSpec push_spec, pull_spec;
   std::unique_ptr<compress::Codec> push, pull;
   uint32_t push_fp = 0, pull_fp = 0;
+  metrics::CodecStats* push_stats = nullptr;  // cached: no registry lookup per slice
+  metrics::CodecStats* pull_stats = nullptr;
+  metrics::SizeClass size_class = metrics::SizeClass::kSmall;
+  std::chrono::steady_clock::time_point started;
   uint32_t slice_count = 0;
   // This node's reduction in flight.
   bool active = false;
@@ -78,7 +93,11 @@ struct ReductionEngine::JobState {
 };
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
-    : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)) {}
+    : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
+      stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()) {
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    peer_stats_.push_back(r == transport_.rank() ? nullptr : &stats_->peer(r));
+}
 
 ReductionEngine::~ReductionEngine() = default;
 
@@ -110,6 +129,9 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     if (!pull.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": result codec: ", pull.status().message()));
     k.push = std::move(push).value();
     k.pull = std::move(pull).value();
+    k.push_stats = &stats_->codec(k.push_spec.name);
+    k.pull_stats = &stats_->codec(k.pull_spec.name);
+    k.size_class = metrics::sizeClassOf(t.elements * sizeof(float));
     k.push_fp = fingerprint(k.push_spec);
     k.pull_fp = fingerprint(k.pull_spec) ^ 0x5bd1e995u;
     k.slice_count = static_cast<uint32_t>((t.elements + options_.slice_elements - 1) / options_.slice_elements);
@@ -175,7 +197,25 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.iteration = iteration;
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
+  k.started = Clock::now();
+  stats_->decision(k.push_spec.name != "none").Increment();
   const uint64_t n = k.spec.elements;
+  if (transport_.size() == 1) {
+    // A node on its own: the local sum is the whole sum. One fused pass sums and scales into
+    // the first trainer's buffer; the others get a copy.
+    if (k.outputs.size() > 1) {
+      const float scale = 1.0f / static_cast<float>(k.outputs.size());
+      float* out = k.outputs[0];
+      for (size_t b = 1; b < k.outputs.size(); ++b) {
+        const float* in = k.outputs[b];
+        const bool last = b + 1 == k.outputs.size();
+        for (uint64_t i = 0; i < n; ++i) out[i] = last ? (out[i] + in[i]) * scale : out[i] + in[i];
+      }
+      for (size_t b = 1; b < k.outputs.size(); ++b) std::memcpy(k.outputs[b], out, n * sizeof(float));
+    }
+    completeKey(job, k, {});
+    return {};
+  }
   const float* src = k.outputs[0];
   if (k.outputs.size() > 1) {
     k.local_sum.assign(k.outputs[0], k.outputs[0] + n);
@@ -185,16 +225,6 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       for (uint64_t i = 0; i < n; ++i) acc[i] += in[i];
     }
     src = k.local_sum.data();
-  }
-  if (transport_.size() == 1) {
-    // A node on its own: the local sum is the whole sum, and nothing needs slicing.
-    if (k.outputs.size() > 1) {
-      const float scale = 1.0f / static_cast<float>(k.outputs.size());
-      for (uint64_t i = 0; i < n; ++i) k.outputs[0][i] = src[i] * scale;
-      for (size_t b = 1; b < k.outputs.size(); ++b) std::memcpy(k.outputs[b], k.outputs[0], n * sizeof(float));
-    }
-    completeKey(job, k, {});
-    return {};
   }
   const uint32_t self = transport_.rank();
   const uint32_t contributors = static_cast<uint32_t>(k.outputs.size());
@@ -211,14 +241,19 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       return {};
     }
     auto payload = std::make_shared<std::vector<std::byte>>(k.push->maxEncodedBytes(e - b));
+    const auto encode_start = Clock::now();
     auto written = k.push->encode({src + b, e - b}, *residual, *payload, {key, s, iteration});
     if (!written.ok()) {
       completeKey(job, k, written.status());
       return {};
     }
+    k.push_stats->encode->Observe(secondsSince(encode_start));
+    sampleResidual(*k.push_stats, *k.push, *residual, e - b);
     payload->resize(*written);
     counters_.raw_bytes_sent += (e - b) * 4;
     counters_.wire_bytes_sent += *written;
+    k.push_stats->raw_sent->Increment(static_cast<double>((e - b) * 4));
+    k.push_stats->wire_sent->Increment(static_cast<double>(*written));
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k.slice_count, n, k.push_fp, contributors};
     sendSlice(owner, encodeSliceHeader(h), std::move(payload), job, key);
   }
@@ -235,17 +270,20 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     acc.seen.assign(transport_.size(), false);
   }
   if (acc.seen[from]) {
-    ++counters_.bad_messages;
+    badMessage();
     GC_LOG(kWarn, "agent", "tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
            ": second contribution from rank ", from, " dropped");
     return;
   }
+  const auto start = Clock::now();
   if (local != nullptr) {
     for (uint64_t i = 0; i < e - b; ++i) acc.sum[i] += local[i];
+    stats_->merge().Observe(secondsSince(start));
   } else {
     Status s = k.push->decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
+    k.push_stats->decode->Observe(secondsSince(start));
     if (!s.ok()) {
-      ++counters_.bad_messages;
+      badMessage();
       GC_LOG(kWarn, "agent", "contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
              " rejected: ", s.message());
       return;
@@ -267,12 +305,18 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
     return;
   }
   auto payload = std::make_shared<std::vector<std::byte>>(k.pull->maxEncodedBytes(acc.sum.size()));
+  const auto encode_start = Clock::now();
   auto written = k.pull->encode(acc.sum, *residual, *payload, {key, slice, iteration});
   if (!written.ok()) {
     if (k.active && k.iteration == iteration) completeKey(job, k, written.status());
     return;
   }
+  k.pull_stats->encode->Observe(secondsSince(encode_start));
+  sampleResidual(*k.pull_stats, *k.pull, *residual, acc.sum.size());
   payload->resize(*written);
+  const double peers = transport_.size() - 1;
+  k.pull_stats->raw_sent->Increment(peers * static_cast<double>(acc.sum.size() * 4));
+  k.pull_stats->wire_sent->Increment(peers * static_cast<double>(*written));
   SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements, k.pull_fp,
                  acc.contributors};
   const auto header = encodeSliceHeader(h);
@@ -288,7 +332,7 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                   uint32_t contributors, std::span<const std::byte> encoded) {
   if (!k.active || k.iteration != iteration) {
-    ++counters_.bad_messages;
+    badMessage();
     GC_LOG(kWarn, "agent", "result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
            k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
     return;
@@ -297,9 +341,11 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
   std::fill(dst.begin(), dst.end(), 0.0f);
+  const auto decode_start = Clock::now();
   Status s = k.pull->decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+  k.pull_stats->decode->Observe(secondsSince(decode_start));
   if (!s.ok()) {
-    ++counters_.bad_messages;
+    badMessage();
     completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
     return;
   }
@@ -317,7 +363,10 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.outputs.clear();
   if (status.ok()) {
     ++counters_.keys_completed;
+    stats_->tensorsReduced().Increment();
+    stats_->reduction(k.size_class).Observe(secondsSince(k.started));
   } else {
+    stats_->error(metrics::ErrorKind::kReductionFailed).Increment();
     // Partial sums of the failed iteration must never mix into a later one.
     std::erase_if(k.accumulators, [&](const auto& a) { return a.first.second <= k.iteration; });
   }
@@ -326,15 +375,36 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
 
 void ReductionEngine::sendSlice(transport::Rank to, std::vector<std::byte> header,
                                 std::shared_ptr<std::vector<std::byte>> payload, uint64_t job, uint64_t key) {
-  Status s = transport_.send(to, header, *payload, [payload](const Status&) {});
+  // The gauge lives in the shared stats, which the callback keeps alive: sends may
+  // complete after the engine is gone.
+  prometheus::Gauge* inflight = peer_stats_[to] ? peer_stats_[to]->inflight : nullptr;
+  if (inflight != nullptr) inflight->Increment();
+  Status s = transport_.send(to, header, *payload, [payload, inflight, keep = stats_](const Status&) {
+    if (inflight != nullptr) inflight->Decrement();
+  });
   if (!s.ok()) {
     KeyState* k = findKey(job, key);
     if (k != nullptr) completeKey(job, *k, Status::unavailable(strCat("sending tensor ", key, " to rank ", to, ": ", s.message())));
   }
 }
 
-void ReductionEngine::reject(const transport::Message& m, const Status& why) {
+void ReductionEngine::badMessage() {
   ++counters_.bad_messages;
+  stats_->error(metrics::ErrorKind::kBadMessage).Increment();
+}
+
+void ReductionEngine::sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec,
+                                     std::span<const float> state, size_t n) {
+  if (++encodes_ % kResidualSampleEvery != 0) return;
+  const std::span<const float> r = codec.residual(state, n);
+  if (r.empty()) return;  // stateless codec
+  double sum = 0;
+  for (float v : r) sum += static_cast<double>(v) * v;
+  cs.residual_norm->Set(std::sqrt(sum));
+}
+
+void ReductionEngine::reject(const transport::Message& m, const Status& why) {
+  badMessage();
   GC_LOG(kWarn, "agent", "slice from rank ", m.from, " rejected: ", why.message());
 }
 
@@ -369,6 +439,8 @@ void ReductionEngine::onMessage(const transport::Message& m) {
                                                       h.iteration)));
     counters_.raw_bytes_received += slice_elements * 4;
     counters_.wire_bytes_received += m.payload.size();
+    k.push_stats->raw_received->Increment(static_cast<double>(slice_elements * 4));
+    k.push_stats->wire_received->Increment(static_cast<double>(m.payload.size()));
     addContribution(js, h.job, k, h.slice, h.iteration, m.from, h.contributors, nullptr, m.payload);
   } else {
     if (h.codec_fingerprint != k.pull_fp)
@@ -379,11 +451,16 @@ void ReductionEngine::onMessage(const transport::Message& m) {
                                                       m.from, ", which does not own it")));
     counters_.raw_bytes_received += slice_elements * 4;
     counters_.wire_bytes_received += m.payload.size();
+    k.pull_stats->raw_received->Increment(static_cast<double>(slice_elements * 4));
+    k.pull_stats->wire_received->Increment(static_cast<double>(m.payload.size()));
     applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload);
   }
 }
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
+  stats_->error(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
+                                                            : metrics::ErrorKind::kPeerLost)
+      .Increment();
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
   for (auto& [job, js] : jobs_) failJob(job, status);
 }
@@ -395,6 +472,17 @@ void ReductionEngine::failJob(uint64_t job, const Status& why) {
     completeKey(job, k, why);
     k.accumulators.clear();  // partial sums that can no longer complete
   }
+}
+
+void ReductionEngine::refreshStats() {
+  std::vector<double> waiting(transport_.size(), 0.0);
+  for (const auto& [job, js] : jobs_)
+    for (const auto& [key, k] : js->keys)
+      for (const auto& [id, acc] : k.accumulators)
+        for (transport::Rank r = 0; r < acc.seen.size() && r < waiting.size(); ++r)
+          if (!acc.seen[r]) waiting[r] += 1;
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (peer_stats_[r] != nullptr) peer_stats_[r]->queue_depth->Set(waiting[r]);
 }
 
 size_t ReductionEngine::pendingAccumulators() const {

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "compress/codec.h"
 #include "compress/residual_store.h"
+#include "metrics/stats.h"
 #include "transport/transport.h"
 
 namespace gcagent::agent {
@@ -42,6 +43,8 @@ struct EngineOptions {
   size_t residual_budget_bytes = SIZE_MAX;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
   compress::CodecEnv codec_env;
+  // Where the engine counts bytes, times and errors; null: a private, unexported set.
+  std::shared_ptr<metrics::Stats> stats;
 };
 
 struct EngineCounters {
@@ -79,6 +82,10 @@ class ReductionEngine {
   const EngineCounters& counters() const { return counters_; }
   // Slices owned here that wait for contributions (all jobs).
   size_t pendingAccumulators() const;
+  // Sets the gauges that are cheaper to compute when read than to keep current (queue
+  // depth per peer). Call it on the engine's thread.
+  void refreshStats();
+  metrics::Stats& stats() { return *stats_; }
   uint32_t ownerOf(uint64_t key, uint32_t slice) const;
 
  private:
@@ -97,6 +104,8 @@ class ReductionEngine {
   void sendSlice(transport::Rank to, std::vector<std::byte> header, std::shared_ptr<std::vector<std::byte>> payload,
                  uint64_t job, uint64_t key);
   void reject(const transport::Message& m, const Status& why);
+  void badMessage();
+  void sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec, std::span<const float> state, size_t n);
 
   transport::Transport& transport_;
   EngineOptions options_;
@@ -110,6 +119,9 @@ class ReductionEngine {
   std::unordered_map<uint64_t, std::vector<Stashed>> stash_;
   size_t stash_bytes_ = 0;
   EngineCounters counters_;
+  std::shared_ptr<metrics::Stats> stats_;
+  std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
+  uint64_t encodes_ = 0;                         // picks the slices whose residual norm is sampled
 };
 
 // Identifies a job on the wire: a hash of its name, equal on every node.

@@ -32,7 +32,8 @@ echo "demo: 2 agents x 2 trainers, $(basename "$MODEL" .csv), codec $CODEC, $ITE
 for rank in 0 1; do
   "$BIN/agent/gcagent" --agent.socket "$WORK/agent$rank.sock" --agent.shm_prefix "gcagent-demo-$$" \
     --transport.peers "$PEERS" --agent.node_rank "$rank" --transport.listen 127.0.0.1:0 \
-    --compress.min_elements 0 --agent.summary_interval 5 >"$WORK/agent$rank.log" 2>&1 &
+    --compress.min_elements 0 --agent.summary_interval 5 --metrics.listen 127.0.0.1:0 \
+    >"$WORK/agent$rank.log" 2>&1 &
   agents+=($!)
 done
 

@@ -97,7 +97,8 @@ class Cluster:
 
     def agent_command(self, rank):
         cmd = [str(AGENT), "--agent.socket", self.sockets[rank], "--agent.shm_prefix", self.prefix,
-               "--agent.summary_interval", "0", "--agent.codec_threads", "1"]
+               "--agent.summary_interval", "0", "--agent.codec_threads", "1",
+               "--metrics.listen", "127.0.0.1:0"]  # the default port would collide between agents
         if self.n > 1:
             host = self.peers[rank].rsplit(":", 1)[0]
             cmd += ["--transport.peers", ",".join(self.peers), "--agent.node_rank", str(rank),
@@ -150,6 +151,16 @@ class Cluster:
 
     def log(self, rank):
         return self.logs[rank].read_text()
+
+    def metrics_address(self, rank, timeout=10):
+        """host:port of an agent's Prometheus endpoint, from its "metrics on" log line."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in self.log(rank).splitlines():
+                if "metrics on " in line:
+                    return line.rsplit("metrics on ", 1)[1].strip()
+            time.sleep(0.05)
+        raise AssertionError(f"agent {rank} logged no metrics address:\n{self.log(rank)[-2000:]}")
 
     def leftovers(self):
         """Shared-memory segments and sockets this cluster left behind."""

@@ -1,0 +1,180 @@
+#include "metrics/stats.h"
+
+#include <prometheus/family.h>
+
+#include <cassert>
+#include <cmath>
+
+#include "common/str_cat.h"
+
+namespace gcagent::metrics {
+namespace {
+
+constexpr StatSpec kStats[] = {
+#define GCAGENT_STAT_SPEC(name, type, buckets, labels, help) \
+  {Id::name, "gcagent_" #name, Type::k##type, Buckets::k##buckets, labels, help},
+    GCAGENT_STATS(GCAGENT_STAT_SPEC)
+#undef GCAGENT_STAT_SPEC
+};
+
+// Codec kernels take microseconds to tens of milliseconds per slice; whole reductions
+// take up to seconds.
+prometheus::Histogram::BucketBoundaries bucketsFor(Buckets b) {
+  // 16 buckets a factor 2.5 apart: 1 us .. 0.9 s, or 100 us .. 90 s.
+  double bound = b == Buckets::kFast ? 1e-6 : 1e-4;
+  prometheus::Histogram::BucketBoundaries out;
+  for (int i = 0; i < 16; ++i, bound *= 2.5) out.push_back(bound);
+  return out;
+}
+
+double ratio(double raw, double wire) { return wire > 0 ? raw / wire : 0.0; }
+
+}  // namespace
+
+std::span<const StatSpec> statList() { return kStats; }
+
+const StatSpec& spec(Id id) { return kStats[static_cast<size_t>(id)]; }
+
+std::vector<std::string> labelNames(const StatSpec& s) {
+  std::vector<std::string> out;
+  std::string_view rest = s.labels;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return out;
+}
+
+std::string_view typeName(Type type) {
+  switch (type) {
+    case Type::kCounter: return "counter";
+    case Type::kGauge: return "gauge";
+    case Type::kHistogram: return "histogram";
+  }
+  return "?";
+}
+
+std::string formatStatList() {
+  std::string out;
+  for (const StatSpec& s : kStats)
+    out += strCat(s.name, " ", typeName(s.type), " ", s.labels.empty() ? "-" : s.labels, " ", s.help, "\n");
+  return out;
+}
+
+SizeClass sizeClassOf(uint64_t bytes) {
+  if (bytes < (256u << 10)) return SizeClass::kSmall;
+  if (bytes < (16u << 20)) return SizeClass::kMedium;
+  return SizeClass::kLarge;
+}
+
+Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
+  for (const StatSpec& s : kStats) {
+    const std::string name(s.name), help(s.help);
+    switch (s.type) {
+      case Type::kCounter:
+        families_.push_back(&prometheus::BuildCounter().Name(name).Help(help).Register(*registry_));
+        break;
+      case Type::kGauge:
+        families_.push_back(&prometheus::BuildGauge().Name(name).Help(help).Register(*registry_));
+        break;
+      case Type::kHistogram:
+        families_.push_back(&prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_));
+        break;
+    }
+  }
+  // Unlabelled stats and the small fixed label sets exist from the start, so a scrape
+  // shows them at zero before the first event.
+  merge_ = &histogram(Id::merge_seconds, {});
+  reduction_[0] = &histogram(Id::reduction_seconds, {"small"});
+  reduction_[1] = &histogram(Id::reduction_seconds, {"medium"});
+  reduction_[2] = &histogram(Id::reduction_seconds, {"large"});
+  iterations_ = &counter(Id::iterations_completed_total, {});
+  tensors_ = &counter(Id::tensors_reduced_total, {});
+  decisions_[0] = &counter(Id::scheduler_decisions_total, {"uncompressed"});
+  decisions_[1] = &counter(Id::scheduler_decisions_total, {"compressed"});
+  errors_[0] = &counter(Id::errors_total, {"bad_message"});
+  errors_[1] = &counter(Id::errors_total, {"timeout"});
+  errors_[2] = &counter(Id::errors_total, {"peer_lost"});
+  errors_[3] = &counter(Id::errors_total, {"reduction_failed"});
+  trainers_ = &gauge(Id::trainers_connected, {});
+  peers_up_ = &gauge(Id::peers_up, {});
+}
+
+prometheus::Labels Stats::labelsOf(Id id, const std::vector<std::string>& values) const {
+  const std::vector<std::string> names = labelNames(spec(id));
+  assert(names.size() == values.size());
+  prometheus::Labels labels;
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) labels[names[i]] = values[i];
+  return labels;
+}
+
+prometheus::Counter& Stats::counter(Id id, const std::vector<std::string>& values) {
+  assert(spec(id).type == Type::kCounter);
+  auto* f = static_cast<prometheus::Family<prometheus::Counter>*>(families_[static_cast<size_t>(id)]);
+  return f->Add(labelsOf(id, values));
+}
+
+prometheus::Gauge& Stats::gauge(Id id, const std::vector<std::string>& values) {
+  assert(spec(id).type == Type::kGauge);
+  auto* f = static_cast<prometheus::Family<prometheus::Gauge>*>(families_[static_cast<size_t>(id)]);
+  return f->Add(labelsOf(id, values));
+}
+
+prometheus::Histogram& Stats::histogram(Id id, const std::vector<std::string>& values) {
+  assert(spec(id).type == Type::kHistogram);
+  auto* f = static_cast<prometheus::Family<prometheus::Histogram>*>(families_[static_cast<size_t>(id)]);
+  return f->Add(labelsOf(id, values), bucketsFor(spec(id).buckets));
+}
+
+CodecStats& Stats::codec(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = codecs_.find(name);
+  if (it != codecs_.end()) return it->second;
+  const std::string c(name);
+  CodecStats s{&counter(Id::raw_bytes_total, {c, "sent"}),
+               &counter(Id::wire_bytes_total, {c, "sent"}),
+               &counter(Id::raw_bytes_total, {c, "received"}),
+               &counter(Id::wire_bytes_total, {c, "received"}),
+               &histogram(Id::encode_seconds, {c}),
+               &histogram(Id::decode_seconds, {c}),
+               &gauge(Id::residual_l2_norm, {c}),
+               &gauge(Id::compression_ratio, {c, "sent"}),
+               &gauge(Id::compression_ratio, {c, "received"})};
+  return codecs_.emplace(c, s).first->second;
+}
+
+PeerStats& Stats::peer(uint32_t rank) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(rank);
+  if (it != peers_.end()) return it->second;
+  const std::string r = strCat(rank);
+  PeerStats s{&gauge(Id::queue_depth, {r}), &gauge(Id::inflight_slices, {r})};
+  return peers_.emplace(rank, s).first->second;
+}
+
+void Stats::setBuildInfo(std::string_view version, std::string_view codecs, bool cuda, bool ucx) {
+  gauge(Id::build_info, {std::string(version), std::string(codecs), cuda ? "1" : "0", ucx ? "1" : "0"}).Set(1);
+}
+
+void Stats::updateRatios() {
+  std::lock_guard lock(mu_);
+  for (auto& [name, c] : codecs_) {
+    c.ratio_sent->Set(ratio(c.raw_sent->Value(), c.wire_sent->Value()));
+    c.ratio_received->Set(ratio(c.raw_received->Value(), c.wire_received->Value()));
+  }
+}
+
+Stats::Totals Stats::totals() {
+  std::lock_guard lock(mu_);
+  Totals t;
+  for (auto& [name, c] : codecs_) {
+    t.raw_sent += c.raw_sent->Value();
+    t.wire_sent += c.wire_sent->Value();
+    t.raw_received += c.raw_received->Value();
+    t.wire_received += c.wire_received->Value();
+  }
+  return t;
+}
+
+}  // namespace gcagent::metrics

@@ -1,0 +1,127 @@
+// The stats of one agent, registered in one prometheus-cpp Registry from the list in
+// stats_list.h. Looking up a labelled metric (Family::Add) locks, so callers fetch the
+// handles they need once (per codec, per peer) and keep them; a handle's update is an
+// atomic add (counters, gauges) or a short lock per observation (histograms).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metrics/stats_list.h"
+
+namespace gcagent::metrics {
+
+enum class Type { kCounter, kGauge, kHistogram };
+enum class Buckets { kNone, kFast, kSlow };
+
+enum class Id {
+#define GCAGENT_STAT_ID(name, type, buckets, labels, help) name,
+  GCAGENT_STATS(GCAGENT_STAT_ID)
+#undef GCAGENT_STAT_ID
+};
+
+struct StatSpec {
+  Id id;
+  std::string_view name;  // with the gcagent_ prefix
+  Type type;
+  Buckets buckets;
+  std::string_view labels;  // comma-separated, "" for none
+  std::string_view help;
+};
+
+std::span<const StatSpec> statList();
+const StatSpec& spec(Id id);
+std::vector<std::string> labelNames(const StatSpec& s);
+std::string_view typeName(Type type);
+// "name type labels help" per line, for `gcagent --list-metrics`.
+std::string formatStatList();
+
+// Handles for one codec, fetched once per codec.
+struct CodecStats {
+  prometheus::Counter* raw_sent;
+  prometheus::Counter* wire_sent;
+  prometheus::Counter* raw_received;
+  prometheus::Counter* wire_received;
+  prometheus::Histogram* encode;
+  prometheus::Histogram* decode;
+  prometheus::Gauge* residual_norm;
+  prometheus::Gauge* ratio_sent;
+  prometheus::Gauge* ratio_received;
+};
+
+struct PeerStats {
+  prometheus::Gauge* queue_depth;
+  prometheus::Gauge* inflight;
+};
+
+enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed };
+enum class SizeClass { kSmall, kMedium, kLarge };
+SizeClass sizeClassOf(uint64_t bytes);
+
+class Stats {
+ public:
+  Stats();
+  Stats(const Stats&) = delete;
+  Stats& operator=(const Stats&) = delete;
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Cold path (locks): the handles for a codec or a peer, created at the first call.
+  CodecStats& codec(std::string_view name);
+  PeerStats& peer(uint32_t rank);
+
+  prometheus::Histogram& merge() { return *merge_; }
+  prometheus::Histogram& reduction(SizeClass c) { return *reduction_[static_cast<int>(c)]; }
+  prometheus::Counter& iterationsCompleted() { return *iterations_; }
+  prometheus::Counter& tensorsReduced() { return *tensors_; }
+  prometheus::Counter& decision(bool compressed) { return *decisions_[compressed ? 1 : 0]; }
+  prometheus::Counter& error(ErrorKind kind) { return *errors_[static_cast<int>(kind)]; }
+  prometheus::Gauge& trainersConnected() { return *trainers_; }
+  prometheus::Gauge& peersUp() { return *peers_up_; }
+
+  void setBuildInfo(std::string_view version, std::string_view codecs, bool cuda, bool ucx);
+  // Recomputes the ratio gauges from the byte counters (the periodic refresh calls it).
+  void updateRatios();
+
+  // Sums over every codec, for the progress summary.
+  struct Totals {
+    double raw_sent = 0, wire_sent = 0, raw_received = 0, wire_received = 0;
+  };
+  Totals totals();
+
+  // Generic access by id: every labelled metric goes through these, so the label names
+  // always match stats_list.h. Values are in the order of the spec's labels.
+  prometheus::Counter& counter(Id id, const std::vector<std::string>& values);
+  prometheus::Gauge& gauge(Id id, const std::vector<std::string>& values);
+  prometheus::Histogram& histogram(Id id, const std::vector<std::string>& values);
+
+ private:
+  prometheus::Labels labelsOf(Id id, const std::vector<std::string>& values) const;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<void*> families_;  // by Id; the Family<T> matching the spec's type
+  std::mutex mu_;                // guards the maps below (cold path only)
+  std::map<std::string, CodecStats, std::less<>> codecs_;
+  std::map<uint32_t, PeerStats> peers_;
+  prometheus::Histogram* merge_;
+  prometheus::Histogram* reduction_[3];
+  prometheus::Counter* iterations_;
+  prometheus::Counter* tensors_;
+  prometheus::Counter* decisions_[2];
+  prometheus::Counter* errors_[4];
+  prometheus::Gauge* trainers_;
+  prometheus::Gauge* peers_up_;
+};
+
+}  // namespace gcagent::metrics

@@ -1,0 +1,33 @@
+// Every stat gcagent exports, once: name (after the gcagent_ prefix), type, labels and
+// help. The registry, `gcagent --list-metrics`, the README table and the dashboard test
+// are all built from this list, so a name exists in one place only.
+//
+// X(name, type, buckets, labels, help)
+//   type: Counter, Gauge or Histogram; buckets: Fast (codec kernels), Slow (whole
+//   reductions) or None; labels: comma-separated, each with a bounded set of values:
+//   codec (registered codec names), direction (sent|received), peer (node rank),
+//   size_class (small|medium|large), decision (compressed|uncompressed),
+//   kind (bad_message|timeout|peer_lost|reduction_failed).
+#pragma once
+
+#define GCAGENT_STATS(X)                                                                            \
+  X(raw_bytes_total, Counter, None, "codec,direction", "fp32 bytes of the slices, before encoding") \
+  X(wire_bytes_total, Counter, None, "codec,direction", "encoded bytes of the slices on the wire")  \
+  X(compression_ratio, Gauge, None, "codec,direction",                                              \
+    "raw bytes over wire bytes since start (refreshed every second)")                               \
+  X(encode_seconds, Histogram, Fast, "codec", "time to encode one slice with its residual")        \
+  X(decode_seconds, Histogram, Fast, "codec", "time to decode one slice and add it")               \
+  X(merge_seconds, Histogram, Fast, "", "time to add local fp32 contributions of one tensor or slice") \
+  X(reduction_seconds, Histogram, Slow, "size_class",                                               \
+    "time from a tensor's reduce to its completion; small < 256 KiB <= medium < 16 MiB <= large")  \
+  X(iterations_completed_total, Counter, None, "", "iterations whose every tensor was reduced")    \
+  X(tensors_reduced_total, Counter, None, "", "tensor reductions completed successfully")          \
+  X(queue_depth, Gauge, None, "peer", "slices owned here that wait for this peer's contribution")  \
+  X(inflight_slices, Gauge, None, "peer", "slices handed to the transport for this peer, not yet sent") \
+  X(trainers_connected, Gauge, None, "", "trainer processes connected to the control socket")     \
+  X(peers_up, Gauge, None, "", "peer agents whose link is up")                                     \
+  X(residual_l2_norm, Gauge, None, "codec",                                                         \
+    "L2 norm of the error-feedback residual of a sampled slice (one in 64 encodes)")               \
+  X(scheduler_decisions_total, Counter, None, "decision", "tensor reductions by whether they were compressed") \
+  X(errors_total, Counter, None, "kind", "errors by kind")                                         \
+  X(build_info, Gauge, None, "version,codecs,cuda,ucx", "always 1; the labels describe the build")
