@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -387,16 +388,17 @@ class UcxTransport final : public Transport {
   }
 
   // Checks the wire header; a bad one is dropped with a log line.
-  const WireHeader* checkHeader(const void* header, size_t length) {
+  std::optional<WireHeader> checkHeader(const void* header, size_t length) {
     if (length < sizeof(WireHeader)) {
       GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a message with a ", length, "-byte header");
-      return nullptr;
+      return std::nullopt;
     }
-    auto* wire = static_cast<const WireHeader*>(header);
-    if (wire->magic != kWireMagic || wire->from >= options_.size || wire->from == options_.rank) {
-      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a message with magic 0x", std::hex, wire->magic,
-             std::dec, " from rank ", wire->from);
-      return nullptr;
+    WireHeader wire;
+    std::memcpy(&wire, header, sizeof wire);  // UCX gives no alignment guarantee
+    if (wire.magic != kWireMagic || wire.from >= options_.size || wire.from == options_.rank) {
+      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a message with magic 0x", std::hex, wire.magic,
+             std::dec, " from rank ", wire.from);
+      return std::nullopt;
     }
     return wire;
   }
@@ -404,8 +406,8 @@ class UcxTransport final : public Transport {
   static ucs_status_t onHello(void* arg, const void* header, size_t header_length, void*, size_t,
                               const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const WireHeader* wire = self->checkHeader(header, header_length);
-    if (wire == nullptr) return UCS_OK;
+    const auto wire = self->checkHeader(header, header_length);
+    if (!wire) return UCS_OK;
     const Rank from = wire->from;
     auto it = std::find_if(self->unidentified_.begin(), self->unidentified_.end(), [&](const auto& in) {
       return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 && in->ep == param->reply_ep;
@@ -433,17 +435,17 @@ class UcxTransport final : public Transport {
   static ucs_status_t onHelloAck(void* arg, const void* header, size_t header_length, void*, size_t,
                                  const ucp_am_recv_param_t*) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const WireHeader* wire = self->checkHeader(header, header_length);
-    if (wire != nullptr && wire->from > self->options_.rank && self->peers_[wire->from].ep) self->markUp(wire->from);
+    const auto wire = self->checkHeader(header, header_length);
+    if (wire && wire->from > self->options_.rank && self->peers_[wire->from].ep) self->markUp(wire->from);
     return UCS_OK;
   }
 
   static ucs_status_t onData(void* arg, const void* header, size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const WireHeader* wire = self->checkHeader(header, header_length);
+    const auto wire = self->checkHeader(header, header_length);
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (wire == nullptr) {
+    if (!wire) {
       if (rendezvous) ucp_am_data_release(self->worker_, data);
       return UCS_OK;
     }
