@@ -31,7 +31,7 @@ __global__ void terngradMathCheck(const float* g, float* r, uint8_t* codes, floa
                           : terngrad::encodeByte<false>(g, r, b, count, q, stream);
   const uint32_t code = (codes[b] >> terngrad::shiftOf(b)) & 3u;
   out[b] = terngrad::dequantize(code, s) + terngrad::clip(g[b], bound) +
-           terngrad::inputAt<false>(g, r, b) + terngrad::magnitude(g[b]) +
+           inputAt<false>(g, r, b) + terngrad::magnitude(g[b]) +
            static_cast<float>(terngrad::quantize(g[b], s, rng::uniform01(stream, b))) +
            static_cast<float>(terngrad::encodedBytes(n));
 }
@@ -44,7 +44,7 @@ __global__ void qsgdMathCheck(const float* g, float* r, int8_t* levels_out, floa
   const float unit = qsgd::unitOf(norm, levels);
   levels_out[i] = r != nullptr ? qsgd::encodeElement<true>(g, r, i, norm, unit, levels, stream)
                                : qsgd::encodeElement<false>(g, r, i, norm, unit, levels, stream);
-  const int32_t level = qsgd::quantize(qsgd::inputAt<false>(g, r, i), norm, levels,
+  const int32_t level = qsgd::quantize(inputAt<false>(g, r, i), norm, levels,
                                        rng::uniform01(stream, i));
   out[i] = qsgd::isValidLevel(level, levels)
                ? qsgd::dequantize(levels_out[i], unit) + qsgd::magnitude(g[i])

@@ -49,12 +49,12 @@ double squareSum(const float* __restrict g, const float* __restrict r, size_t be
   for (; i + 4 <= end; i += 4) {
 #pragma GCC unroll 1
     for (size_t j = 0; j < 4; ++j) {
-      const double x = qsgd::inputAt<kFeedback>(g, r, i + j);
+      const double x = inputAt<kFeedback>(g, r, i + j);
       lane[j] += x * x;
     }
   }
   for (; i < end; ++i) {
-    const double x = qsgd::inputAt<kFeedback>(g, r, i);
+    const double x = inputAt<kFeedback>(g, r, i);
     lane[0] += x * x;
   }
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);

@@ -3,6 +3,7 @@
 // l + 1 with probability s|x|/norm - l, and decodes to (norm / s) * level, so E[decoded] = x.
 #pragma once
 
+#include "compress/feedback_math.h"
 #include "compress/hd.h"
 #include "compress/random_math.h"
 
@@ -44,18 +45,6 @@ GC_HD float dequantize(int32_t level, float unit) {
 // level vectorizes).
 GC_HD bool isValidLevel(int32_t level, int32_t levels) {
   return static_cast<uint32_t>(level + levels) <= static_cast<uint32_t>(2 * levels);
-}
-
-// x = g (+ r with error feedback): both the norm pass and the encoding pass read it through
-// here, so they see the same fp32 values (which keeps norm >= |x|).
-template <bool kFeedback>
-GC_HD float inputAt(const float* g, const float* r, size_t i) {
-  if constexpr (kFeedback) {
-    return g[i] + r[i];
-  } else {
-    (void)r;
-    return g[i];
-  }
 }
 
 // The level of element i in a bucket of the given norm; with error feedback r keeps what

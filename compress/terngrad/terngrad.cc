@@ -66,14 +66,14 @@ BlockStats statsOf(const float* __restrict g, const float* __restrict r, size_t 
   for (; i + 4 <= end; i += 4) {
 #pragma GCC unroll 1
     for (size_t j = 0; j < 4; ++j) {
-      const float x = terngrad::inputAt<kFeedback>(g, r, i + j);
+      const float x = inputAt<kFeedback>(g, r, i + j);
       const float a = terngrad::magnitude(x);
       squares[j] += static_cast<double>(x) * x;
       largest[j] = a > largest[j] ? a : largest[j];
     }
   }
   for (; i < end; ++i) {
-    const float x = terngrad::inputAt<kFeedback>(g, r, i);
+    const float x = inputAt<kFeedback>(g, r, i);
     squares[0] += static_cast<double>(x) * x;
     largest[0] = std::max(largest[0], terngrad::magnitude(x));
   }

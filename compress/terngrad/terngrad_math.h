@@ -5,6 +5,7 @@
 // never written.
 #pragma once
 
+#include "compress/feedback_math.h"
 #include "compress/hd.h"
 #include "compress/random_math.h"
 
@@ -45,18 +46,6 @@ GC_HD float dequantize(uint32_t code, float s) {
   const uint32_t sent = code >> 1;
   const uint32_t negative = sent & ~code;
   return floatOf((bitsOf(s) & (0u - sent)) | (negative << 31));
-}
-
-// x = g (+ r with error feedback): both the statistics pass and the encoding pass read it
-// through here, so they see the same fp32 values.
-template <bool kFeedback>
-GC_HD float inputAt(const float* g, const float* r, size_t i) {
-  if constexpr (kFeedback) {
-    return g[i] + r[i];
-  } else {
-    (void)r;
-    return g[i];
-  }
 }
 
 // The code of element i; with error feedback r keeps what the code did not carry.
