@@ -1,6 +1,9 @@
 """N agents with L trainer processes each, all through the C client, checked by the
 trainers themselves against the exact average they can compute."""
 
+import os
+import time
+
 import pytest
 
 from cluster import Cluster, Namespaces
@@ -106,3 +109,34 @@ def test_namespaces(tmp_path):
     with Namespaces(3) as ns, Cluster(tmp_path, 3, ["--scheduler.slice_elements", "4096"], namespaces=ns) as c:
         assert_trainers_ok(c.trainers(2, ["--tensors", SIZES, "--iterations", "3", "--check", "exact"]), c)
         stop_clean(c)
+
+
+def test_garbage_on_the_control_socket_is_answered_and_others_keep_working(tmp_path):
+    import socket
+    import struct
+    with Cluster(tmp_path, 1) as c:
+        # The agent may still be starting: wait for its socket.
+        deadline = time.time() + 10
+        while not os.path.exists(c.sockets[0]) and time.time() < deadline:
+            time.sleep(0.05)
+        # A bad magic: an error reply (request id 0), then the agent hangs up.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(c.sockets[0])
+        s.sendall(b"NOPE" + bytes(12))
+        reply = s.recv(4096)
+        s.close()
+        magic, version, kind, length, request = struct.unpack("<IHHII", reply[:16])
+        assert (magic, kind, request) == (0x43414347, 7, 0), reply
+        assert b"bad magic" in reply[16:], reply
+        # A valid header with a truncated hello body: an error reply naming the message.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(c.sockets[0])
+        s.sendall(struct.pack("<IHHII", 0x43414347, 1, 1, 3, 9) + b"\x05\x00j")
+        reply = s.recv(4096)
+        assert struct.unpack("<IHHII", reply[:16])[4] == 9, reply
+        assert b"control message 'hello'" in reply[16:], reply
+        # The connection and the agent keep serving: real trainers still get exact averages.
+        assert_trainers_ok(c.trainers(2, ["--tensors", "1000,17", "--iterations", "2", "--check", "exact"]), c)
+        s.close()
+        stop_clean(c)
+        assert "bad magic" in c.log(0)
