@@ -1,5 +1,5 @@
-// The C client library against a fake agent that speaks the real protocol over a real Unix
-// socket and hands out real shared-memory segments (fake_agent.h).
+// The C client library against a scripted agent that speaks the real protocol over a real Unix
+// socket and hands out real shared-memory segments (scripted_agent.h).
 #include "gcagent_client.h"
 
 #include <gmock/gmock.h>
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "fake_agent.h"
+#include "scripted_agent.h"
 
 namespace gcagent::client::testing {
 namespace {
@@ -29,7 +29,7 @@ long long msSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-// How many mappings of a shared-memory segment this process holds (the fake agent's and the
+// How many mappings of a shared-memory segment this process holds (the scripted agent's and the
 // client's live in the same process).
 int mappings(const std::string& segment) {
   std::ifstream maps("/proc/self/maps");
@@ -45,7 +45,7 @@ class ClientTest : public ::testing::Test {
     char tmpl[] = "/tmp/gcagent-client-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    agent_ = std::make_unique<FakeAgent>(dir_);
+    agent_ = std::make_unique<ScriptedAgent>(dir_);
   }
 
   void TearDown() override {
@@ -76,7 +76,7 @@ class ClientTest : public ::testing::Test {
     for (uint64_t i = 0; i < gcagent_buffer_elements(client_, key); ++i) b[i] = base + static_cast<float>(i) * 0.25f;
   }
 
-  // The fake agent adds 1 to every element it completes.
+  // The scripted agent adds 1 to every element it completes.
   void expectReduced(uint64_t key, float base) {
     const float* b = gcagent_buffer(client_, key);
     ASSERT_NE(b, nullptr);
@@ -87,7 +87,7 @@ class ClientTest : public ::testing::Test {
   std::string lastError() const { return gcagent_last_error(client_); }
 
   std::string dir_;
-  std::unique_ptr<FakeAgent> agent_;
+  std::unique_ptr<ScriptedAgent> agent_;
   gcagent_client* client_ = nullptr;
 };
 
@@ -117,7 +117,7 @@ TEST_F(ClientTest, ConnectDeclareSubmitWaitRoundTrip) {
 TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {
   connect();
   ASSERT_EQ(declare({{10, 64}, {11, 3}, {12, 1000}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kCompleteSplitReversed;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSplitReversed;
   agent_->hold_submits = 2;
   for (uint64_t key : {10, 11, 12}) fill(key, static_cast<float>(key));
   const uint64_t first[] = {10}, rest[] = {11, 12};
@@ -144,7 +144,7 @@ TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {
 TEST_F(ClientTest, WaitTimesOutQuicklyAndKeysStayInFlight) {
   connect();
   ASSERT_EQ(declare({{1, 16}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kSilent;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kSilent;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 5, keys, 1), GCAGENT_OK);
   const auto start = Clock::now();
@@ -162,7 +162,7 @@ TEST_F(ClientTest, WaitTimesOutQuicklyAndKeysStayInFlight) {
 TEST_F(ClientTest, TimeoutInTheMiddleOfAFrameLosesNothing) {
   connect();
   ASSERT_EQ(declare({{1, 16}, {2, 16}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kCompleteSlowly;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSlowly;
   const uint64_t keys[] = {1, 2};
   fill(1, 1.0f);
   fill(2, 2.0f);
@@ -186,7 +186,7 @@ TEST_F(ClientTest, AgentErrorTextReachesLastError) {
   EXPECT_EQ(gcagent_wait(client_, 1, all, 3, 5000), GCAGENT_ERR_AGENT);  // sticks until resubmitted
   expectReduced(10, 1.0f);
 
-  agent_->fail_key = FakeAgent::kNoKey;
+  agent_->fail_key = ScriptedAgent::kNoKey;
   fill(11, 4.0f);
   ASSERT_EQ(gcagent_submit(client_, 2, bad, 1), GCAGENT_OK) << lastError();
   ASSERT_EQ(gcagent_wait(client_, 2, bad, 1, 5000), GCAGENT_OK) << lastError();
@@ -210,7 +210,7 @@ TEST_F(ClientTest, RejectedHelloComesBackFromConnect) {
 TEST_F(ClientTest, JobErrorFailsTheConnection) {
   connect();
   ASSERT_EQ(declare({{1, 4}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kJobError;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kJobError;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 1, keys, 1), GCAGENT_OK);
   EXPECT_EQ(gcagent_wait(client_, 1, keys, 1, 5000), GCAGENT_ERR_AGENT);
@@ -221,7 +221,7 @@ TEST_F(ClientTest, JobErrorFailsTheConnection) {
 TEST_F(ClientTest, AgentClosingMidWaitReturnsIo) {
   connect();
   ASSERT_EQ(declare({{1, 4}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kClose;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kClose;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 1, keys, 1), GCAGENT_OK);
   const auto start = Clock::now();
@@ -237,7 +237,7 @@ TEST_F(ClientTest, AgentClosingMidWaitReturnsIo) {
 TEST_F(ClientTest, MalformedMessageIsAProtocolError) {
   connect();
   ASSERT_EQ(declare({{1, 4}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = FakeAgent::OnSubmit::kGarbage;
+  agent_->on_submit = ScriptedAgent::OnSubmit::kGarbage;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 1, keys, 1), GCAGENT_OK);
   EXPECT_EQ(gcagent_wait(client_, 1, keys, 1, 5000), GCAGENT_ERR_PROTOCOL);

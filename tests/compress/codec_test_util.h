@@ -57,6 +57,30 @@ inline std::vector<float> decode(const Codec& codec, std::span<const std::byte> 
   return acc;
 }
 
+// Every (key, value) must be refused by codec `name` with an error naming the codec and the key.
+inline void expectBadParams(const std::string& name, const std::vector<std::pair<std::string, std::string>>& bad) {
+  for (const auto& [key, value] : bad) {
+    auto codec = makeCodec(name, {{key, value}});
+    ASSERT_FALSE(codec.ok()) << name << ": " << key << "=" << value << " was accepted";
+    EXPECT_TRUE(codec.status().code() == StatusCode::kInvalidArgument ||
+                codec.status().code() == StatusCode::kOutOfRange)
+        << codec.status().toString();
+    EXPECT_NE(codec.status().message().find(name), std::string::npos) << codec.status().message();
+    EXPECT_NE(codec.status().message().find(key), std::string::npos) << codec.status().message();
+  }
+}
+
+// decodeAdd of `bad` must fail as data loss, name the codec first, and leave `acc` as it was.
+inline std::string expectRejectedUntouched(const Codec& codec, const std::vector<std::byte>& bad,
+                                           std::vector<float>& acc, const char* what) {
+  const std::vector<float> before = acc;
+  Status s = codec.decodeAdd(bad, acc, {});
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << what << ": " << s.toString();
+  EXPECT_EQ(s.message().rfind(std::string(codec.name()) + ": ", 0), 0u) << s.message();
+  EXPECT_EQ(acc, before) << what;
+  return s.message();
+}
+
 // Bytes written out: bytes({0xe0, 0x03}).
 inline std::vector<std::byte> bytes(std::initializer_list<int> v) {
   std::vector<std::byte> out;

@@ -1,4 +1,4 @@
-/* gcagent_test_trainer: a fake trainer for integration tests and demos, written in C11 to
+/* gcagent_test_trainer: a synthetic trainer for integration tests and demos, written in C11 to
  * prove that gcagent_client.h is pure C.
  *
  *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]

@@ -1,4 +1,4 @@
-#include "fake_agent.h"
+#include "scripted_agent.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,28 +14,28 @@
 namespace gcagent::client::testing {
 namespace protocol = shm::protocol;
 
-FakeAgent::FakeAgent(const std::string& dir) : path_(dir + "/agent.sock") {
+ScriptedAgent::ScriptedAgent(const std::string& dir) : path_(dir + "/agent.sock") {
   if (::pipe(stop_pipe_) != 0) throw std::runtime_error("pipe failed");
 }
 
-FakeAgent::~FakeAgent() {
+ScriptedAgent::~ScriptedAgent() {
   stop();
   ::close(stop_pipe_[0]);
   ::close(stop_pipe_[1]);
 }
 
-void FakeAgent::start() {
+void ScriptedAgent::start() {
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path_.c_str(), sizeof addr.sun_path - 1);
   if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(listen_fd_, 8) != 0)
-    throw std::runtime_error(strCat("fake agent cannot listen on ", path_, ": ", std::strerror(errno)));
+    throw std::runtime_error(strCat("scripted agent cannot listen on ", path_, ": ", std::strerror(errno)));
   thread_ = std::thread([this] { run(); });
 }
 
-void FakeAgent::stop() {
+void ScriptedAgent::stop() {
   if (thread_.joinable()) {
     const char byte = 's';
     (void)!::write(stop_pipe_[1], &byte, 1);
@@ -48,12 +48,12 @@ void FakeAgent::stop() {
   }
 }
 
-std::string FakeAgent::segmentName() {
+std::string ScriptedAgent::segmentName() {
   std::lock_guard lock(mu_);
   return segment_ ? segment_->name() : "";
 }
 
-void FakeAgent::run() {
+void ScriptedAgent::run() {
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) continue;
@@ -67,7 +67,7 @@ void FakeAgent::run() {
   }
 }
 
-bool FakeAgent::readFrame(int fd, protocol::Message* out) {
+bool ScriptedAgent::readFrame(int fd, protocol::Message* out) {
   std::vector<std::byte> buf(protocol::kHeaderBytes);
   size_t have = 0;
   std::optional<protocol::Header> header;
@@ -94,12 +94,12 @@ bool FakeAgent::readFrame(int fd, protocol::Message* out) {
   }
 }
 
-bool FakeAgent::send(int fd, const protocol::Message& message) {
+bool ScriptedAgent::send(int fd, const protocol::Message& message) {
   const auto frame = protocol::encode(message);
   return ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(frame.size());
 }
 
-bool FakeAgent::answer(int fd, const HeldSubmit& held) {
+bool ScriptedAgent::answer(int fd, const HeldSubmit& held) {
   const OnSubmit mode = on_submit.load();
   const uint64_t failing = fail_key.load();
   const uint64_t iteration = held.submit.iteration;
@@ -151,7 +151,7 @@ bool FakeAgent::answer(int fd, const HeldSubmit& held) {
   return true;
 }
 
-bool FakeAgent::serve(int fd) {
+bool ScriptedAgent::serve(int fd) {
   protocol::Message m;
   while (readFrame(fd, &m)) {
     const uint32_t id = m.request_id;

@@ -20,7 +20,7 @@
 
 namespace gcagent::client::testing {
 
-class FakeAgent {
+class ScriptedAgent {
  public:
   enum class OnSubmit {
     kComplete,               // one Complete per submit
@@ -34,8 +34,8 @@ class FakeAgent {
   static constexpr uint64_t kNoKey = std::numeric_limits<uint64_t>::max();
 
   // Listens on <dir>/agent.sock once start() is called.
-  explicit FakeAgent(const std::string& dir);
-  ~FakeAgent();
+  explicit ScriptedAgent(const std::string& dir);
+  ~ScriptedAgent();
   void start();
   void stop();
   const std::string& socketPath() const { return path_; }
