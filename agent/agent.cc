@@ -109,6 +109,10 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.slice_elements = static_cast<uint64_t>(config.scheduler_slice_elements);
   o.default_codec = {config.compress_codec, std::move(params)};
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
+  GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
+  o.refit_interval = config.scheduler_refit_interval;
+  o.inflight_per_peer = static_cast<uint32_t>(config.scheduler_inflight_per_peer);
+  o.inflight_bytes = static_cast<uint64_t>(config.scheduler_inflight_bytes);
   o.result_codec = config.compress_result_codec;
   o.residual_budget_bytes = static_cast<size_t>(config.compress_residual_budget_bytes);
   o.codec_env.pool = impl->pool.get();

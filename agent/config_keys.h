@@ -30,13 +30,17 @@
     "slices in flight to one peer before higher priorities may overtake")                      \
   X(scheduler, inflight_bytes, Integer, "0", 0, 68719476736, "",                               \
     "optional byte budget in flight per peer; 0 means no byte limit")                          \
+  X(scheduler, refit_interval, Real, "5", 0, 86400, "",                                         \
+    "seconds between re-fits of the auto selection's cost model from measured timings")        \
   X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \
   X(compress, params, TextList, "", 0, 0, "",                                                   \
     "parameters of the default codec, as key=value items")                                     \
   X(compress, result_codec, Text, "same", 0, 0, "",                                             \
     "codec of the summed slices owners send back: same (as the tensor's) or a codec name")     \
+  X(compress, selection, Text, "size", 0, 0, "size|auto",                                       \
+    "which gradients are compressed: size (at least min_elements) or auto (measured cost model)") \
   X(compress, min_elements, Integer, "262144", 0, 4294967295, "",                              \
-    "gradients smaller than this are sent uncompressed")                                       \
+    "with selection size, gradients smaller than this are sent uncompressed")                  \
   X(compress, residual_budget_bytes, Integer, "4294967296", 0, 1099511627776, "",              \
     "memory the error-feedback residuals may use")                                             \
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \

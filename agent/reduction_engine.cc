@@ -9,16 +9,11 @@
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "compress/registry.h"
+#include "scheduler/credit_window.h"
+#include "scheduler/priority_queue.h"
 
 namespace gcagent::agent {
 namespace {
-
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -28,6 +23,8 @@ double secondsSince(Clock::time_point start) {
 
 // One residual in this many encodes has its norm computed: a full pass over the slice.
 constexpr uint64_t kResidualSampleEvery = 64;
+// Marks result fingerprints, so a contribution is never mistaken for a result.
+constexpr uint32_t kResultMark = 0x5bd1e995u;
 
 uint32_t fingerprint(const compress::CodecSpec& spec) {
   uint32_t h = 2166136261u;  // FNV-1a over name and sorted parameters
@@ -65,24 +62,46 @@ struct ReductionEngine::KeyState {
   uint32_t push_fp = 0, pull_fp = 0;
   metrics::CodecStats* push_stats = nullptr;  // cached: no registry lookup per slice
   metrics::CodecStats* pull_stats = nullptr;
+  metrics::CodecStats* raw_stats = nullptr;
   metrics::SizeClass size_class = metrics::SizeClass::kSmall;
   std::chrono::steady_clock::time_point started;
+  scheduler::SliceGeometry geometry;
   uint32_t slice_count = 0;
+  // The planner's decision: compressed or not, re-made when the planner re-fits.
+  scheduler::Plan plan;
+  uint64_t plan_epoch = UINT64_MAX;
+  bool planned = false;
   // This node's reduction in flight.
   bool active = false;
   uint64_t iteration = 0;
   std::vector<float*> outputs;
   uint32_t slices_left = 0;
   std::vector<float> local_sum;
+  const float* source = nullptr;  // the node's sum of this iteration: local_sum or the only buffer
+  uint32_t contributors = 0;
   bool completed_once = false;
   uint64_t last_iteration = 0;  // last iteration this node finished or failed
   // Owner side, by (slice, iteration).
   std::map<std::pair<uint32_t, uint64_t>, Accumulator> accumulators;
+};
 
-  uint64_t begin(uint32_t slice, uint64_t slice_elements) const { return slice * slice_elements; }
-  uint64_t end(uint32_t slice, uint64_t slice_elements) const {
-    return std::min<uint64_t>(spec.elements, (uint64_t{slice} + 1) * slice_elements);
-  }
+// A slice waiting for its peer's credit window. A contribution is encoded when it leaves
+// the queue (it reads the node's sum, which stays put while the key is active); a result
+// was encoded once by the owner and is shared by the sends to every node.
+struct ReductionEngine::Outgoing {
+  SliceKind kind;
+  uint64_t job, key, iteration;
+  uint32_t slice;
+  std::vector<std::byte> header;                    // results only
+  std::shared_ptr<std::vector<std::byte>> payload;  // results only
+};
+
+struct ReductionEngine::Lane {
+  scheduler::PriorityQueue<Outgoing> queue;
+  scheduler::CreditWindow window;
+  Clock::time_point last_completion{};
+  bool dispatching = false;
+  Lane(uint32_t slices, uint64_t bytes) : window(slices, bytes) {}
 };
 
 struct ReductionEngine::JobState {
@@ -94,15 +113,57 @@ struct ReductionEngine::JobState {
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
     : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
-      stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()) {
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    peer_stats_.push_back(r == transport_.rank() ? nullptr : &stats_->peer(r));
+      stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
+      planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
+                options_.refit_interval}),
+      alive_(std::make_shared<ReductionEngine*>(this)) {
+  for (transport::Rank r = 0; r < transport_.size(); ++r) {
+    const bool self = r == transport_.rank();
+    peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
+    lanes_.push_back(self ? nullptr : std::make_unique<Lane>(options_.inflight_per_peer, options_.inflight_bytes));
+  }
+  raw_codec_ = std::move(compress::makeCodec({"none", {}}, options_.codec_env)).value();
+  raw_fp_ = fingerprint({"none", {}});
 }
 
-ReductionEngine::~ReductionEngine() = default;
+ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
 uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
-  return static_cast<uint32_t>((mix64(key) + slice) % transport_.size());
+  return scheduler::ownerOf(key, slice, transport_.size());
+}
+
+size_t ReductionEngine::queuedSlices(transport::Rank peer) const {
+  return peer < lanes_.size() && lanes_[peer] ? lanes_[peer]->queue.size() : 0;
+}
+
+Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) const {
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
+  auto k = j->second->keys.find(key);
+  if (k == j->second->keys.end()) return Status::notFound(strCat("tensor ", key, " is not declared"));
+  return k->second.plan;
+}
+
+void ReductionEngine::replan(KeyState& k, bool log_always) {
+  const scheduler::Plan plan = planner_.decide(k.spec.elements, *k.push);
+  const bool changed = !k.planned || plan.compress != k.plan.compress;
+  k.plan = plan;
+  k.plan.partitions = k.geometry.count() < plan.partitions ? k.geometry.count() : plan.partitions;
+  k.plan_epoch = planner_.epoch();
+  k.planned = true;
+  if ((changed || log_always) && k.push_spec.name != "none")
+    GC_LOG(kInfo, "scheduler", "tensor ", k.spec.key, " (", k.spec.elements, " elements, ", k.push_spec.name, "): ",
+           planner_.selection() == scheduler::Selection::kAuto ? k.plan.describe()
+                                                              : strCat(k.plan.compress ? "compressed" : "uncompressed",
+                                                                       " (min_elements ", options_.min_elements, ")"));
+}
+
+void ReductionEngine::updatePlanGauges() {
+  double compressed = 0, uncompressed = 0;
+  for (const auto& [job, js] : jobs_)
+    for (const auto& [key, k] : js->keys) (k.plan.compress ? compressed : uncompressed) += 1;
+  stats_->gauge(metrics::Id::planned_tensors, {"compressed"}).Set(compressed);
+  stats_->gauge(metrics::Id::planned_tensors, {"uncompressed"}).Set(uncompressed);
 }
 
 Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
@@ -114,12 +175,8 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     KeyState k;
     k.spec = t;
     k.push_spec = t.codec.name.empty() ? options_.default_codec : t.codec;
-    if (t.elements < options_.min_elements) {
-      // Too small to be worth compressing; a bad codec name is still an error.
-      auto requested = compress::makeCodec(k.push_spec, options_.codec_env);
-      if (!requested.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", requested.status().message()));
-      k.push_spec = {"none", {}};
-    }
+    // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
+    // codec of an uncompressed push codec stays uncompressed.
     k.pull_spec = options_.result_codec == "same" || k.push_spec.name == "none"
                       ? k.push_spec
                       : compress::CodecSpec{options_.result_codec, {}};
@@ -131,10 +188,12 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     k.pull = std::move(pull).value();
     k.push_stats = &stats_->codec(k.push_spec.name);
     k.pull_stats = &stats_->codec(k.pull_spec.name);
+    k.raw_stats = &stats_->codec("none");
     k.size_class = metrics::sizeClassOf(t.elements * sizeof(float));
     k.push_fp = fingerprint(k.push_spec);
-    k.pull_fp = fingerprint(k.pull_spec) ^ 0x5bd1e995u;
-    k.slice_count = static_cast<uint32_t>((t.elements + options_.slice_elements - 1) / options_.slice_elements);
+    k.pull_fp = fingerprint(k.pull_spec) ^ kResultMark;
+    k.geometry = scheduler::SliceGeometry::of(t.elements, options_.slice_elements, planner_.partitions(t.elements));
+    k.slice_count = k.geometry.count();
     auto old = js.keys.find(t.key);
     if (old != js.keys.end()) {
       if (old->second.active) return Status::failedPrecondition(strCat("tensor ", t.key, " is being reduced"));
@@ -155,6 +214,8 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     }
   }
   js.keys = std::move(keys);
+  for (auto& [key, k] : js.keys) replan(k, /*log_always=*/true);
+  updatePlanGauges();
   // Replay the slices peers sent before this node knew the job.
   auto stashed = stash_.find(job);
   if (stashed != stash_.end()) {
@@ -198,7 +259,13 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
   k.started = Clock::now();
-  stats_->decision(k.push_spec.name != "none").Increment();
+  if (planner_.maybeRefit(k.started)) updateCostGauges();
+  if (k.plan_epoch != planner_.epoch()) {
+    const bool before = k.plan.compress;
+    replan(k, /*log_always=*/false);
+    if (before != k.plan.compress) updatePlanGauges();
+  }
+  stats_->decision(k.plan.compress && k.push_spec.name != "none").Increment();
   const uint64_t n = k.spec.elements;
   if (transport_.size() == 1) {
     // A node on its own: the local sum is the whole sum. One fused pass sums and scales into
@@ -216,54 +283,158 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     completeKey(job, k, {});
     return {};
   }
-  const float* src = k.outputs[0];
+  k.source = k.outputs[0];
   if (k.outputs.size() > 1) {
+    const auto merge_start = Clock::now();
     k.local_sum.assign(k.outputs[0], k.outputs[0] + n);
     for (size_t b = 1; b < k.outputs.size(); ++b) {
       const float* in = k.outputs[b];
       float* acc = k.local_sum.data();
       for (uint64_t i = 0; i < n; ++i) acc[i] += in[i];
     }
-    src = k.local_sum.data();
+    stats_->merge().Observe(secondsSince(merge_start));
+    k.source = k.local_sum.data();
   }
   const uint32_t self = transport_.rank();
-  const uint32_t contributors = static_cast<uint32_t>(k.outputs.size());
+  k.contributors = static_cast<uint32_t>(k.outputs.size());
+  std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k.slice_count && k.active; ++s) {
-    const uint64_t b = k.begin(s, options_.slice_elements), e = k.end(s, options_.slice_elements);
     const uint32_t owner = ownerOf(key, s);
     if (owner == self) {
-      addContribution(js, job, k, s, iteration, self, contributors, src + b, {});
+      addContribution(js, job, k, s, iteration, self, k.contributors, k.source + k.geometry.begin(s), {}, false);
       continue;
     }
-    auto residual = js.push_residuals.get(key, s, k.push->stateElements(e - b));
-    if (!residual.ok()) {
-      completeKey(job, k, residual.status());
-      return {};
-    }
-    auto payload = std::make_shared<std::vector<std::byte>>(k.push->maxEncodedBytes(e - b));
-    const auto encode_start = Clock::now();
-    auto written = k.push->encode({src + b, e - b}, *residual, *payload, {key, s, iteration});
-    if (!written.ok()) {
-      completeKey(job, k, written.status());
-      return {};
-    }
-    k.push_stats->encode->Observe(secondsSince(encode_start));
-    sampleResidual(*k.push_stats, *k.push, *residual, e - b);
-    payload->resize(*written);
-    counters_.raw_bytes_sent += (e - b) * 4;
-    counters_.wire_bytes_sent += *written;
-    k.push_stats->raw_sent->Increment(static_cast<double>((e - b) * 4));
-    k.push_stats->wire_sent->Increment(static_cast<double>(*written));
-    SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k.slice_count, n, k.push_fp, contributors};
-    sendSlice(owner, encodeSliceHeader(h), std::move(payload), job, key);
+    enqueue(owner, k.spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, {}, nullptr});
+    touched[owner] = true;
   }
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (touched[r]) dispatch(r);
   return {};
+}
+
+void ReductionEngine::enqueue(transport::Rank to, int32_t priority, Outgoing item) {
+  lanes_[to]->queue.push(priority, std::move(item));
+}
+
+void ReductionEngine::dispatch(transport::Rank to) {
+  Lane& lane = *lanes_[to];
+  if (lane.dispatching) return;  // a completion during a send: the loop below goes on
+  lane.dispatching = true;
+  while (!lane.queue.empty()) {
+    const Outgoing& next = *lane.queue.top();
+    uint64_t estimate = 0;
+    if (next.payload) {
+      estimate = next.payload->size();
+    } else if (KeyState* k = findKey(next.job, next.key)) {
+      const uint64_t n = k->geometry.size(next.slice);
+      estimate = k->plan.compress ? k->push->maxEncodedBytes(n) : n * sizeof(float);
+    }
+    if (!lane.window.admits(estimate)) break;
+    Outgoing item = std::move(*lane.queue.pop());
+    KeyState* k = findKey(item.job, item.key);
+    std::shared_ptr<std::vector<std::byte>> payload = std::move(item.payload);
+    std::vector<std::byte> header = std::move(item.header);
+    if (item.kind == SliceKind::kContribution) {
+      // A reduction that failed meanwhile leaves its queued slices behind: drop them.
+      if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
+      bool compressed = false;
+      auto encoded = encodeContribution(*jobs_[item.job], *k, item.slice, compressed);
+      if (!encoded.ok()) {
+        completeKey(item.job, *k, encoded.status());
+        continue;
+      }
+      payload = std::move(encoded).value();
+      SliceMessage h{SliceKind::kContribution, item.job, item.key, item.iteration, item.slice, k->slice_count,
+                     k->spec.elements, compressed ? k->push_fp : raw_fp_, k->contributors};
+      header = encodeSliceHeader(h);
+    }
+    const uint64_t bytes = payload->size();
+    lane.window.take(bytes);
+    // The gauge lives in the shared stats, which the callback keeps alive: sends may
+    // complete after the engine is gone.
+    prometheus::Gauge* inflight = peer_stats_[to]->inflight;
+    inflight->Increment();
+    const auto handed = Clock::now();
+    Status s = transport_.send(to, header, *payload,
+                               [payload, inflight, bytes, handed, to, keep = stats_,
+                                engine = std::weak_ptr<ReductionEngine*>(alive_)](const Status& done) {
+                                 inflight->Decrement();
+                                 if (auto e = engine.lock(); e && *e) (*e)->onSent(to, bytes, handed, done);
+                               });
+    if (!s.ok()) {
+      lane.window.give(bytes);
+      inflight->Decrement();
+      if (k != nullptr && k->active && k->iteration == item.iteration)
+        completeKey(item.job, *k, Status::unavailable(strCat("sending tensor ", item.key, " to rank ", to, ": ",
+                                                             s.message())));
+    }
+  }
+  lane.dispatching = false;
+}
+
+void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, Clock::time_point handed, const Status& s) {
+  Lane& lane = *lanes_[to];
+  lane.window.give(bytes);
+  const auto now = Clock::now();
+  if (s.ok()) {
+    // The link's time for this message: since it was handed over, or since the previous
+    // completion if it waited behind that one.
+    planner_.recordWire(bytes, std::chrono::duration<double>(now - std::max(handed, lane.last_completion)).count());
+  }
+  lane.last_completion = now;
+  dispatch(to);
+}
+
+Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeContribution(JobState& js, KeyState& k,
+                                                                                     uint32_t slice,
+                                                                                     bool& compressed) {
+  compressed = k.plan.compress && k.push_spec.name != "none";
+  const uint64_t b = k.geometry.begin(slice), n = k.geometry.size(slice);
+  return encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice, k.iteration, {k.source + b, n},
+                     1);
+}
+
+Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeSlice(
+    compress::ResidualStore& residuals, const compress::Codec& tensor_codec, metrics::CodecStats& tensor_stats,
+    bool compressed, KeyState& k, uint32_t slice, uint64_t iteration, std::span<const float> values, uint32_t copies) {
+  const uint64_t key = k.spec.key, n = values.size();
+  const compress::Codec& codec = compressed ? tensor_codec : *raw_codec_;
+  metrics::CodecStats& stats = compressed ? tensor_stats : *k.raw_stats;
+  std::span<float> state;
+  std::vector<float> flushed;
+  if (compressed) {
+    GC_ASSIGN_OR_RETURN(state, residuals.get(key, slice, codec.stateElements(n)));
+  } else if (std::span<float> old = residuals.find(key, slice); !old.empty()) {
+    // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
+    const std::span<const float> r = tensor_codec.residual(old, n);
+    if (!r.empty()) {
+      flushed.assign(values.begin(), values.end());
+      for (uint64_t i = 0; i < n; ++i) flushed[i] += r[i];
+      values = flushed;
+    }
+    std::fill(old.begin(), old.end(), 0.0f);
+  }
+  auto payload = std::make_shared<std::vector<std::byte>>(codec.maxEncodedBytes(n));
+  const auto start = Clock::now();
+  GC_ASSIGN_OR_RETURN(size_t written, codec.encode(values, state, *payload, {key, slice, iteration}));
+  const double took = secondsSince(start);
+  stats.encode->Observe(took);
+  if (compressed) {
+    planner_.recordEncode(codec.name(), n, written, took);
+    sampleResidual(stats, codec, state, n);
+  }
+  payload->resize(written);
+  counters_.raw_bytes_sent += copies * n * sizeof(float);
+  counters_.wire_bytes_sent += copies * written;
+  stats.raw_sent->Increment(static_cast<double>(copies * n * sizeof(float)));
+  stats.wire_sent->Increment(static_cast<double>(copies * written));
+  return payload;
 }
 
 void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                       transport::Rank from, uint32_t contributors, const float* local,
-                                      std::span<const std::byte> encoded) {
-  const uint64_t b = k.begin(slice, options_.slice_elements), e = k.end(slice, options_.slice_elements);
+                                      std::span<const std::byte> encoded, bool compressed) {
+  const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   Accumulator& acc = k.accumulators[{slice, iteration}];
   if (acc.seen.empty()) {
     acc.sum.assign(e - b, 0.0f);
@@ -280,8 +451,11 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     for (uint64_t i = 0; i < e - b; ++i) acc.sum[i] += local[i];
     stats_->merge().Observe(secondsSince(start));
   } else {
-    Status s = k.push->decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
-    k.push_stats->decode->Observe(secondsSince(start));
+    const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
+    Status s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
+    const double took = secondsSince(start);
+    (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
+    planner_.recordDecode(codec.name(), encoded.size(), took);
     if (!s.ok()) {
       badMessage();
       GC_LOG(kWarn, "agent", "contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
@@ -299,51 +473,42 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
   auto node = k.accumulators.extract({slice, iteration});
   Accumulator& acc = node.mapped();
   const uint64_t key = k.spec.key;
-  auto residual = js.pull_residuals.get(key, slice, k.pull->stateElements(acc.sum.size()));
-  if (!residual.ok()) {
-    if (k.active && k.iteration == iteration) completeKey(job, k, residual.status());
+  const bool compressed = k.plan.compress && k.pull_spec.name != "none";
+  auto payload = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, acc.sum,
+                             transport_.size() - 1);
+  if (!payload.ok()) {
+    if (k.active && k.iteration == iteration) completeKey(job, k, payload.status());
     return;
   }
-  auto payload = std::make_shared<std::vector<std::byte>>(k.pull->maxEncodedBytes(acc.sum.size()));
-  const auto encode_start = Clock::now();
-  auto written = k.pull->encode(acc.sum, *residual, *payload, {key, slice, iteration});
-  if (!written.ok()) {
-    if (k.active && k.iteration == iteration) completeKey(job, k, written.status());
-    return;
-  }
-  k.pull_stats->encode->Observe(secondsSince(encode_start));
-  sampleResidual(*k.pull_stats, *k.pull, *residual, acc.sum.size());
-  payload->resize(*written);
-  const double peers = transport_.size() - 1;
-  k.pull_stats->raw_sent->Increment(peers * static_cast<double>(acc.sum.size() * 4));
-  k.pull_stats->wire_sent->Increment(peers * static_cast<double>(*written));
-  SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements, k.pull_fp,
-                 acc.contributors};
+  SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements,
+                 compressed ? k.pull_fp : raw_fp_ ^ kResultMark, acc.contributors};
   const auto header = encodeSliceHeader(h);
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     if (r == transport_.rank()) continue;
-    counters_.raw_bytes_sent += acc.sum.size() * 4;
-    counters_.wire_bytes_sent += *written;
-    sendSlice(r, header, payload, job, key);
+    enqueue(r, k.spec.priority, Outgoing{SliceKind::kResult, job, key, iteration, slice, header, *payload});
+    dispatch(r);
   }
-  applyResult(job, k, slice, iteration, acc.contributors, *payload);
+  applyResult(job, k, slice, iteration, acc.contributors, **payload, compressed);
 }
 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
-                                  uint32_t contributors, std::span<const std::byte> encoded) {
+                                  uint32_t contributors, std::span<const std::byte> encoded, bool compressed) {
   if (!k.active || k.iteration != iteration) {
     badMessage();
     GC_LOG(kWarn, "agent", "result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
            k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
     return;
   }
-  const uint64_t b = k.begin(slice, options_.slice_elements), e = k.end(slice, options_.slice_elements);
+  const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
   std::fill(dst.begin(), dst.end(), 0.0f);
   const auto decode_start = Clock::now();
-  Status s = k.pull->decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
-  k.pull_stats->decode->Observe(secondsSince(decode_start));
+  const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
+  Status s = codec.decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+  const double took = secondsSince(decode_start);
+  (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
+  planner_.recordDecode(codec.name(), encoded.size(), took);
   if (!s.ok()) {
     badMessage();
     completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
@@ -373,18 +538,22 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   if (on_complete_) on_complete_(job, k.iteration, k.spec.key, status);
 }
 
-void ReductionEngine::sendSlice(transport::Rank to, std::vector<std::byte> header,
-                                std::shared_ptr<std::vector<std::byte>> payload, uint64_t job, uint64_t key) {
-  // The gauge lives in the shared stats, which the callback keeps alive: sends may
-  // complete after the engine is gone.
-  prometheus::Gauge* inflight = peer_stats_[to] ? peer_stats_[to]->inflight : nullptr;
-  if (inflight != nullptr) inflight->Increment();
-  Status s = transport_.send(to, header, *payload, [payload, inflight, keep = stats_](const Status&) {
-    if (inflight != nullptr) inflight->Decrement();
-  });
-  if (!s.ok()) {
-    KeyState* k = findKey(job, key);
-    if (k != nullptr) completeKey(job, *k, Status::unavailable(strCat("sending tensor ", key, " to rank ", to, ": ", s.message())));
+void ReductionEngine::updateCostGauges() {
+  auto set = [&](const std::string& codec, const char* step, const scheduler::LinearCost& c) {
+    stats_->gauge(metrics::Id::cost_model, {codec, step, "w"}).Set(c.w);
+    stats_->gauge(metrics::Id::cost_model, {codec, step, "b"}).Set(c.b);
+    stats_->gauge(metrics::Id::cost_model, {codec, step, "overhead"}).Set(c.overhead);
+  };
+  std::vector<std::string> codecs;
+  for (const auto& [job, js] : jobs_)
+    for (const auto& [key, k] : js->keys)
+      if (std::find(codecs.begin(), codecs.end(), k.push_spec.name) == codecs.end()) codecs.push_back(k.push_spec.name);
+  for (const std::string& codec : codecs) {
+    const scheduler::StepCosts c = planner_.costs(codec);
+    set(codec, "encode", c.encode);
+    set(codec, "decode", c.decode);
+    set(codec, "wire", c.gather);
+    set(codec, "aggregate", c.aggregate);
   }
 }
 
@@ -428,9 +597,10 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (h.tensor_elements != k.spec.elements || h.slice_count != k.slice_count)
     return reject(m, Status::invalidArgument(strCat("tensor ", h.key, " has ", h.tensor_elements, " elements there, ",
                                                     k.spec.elements, " here")));
-  const uint64_t slice_elements = k.end(h.slice, options_.slice_elements) - k.begin(h.slice, options_.slice_elements);
+  const uint64_t slice_elements = k.geometry.size(h.slice);
   if (h.kind == SliceKind::kContribution) {
-    if (h.codec_fingerprint != k.push_fp)
+    const bool compressed = h.codec_fingerprint == k.push_fp && k.push_spec.name != "none";
+    if (h.codec_fingerprint != k.push_fp && h.codec_fingerprint != raw_fp_)
       return reject(m, Status::invalidArgument(strCat("tensor ", h.key, ": codec differs from '", k.push_spec.name, "'")));
     if (ownerOf(h.key, h.slice) != transport_.rank())
       return reject(m, Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, " is not owned here")));
@@ -439,11 +609,13 @@ void ReductionEngine::onMessage(const transport::Message& m) {
                                                       h.iteration)));
     counters_.raw_bytes_received += slice_elements * 4;
     counters_.wire_bytes_received += m.payload.size();
-    k.push_stats->raw_received->Increment(static_cast<double>(slice_elements * 4));
-    k.push_stats->wire_received->Increment(static_cast<double>(m.payload.size()));
-    addContribution(js, h.job, k, h.slice, h.iteration, m.from, h.contributors, nullptr, m.payload);
+    metrics::CodecStats& cs = compressed ? *k.push_stats : *k.raw_stats;
+    cs.raw_received->Increment(static_cast<double>(slice_elements * 4));
+    cs.wire_received->Increment(static_cast<double>(m.payload.size()));
+    addContribution(js, h.job, k, h.slice, h.iteration, m.from, h.contributors, nullptr, m.payload, compressed);
   } else {
-    if (h.codec_fingerprint != k.pull_fp)
+    const bool compressed = h.codec_fingerprint == k.pull_fp && k.pull_spec.name != "none";
+    if (h.codec_fingerprint != k.pull_fp && h.codec_fingerprint != (raw_fp_ ^ kResultMark))
       return reject(m, Status::invalidArgument(strCat("tensor ", h.key, ": result codec differs from '",
                                                       k.pull_spec.name, "'")));
     if (ownerOf(h.key, h.slice) != m.from)
@@ -451,9 +623,10 @@ void ReductionEngine::onMessage(const transport::Message& m) {
                                                       m.from, ", which does not own it")));
     counters_.raw_bytes_received += slice_elements * 4;
     counters_.wire_bytes_received += m.payload.size();
-    k.pull_stats->raw_received->Increment(static_cast<double>(slice_elements * 4));
-    k.pull_stats->wire_received->Increment(static_cast<double>(m.payload.size()));
-    applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload);
+    metrics::CodecStats& cs = compressed ? *k.pull_stats : *k.raw_stats;
+    cs.raw_received->Increment(static_cast<double>(slice_elements * 4));
+    cs.wire_received->Increment(static_cast<double>(m.payload.size()));
+    applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload, compressed);
   }
 }
 

@@ -8,6 +8,14 @@
 // Iterations are synchronous per key: a key reduces one iteration at a time on a node, and
 // owners keep contributions of different iterations apart. Everything runs on the thread
 // that owns the transport.
+//
+// Sending follows P3: every slice bound for a peer waits in that peer's priority queue
+// (the tensor's priority, FIFO among equals) and leaves when the peer's credit window
+// (inflight_per_peer slices, optionally inflight_bytes) has room, so a high-priority
+// tensor submitted late overtakes the low-priority slices still queued. Contributions are
+// encoded when they leave the queue, so the codec work follows the same order. Whether a
+// tensor travels compressed is the planner's decision (scheduler/planner.h); every slice
+// names its codec, and a slice sent uncompressed carries its residual along.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +32,8 @@
 #include "compress/codec.h"
 #include "compress/residual_store.h"
 #include "metrics/stats.h"
+#include "scheduler/planner.h"
+#include "scheduler/slicing.h"
 #include "transport/transport.h"
 
 namespace gcagent::agent {
@@ -38,7 +48,11 @@ struct TensorSpec {
 struct EngineOptions {
   uint64_t slice_elements = 40000;
   compress::CodecSpec default_codec{"none", {}};
-  uint64_t min_elements = 0;        // smaller tensors travel uncompressed
+  uint64_t min_elements = 0;        // selection kSize: smaller tensors travel uncompressed
+  scheduler::Selection selection = scheduler::Selection::kSize;
+  double refit_interval = 5.0;       // seconds between re-fits of the auto planner's model
+  uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
+  uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
   size_t residual_budget_bytes = SIZE_MAX;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
@@ -80,6 +94,10 @@ class ReductionEngine {
   void failJob(uint64_t job, const Status& why);
 
   const EngineCounters& counters() const { return counters_; }
+  // Slices waiting in the send queue of a peer (not yet handed to the transport).
+  size_t queuedSlices(transport::Rank peer) const;
+  // Whether a declared tensor currently travels compressed, and in how many partitions.
+  Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
   // Slices owned here that wait for contributions (all jobs).
   size_t pendingAccumulators() const;
   // Sets the gauges that are cheaper to compute when read than to keep current (queue
@@ -92,17 +110,32 @@ class ReductionEngine {
   struct KeyState;
   struct JobState;
   struct Accumulator;
+  struct Outgoing;
+  struct Lane;
 
   KeyState* findKey(uint64_t job, uint64_t key);
   void addContribution(JobState& job_state, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                        transport::Rank from, uint32_t contributors, const float* local,
-                       std::span<const std::byte> encoded);
+                       std::span<const std::byte> encoded, bool compressed);
   void finishSlice(uint64_t job, JobState& js, KeyState& k, uint32_t slice, uint64_t iteration);
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
-                   std::span<const std::byte> encoded);
+                   std::span<const std::byte> encoded, bool compressed);
   void completeKey(uint64_t job, KeyState& k, const Status& status);
-  void sendSlice(transport::Rank to, std::vector<std::byte> header, std::shared_ptr<std::vector<std::byte>> payload,
-                 uint64_t job, uint64_t key);
+  void replan(KeyState& k, bool log_always);
+  void enqueue(transport::Rank to, int32_t priority, Outgoing item);
+  void dispatch(transport::Rank to);
+  Result<std::shared_ptr<std::vector<std::byte>>> encodeContribution(JobState& js, KeyState& k, uint32_t slice,
+                                                                      bool& compressed);
+  // Encodes one slice with the tensor's codec and its residual, or uncompressed with the
+  // residual flushed into it; counts `copies` sends of it.
+  Result<std::shared_ptr<std::vector<std::byte>>> encodeSlice(compress::ResidualStore& residuals,
+                                                               const compress::Codec& tensor_codec,
+                                                               metrics::CodecStats& tensor_stats, bool compressed,
+                                                               KeyState& k, uint32_t slice, uint64_t iteration,
+                                                               std::span<const float> values, uint32_t copies);
+  void onSent(transport::Rank to, uint64_t bytes, std::chrono::steady_clock::time_point handed, const Status& s);
+  void updatePlanGauges();
+  void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
   void badMessage();
   void sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec, std::span<const float> state, size_t n);
@@ -121,6 +154,12 @@ class ReductionEngine {
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
+  scheduler::Planner planner_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; none for this one
+  std::unique_ptr<compress::Codec> raw_codec_;
+  uint32_t raw_fp_ = 0;
+  // Send completions may run after the engine is gone; they reach it through this.
+  std::shared_ptr<ReductionEngine*> alive_;
   uint64_t encodes_ = 0;                         // picks the slices whose residual norm is sampled
 };
 

@@ -22,6 +22,13 @@ Result<std::span<float>> ResidualStore::get(uint64_t key, uint32_t slice, size_t
   return std::span<float>(state);
 }
 
+std::span<float> ResidualStore::find(uint64_t key, uint32_t slice) {
+  auto k = keys_.find(key);
+  if (k == keys_.end()) return {};
+  auto s = k->second.find(slice);
+  return s == k->second.end() ? std::span<float>() : std::span<float>(s->second);
+}
+
 void ResidualStore::erase(uint64_t key) {
   auto it = keys_.find(key);
   if (it == keys_.end()) return;

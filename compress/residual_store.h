@@ -22,6 +22,9 @@ class ResidualStore {
   // stored one resets the state to zeros. Fails when the budget would be exceeded.
   Result<std::span<float>> get(uint64_t key, uint32_t slice, size_t elements);
 
+  // The state of (key, slice) if it exists, else an empty span; never allocates.
+  std::span<float> find(uint64_t key, uint32_t slice);
+
   // Drops every slice of a key (its trainer left, or the tensor is gone).
   void erase(uint64_t key);
   void clear();

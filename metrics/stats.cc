@@ -93,6 +93,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   tensors_ = &counter(Id::tensors_reduced_total, {});
   decisions_[0] = &counter(Id::scheduler_decisions_total, {"uncompressed"});
   decisions_[1] = &counter(Id::scheduler_decisions_total, {"compressed"});
+  gauge(Id::planned_tensors, {"compressed"});
+  gauge(Id::planned_tensors, {"uncompressed"});
   errors_[0] = &counter(Id::errors_total, {"bad_message"});
   errors_[1] = &counter(Id::errors_total, {"timeout"});
   errors_[2] = &counter(Id::errors_total, {"peer_lost"});

@@ -7,7 +7,8 @@
 //   reductions) or None; labels: comma-separated, each with a bounded set of values:
 //   codec (registered codec names), direction (sent|received), peer (node rank),
 //   size_class (small|medium|large), decision (compressed|uncompressed),
-//   kind (bad_message|timeout|peer_lost|reduction_failed).
+//   kind (bad_message|timeout|peer_lost|reduction_failed), step (encode|decode|wire|aggregate),
+//   term (w|b|overhead).
 #pragma once
 
 #define GCAGENT_STATS(X)                                                                            \
@@ -29,5 +30,8 @@
   X(residual_l2_norm, Gauge, None, "codec",                                                         \
     "L2 norm of the error-feedback residual of a sampled slice (one in 64 encodes)")               \
   X(scheduler_decisions_total, Counter, None, "decision", "tensor reductions by whether they were compressed") \
+  X(planned_tensors, Gauge, None, "decision", "declared tensors the planner sends compressed or uncompressed now") \
+  X(cost_model, Gauge, None, "codec,step,term",                                                     \
+    "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \
   X(build_info, Gauge, None, "version,codecs,cuda,ucx", "always 1; the labels describe the build")
