@@ -2,6 +2,7 @@
 network namespaces that the test creates itself."""
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -16,12 +17,26 @@ TRAINER = BUILD / "clients" / "gcagent_test_trainer"
 
 
 def free_ports(n):
+    """n ports that are free now, below the kernel's ephemeral range: a port the kernel
+    handed out with bind(0) may be given again to an outgoing connection (UCX's, for one)
+    before the agent that should listen on it starts."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
     socks, ports = [], []
-    for _ in range(n):
+    while len(ports) < n:
+        port = rng.randrange(10000, max(low, 10001))
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
-        ports.append(s.getsockname()[1])
+        ports.append(port)
     for s in socks:
         s.close()
     return ports
