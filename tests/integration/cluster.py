@@ -89,6 +89,15 @@ class Namespaces:
     def prefix(self, rank):
         return ["ip", "netns", "exec", self.names[rank]]
 
+    def shape(self, rate):
+        """Limits every node's link to `rate` (tc syntax, e.g. "100mbit") both ways: a token
+        bucket on each veth end (the kernel has no netem, so no delay is added)."""
+        for r, ns in enumerate(self.names):
+            for cmd in (["tc", "qdisc", "replace", "dev", f"gca{self.tag}h{r}", "root"],
+                        ["tc", "-n", ns, "qdisc", "replace", "dev", f"gca{self.tag}v{r}", "root"]):
+                subprocess.run(cmd + ["tbf", "rate", rate, "burst", "256kb", "latency", "10ms"], check=True,
+                               capture_output=True, text=True)
+
 
 class Cluster:
     """N agents, each with its own control socket, all in one job mesh."""

@@ -4,7 +4,7 @@
  *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]
  *       [--world-rank W] [--world-size S] (--tensors N1,N2,... | --model FILE.csv)
  *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|converge:EPS|none]
- *       [--timeout-ms T] [--report]
+ *       [--timeout-ms T] [--report] [--backward-ms MS]
  *
  * Tensor i has key i and priority -i. Each iteration (numbered 1..K) fills element e of
  * tensor key with v(world rank, iteration, key, e), submits every key, waits, and checks the
@@ -22,6 +22,11 @@
  *
  * With --check none the buffers are filled in the first iteration only (timings then measure
  * the reduction, not the fill); later iterations reduce whatever the buffers hold.
+ *
+ * --backward-ms MS submits the keys one at a time, last key first, MS milliseconds apart, as a
+ * backward pass hands over its layers' gradients, and waits for each key on its own. With
+ * --report it prints, per iteration and in completion order, "key_done key=K ms=T" (T since
+ * the first submit of the iteration) and "first_layer_ms=T" for key 0.
  *
  * --report prints "connected trainer_id=.. node_rank=.. node_count=.. tensors=.. bytes=..",
  * then per iteration "iteration=I ms=submit-to-complete MB/s=gradient-bytes/second" and last
@@ -76,6 +81,39 @@ static uint64_t seed_of(uint32_t rank, uint64_t iteration, uint64_t key) {
 static float value(uint64_t seed, uint64_t i) {
   const int64_t q = (int64_t)(mix(seed + i * 0x9e3779b97f4a7c15ULL) >> 53) - 1024; /* [-1024, 1024) */
   return (float)q / 16384.0f;
+}
+
+static double now_ms(void);
+
+/* Submits keys last to first, backward_ms apart, and notes when each one completes. */
+static void backward_pass(gcagent_client* c, uint64_t it, const uint64_t* keys, size_t count, double backward_ms,
+                          int timeout_ms, int report, double start) {
+  char* done = calloc(count, 1);
+  if (done == NULL) die(2, "out of memory", NULL);
+  size_t submitted = 0, completed = 0;
+  double next_submit = start;
+  while (completed < count) {
+    const double now = now_ms();
+    if (submitted < count && now >= next_submit) {
+      check_call(gcagent_submit(c, it, &keys[count - 1 - submitted], 1), "submit", c);
+      ++submitted;
+      next_submit += backward_ms;
+    }
+    for (size_t i = count - submitted; i < count; ++i) {
+      if (done[i]) continue;
+      const int rc = gcagent_poll(c, it, &keys[i], 1);
+      if (rc == GCAGENT_ERR_TIMEOUT) continue;
+      check_call(rc, "poll", c);
+      done[i] = 1;
+      ++completed;
+      if (report) printf("key_done key=%" PRIu64 " ms=%.3f\n", keys[i], now_ms() - start);
+      if (report && keys[i] == 0) printf("first_layer_ms=%.3f\n", now_ms() - start);
+    }
+    if (now_ms() - start > timeout_ms) die(2, "backward pass: keys still incomplete after --timeout-ms", NULL);
+    struct timespec pause = {0, 50000};
+    nanosleep(&pause, NULL);
+  }
+  free(done);
 }
 
 static double now_ms(void) {
@@ -136,6 +174,7 @@ int main(int argc, char** argv) {
   uint32_t local_rank = 0, local_size = 1, world_rank = 0, world_size = 1;
   uint64_t iterations = 10;
   int timeout_ms = 60000, report = 0, copy = 0;
+  double backward_ms = -1; /* < 0: submit every key at once */
   const char* param_keys[MAX_PARAMS];
   const char* param_values[MAX_PARAMS];
   size_t params = 0, count = 0;
@@ -166,6 +205,7 @@ int main(int argc, char** argv) {
     else if (strcmp(flag, "--codec") == 0) codec = v;
     else if (strcmp(flag, "--timeout-ms") == 0) timeout_ms = (int)parse_u64(v, flag);
     else if (strcmp(flag, "--check") == 0) check = v;
+    else if (strcmp(flag, "--backward-ms") == 0) backward_ms = (double)parse_u64(v, flag);
     else if (strcmp(flag, "--param") == 0) {
       char* eq = strchr(v, '=');
       if (eq == NULL || eq == v) die(3, "--param wants key=value", v);
@@ -244,8 +284,12 @@ int main(int argc, char** argv) {
     }
     const double start = now_ms();
     for (size_t t = 0; copy && t < count; ++t) memcpy(gcagent_buffer(c, t), own[t], elements[t] * sizeof(float));
-    check_call(gcagent_submit(c, it, keys, count), "submit", c);
-    check_call(gcagent_wait(c, it, keys, count, timeout_ms), "wait", c);
+    if (backward_ms < 0) {
+      check_call(gcagent_submit(c, it, keys, count), "submit", c);
+      check_call(gcagent_wait(c, it, keys, count, timeout_ms), "wait", c);
+    } else {
+      backward_pass(c, it, keys, count, backward_ms, timeout_ms, report, start);
+    }
     for (size_t t = 0; copy && t < count; ++t) memcpy(own[t], gcagent_buffer(c, t), elements[t] * sizeof(float));
     const double ms = now_ms() - start;
     sum_ms += ms;
