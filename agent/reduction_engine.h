@@ -104,6 +104,7 @@ class ReductionEngine {
   // depth per peer). Call it on the engine's thread.
   void refreshStats();
   metrics::Stats& stats() { return *stats_; }
+  scheduler::Planner& planner() { return planner_; }
   uint32_t ownerOf(uint64_t key, uint32_t slice) const;
 
  private:

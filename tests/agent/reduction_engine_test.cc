@@ -210,6 +210,92 @@ TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
   EXPECT_EQ(c.engine(0).reduce(job, 3, 5, {a.data()}).message(), "tensor 5: iteration 3 is not after iteration 3");
 }
 
+TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
+  // Node 0 compresses with fp16, node 1 finds the tensor too small to compress: every slice
+  // names its codec, so the owners decode each contribution with the right one.
+  const uint64_t job = jobIdOf("mixed");
+  auto transports = transport::makeLoopbackGroup(2);
+  std::vector<std::unique_ptr<ReductionEngine>> engines;
+  std::vector<int> completed(2, 0);
+  for (uint32_t r = 0; r < 2; ++r) {
+    EngineOptions o = smallSlices();
+    o.default_codec = {"fp16", {}};
+    o.min_elements = r == 0 ? 0 : 1000000;
+    engines.push_back(std::make_unique<ReductionEngine>(*transports[r], o,
+                                                        [&completed, r](uint64_t, uint64_t, uint64_t, const Status& s) {
+                                                          EXPECT_TRUE(s.ok()) << s.toString();
+                                                          ++completed[r];
+                                                        }));
+    ReductionEngine* e = engines.back().get();
+    transports[r]->setHandlers([e](const transport::Message& m) { e->onMessage(m); }, nullptr);
+    ASSERT_TRUE(transports[r]->connect({}).ok());
+    ASSERT_TRUE(e->declareJob(job, {{9, 5000, 0, {}}}).ok());
+  }
+  EXPECT_TRUE(engines[0]->planOf(job, 9)->compress);
+  EXPECT_FALSE(engines[1]->planOf(job, 9)->compress);
+  std::vector<float> a(5000), b(5000);
+  for (uint64_t i = 0; i < 5000; ++i) a[i] = valueOf(0, 1, 9, i), b[i] = valueOf(1, 1, 9, i);
+  std::vector<float> want(5000);
+  for (uint64_t i = 0; i < 5000; ++i) want[i] = 0.5f * (a[i] + b[i]);
+  ASSERT_TRUE(engines[0]->reduce(job, 1, 9, {a.data()}).ok());
+  ASSERT_TRUE(engines[1]->reduce(job, 1, 9, {b.data()}).ok());
+  for (int i = 0; i < 50; ++i)
+    for (auto& t : transports) t->progress();
+  EXPECT_EQ(completed, (std::vector<int>{1, 1}));
+  EXPECT_EQ(a, b);
+  for (uint64_t i = 0; i < 5000; ++i) ASSERT_NEAR(a[i], want[i], 1e-3) << i;
+  EXPECT_EQ(engines[0]->counters().bad_messages + engines[1]->counters().bad_messages, 0u);
+}
+
+TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
+  // Auto selection over a slow link compresses (2bit, coarse); once the link looks fast the
+  // planner switches to uncompressed, and that slice carries its residual along: from then
+  // on the outputs' running sum equals the inputs' exactly (up to fp32 rounding).
+  EngineOptions o = smallSlices();
+  o.default_codec = {"2bit", {{"threshold", "0.25"}}};
+  o.selection = scheduler::Selection::kAuto;
+  o.refit_interval = 3600;
+  Cluster c(2, o);
+  const auto now = scheduler::Planner::Clock::now();
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (int i = 0; i < 64; ++i) c.engine(r).planner().recordWire(i % 2 ? 40000 : 400000, (i % 2 ? 40000 : 400000) / 1e6);
+    ASSERT_TRUE(c.engine(r).planner().maybeRefit(now));
+  }
+  const uint64_t job = jobIdOf("switch");
+  const uint64_t n = 100000;
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}}}).ok());
+  ASSERT_TRUE(c.engine(0).planOf(job, 1)->compress) << c.engine(0).planOf(job, 1)->describe();
+  std::vector<double> in_sum(n, 0.0), out_sum(n, 0.0);
+  auto step = [&](int it) {
+    std::vector<std::vector<float>> g(2, std::vector<float>(n));
+    for (uint32_t r = 0; r < 2; ++r)
+      for (uint64_t i = 0; i < n; ++i) g[r][i] = 0.1f * valueOf(r, it, 1, i);
+    for (uint64_t i = 0; i < n; ++i) in_sum[i] += 0.5 * (static_cast<double>(g[0][i]) + g[1][i]);
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}).ok());
+    c.pump();
+    for (uint32_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(c.done(r).size(), 1u);
+      EXPECT_TRUE(c.done(r)[0].status.ok());
+      c.done(r).clear();
+    }
+    EXPECT_EQ(g[0], g[1]);
+    for (uint64_t i = 0; i < n; ++i) out_sum[i] += g[0][i];
+  };
+  for (int it = 1; it <= 5; ++it) step(it);
+  double compressed_gap = 0;
+  for (uint64_t i = 0; i < n; ++i) compressed_gap = std::max(compressed_gap, std::abs(out_sum[i] - in_sum[i]));
+  EXPECT_GT(compressed_gap, 0.01) << "2bit at threshold 0.25 must still owe something";
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (int i = 0; i < 4000; ++i) c.engine(r).planner().recordWire(i % 2 ? 40000 : 400000, 1e-6);
+    ASSERT_TRUE(c.engine(r).planner().maybeRefit(now + std::chrono::hours(2)));
+  }
+  step(6);
+  EXPECT_FALSE(c.engine(0).planOf(job, 1)->compress) << c.engine(0).planOf(job, 1)->describe();
+  double gap = 0;
+  for (uint64_t i = 0; i < n; ++i) gap = std::max(gap, std::abs(out_sum[i] - in_sum[i]));
+  EXPECT_LT(gap, 1e-5);
+}
+
 TEST(SliceMessageTest, RoundTripsAndValidates) {
   SliceMessage m{SliceKind::kResult, 1, 2, 3, 4, 5, 100, 0xabcdef, 6};
   auto bytes = encodeSliceHeader(m);
