@@ -270,9 +270,10 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     acc.seen.assign(transport_.size(), false);
   }
   if (acc.seen[from]) {
-    badMessage();
-    GC_LOG(kWarn, "agent", "tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
-           ": second contribution from rank ", from, " dropped");
+    const std::string why = strCat("tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
+                                   ": second contribution from rank ", from, " dropped");
+    badMessage(why);
+    GC_LOG(kWarn, "agent", why);
     return;
   }
   const auto start = Clock::now();
@@ -283,9 +284,10 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     Status s = k.push->decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
     k.push_stats->decode->Observe(secondsSince(start));
     if (!s.ok()) {
-      badMessage();
-      GC_LOG(kWarn, "agent", "contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
-             " rejected: ", s.message());
+      const std::string why = strCat("contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
+                                     " rejected: ", s.message());
+      badMessage(why);
+      GC_LOG(kWarn, "agent", why);
       return;
     }
   }
@@ -332,9 +334,10 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                   uint32_t contributors, std::span<const std::byte> encoded) {
   if (!k.active || k.iteration != iteration) {
-    badMessage();
-    GC_LOG(kWarn, "agent", "result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
-           k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
+    const std::string why = strCat("result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
+                                   k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
+    badMessage(why);
+    GC_LOG(kWarn, "agent", why);
     return;
   }
   const uint64_t b = k.begin(slice, options_.slice_elements), e = k.end(slice, options_.slice_elements);
@@ -345,7 +348,7 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   Status s = k.pull->decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
   k.pull_stats->decode->Observe(secondsSince(decode_start));
   if (!s.ok()) {
-    badMessage();
+    badMessage(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message()));
     completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
     return;
   }
@@ -366,7 +369,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     stats_->tensorsReduced().Increment();
     stats_->reduction(k.size_class).Observe(secondsSince(k.started));
   } else {
-    stats_->error(metrics::ErrorKind::kReductionFailed).Increment();
+    stats_->recordError(metrics::ErrorKind::kReductionFailed, strCat("tensor ", k.spec.key, ": ", status.message()));
     // Partial sums of the failed iteration must never mix into a later one.
     std::erase_if(k.accumulators, [&](const auto& a) { return a.first.second <= k.iteration; });
   }
@@ -388,9 +391,9 @@ void ReductionEngine::sendSlice(transport::Rank to, std::vector<std::byte> heade
   }
 }
 
-void ReductionEngine::badMessage() {
+void ReductionEngine::badMessage(std::string_view why) {
   ++counters_.bad_messages;
-  stats_->error(metrics::ErrorKind::kBadMessage).Increment();
+  stats_->recordError(metrics::ErrorKind::kBadMessage, why);
 }
 
 void ReductionEngine::sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec,
@@ -404,8 +407,9 @@ void ReductionEngine::sampleResidual(metrics::CodecStats& cs, const compress::Co
 }
 
 void ReductionEngine::reject(const transport::Message& m, const Status& why) {
-  badMessage();
-  GC_LOG(kWarn, "agent", "slice from rank ", m.from, " rejected: ", why.message());
+  const std::string text = strCat("slice from rank ", m.from, " rejected: ", why.message());
+  badMessage(text);
+  GC_LOG(kWarn, "agent", text);
 }
 
 void ReductionEngine::onMessage(const transport::Message& m) {
@@ -458,10 +462,10 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 }
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
-  stats_->error(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
-                                                            : metrics::ErrorKind::kPeerLost)
-      .Increment();
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
+  stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
+                                                                  : metrics::ErrorKind::kPeerLost,
+                      status.message());
   for (auto& [job, js] : jobs_) failJob(job, status);
 }
 

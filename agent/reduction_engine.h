@@ -104,7 +104,7 @@ class ReductionEngine {
   void sendSlice(transport::Rank to, std::vector<std::byte> header, std::shared_ptr<std::vector<std::byte>> payload,
                  uint64_t job, uint64_t key);
   void reject(const transport::Message& m, const Status& why);
-  void badMessage();
+  void badMessage(std::string_view why);
   void sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec, std::span<const float> state, size_t n);
 
   transport::Transport& transport_;
