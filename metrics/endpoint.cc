@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <thread>
 
 #include "common/log.h"
@@ -122,13 +123,18 @@ Result<std::unique_ptr<Endpoint>> Endpoint::start(const std::string& listen, Sta
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size())
     return Status::invalidArgument(strCat("metrics.listen '", listen, "' is not host:port"));
+  const std::string port_text = listen.substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, parse_error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (parse_error != std::errc() || end != port_text.data() + port_text.size() || port > 65535)
+    return Status::invalidArgument(strCat("metrics.listen '", listen, "': port '", port_text, "' is not in [0, 65535]"));
   std::string host = listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   auto impl = std::make_unique<Impl>(stats);
   // A host name (localhost, the pod's name) resolves to its first address.
   beast::error_code ec;
   tcp::resolver resolver(impl->io);
-  const auto found = resolver.resolve(host, listen.substr(colon + 1), tcp::resolver::passive, ec);
+  const auto found = resolver.resolve(host, port_text, tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || found.empty())
     return Status::invalidArgument(strCat("metrics.listen '", listen, "': cannot resolve: ", ec.message()));
   const tcp::endpoint where = found.begin()->endpoint();

@@ -65,7 +65,7 @@ TEST(Endpoint, ReadinessFollowsTheHealthRecord) {
 
 TEST(Endpoint, ABadOrBusyAddressIsAnErrorNamingIt) {
   Stats stats;
-  for (const std::string bad : {"nonsense", "127.0.0.1:", "256.1.2.3:80"}) {
+  for (const std::string bad : {"nonsense", "127.0.0.1:", "256.1.2.3:80", "127.0.0.1:99999", "127.0.0.1:9x"}) {
     auto e = Endpoint::start(bad, stats);
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_NE(e.status().message().find(bad), std::string::npos) << e.status().message();
