@@ -171,6 +171,14 @@ Status Agent::run() {
   GC_RETURN_IF_ERROR(transport->connect(alone ? std::vector<std::string>{} : c.transport_peers));
   TransportPump pump(io, *transport);
   pump.start();
+  metrics::Health& health = stats.health();
+  health.setRank(transport->rank(), transport->size() - 1);
+  auto peers_connected = [&] {
+    uint32_t up = 0;
+    for (transport::Rank r = 0; r < transport->size(); ++r)
+      if (r != transport->rank() && transport->peerUp(r)) ++up;
+    return up;
+  };
 
   Status failure;
   // Trainers are accepted once every peer is reachable, so no reduction starts half-wired.
@@ -181,7 +189,12 @@ Status Agent::run() {
     if (transport->allPeersUp()) {
       GC_LOG(kInfo, "agent", "rank ", transport->rank(), " of ", transport->size(), ": all peers up");
       failure = server.start();
-      if (!failure.ok()) io.stop();
+      if (!failure.ok()) {
+        io.stop();
+        return;
+      }
+      health.setPeersConnected(peers_connected());
+      health.setServing(true);
       return;
     }
     const auto now = std::chrono::steady_clock::now();
@@ -201,10 +214,10 @@ Status Agent::run() {
   std::function<void()> refresh_stats = [&] {
     engine.refreshStats();
     stats.updateRatios();
-    uint32_t up = 0;
-    for (transport::Rank r = 0; r < transport->size(); ++r)
-      if (r != transport->rank() && transport->peerUp(r)) ++up;
+    const uint32_t up = peers_connected();
     stats.peersUp().Set(up);
+    health.setPeersConnected(up);
+    health.setTrainers(static_cast<uint32_t>(stats.trainersConnected().Value()));
     refresh.expires_after(std::chrono::seconds(1));
     refresh.async_wait([&](boost::system::error_code ec) {
       if (!ec) refresh_stats();
@@ -244,6 +257,7 @@ Status Agent::run() {
   signals.async_wait([&](boost::system::error_code ec, int signal) {
     if (ec) return;
     GC_LOG(kInfo, "agent", "signal ", signal, ": shutting down");
+    health.setServing(false);
     server.stop(Status::unavailable("agent shutting down"));
     pump.stop();
     ready.cancel();

@@ -319,8 +319,10 @@ std::string configReferenceMarkdown() {
   for (const auto& k : configKeys()) {
     std::string range;
     if (k.type == ValueType::kInteger || k.type == ValueType::kReal) range = strCat("[", k.lo, ", ", k.hi, "]");
-    if (!k.choices.empty()) range = std::string(k.choices);
-    out += strCat("| `", k.name(), "` | ", typeName(k.type), " | `", k.default_text, "` | ", range, " | `",
+    // A bare | would end the table cell.
+    for (const char c : k.choices) range += c == '|' ? std::string("\\|") : std::string(1, c);
+    const std::string default_cell = k.default_text.empty() ? "(empty)" : strCat("`", k.default_text, "`");
+    out += strCat("| `", k.name(), "` | ", typeName(k.type), " | ", default_cell, " | ", range, " | `",
                   k.envName(), "` | ", k.help, " |\n");
   }
   return out;

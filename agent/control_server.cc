@@ -100,7 +100,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       auto header = protocol::parseHeader(header_);
       if (!header.ok()) {
         // The stream cannot be resynchronised after a bad header: answer and hang up.
-        server_.badMessage();
+        server_.badMessage(header.status());
         GC_LOG(kWarn, "control", "trainer ", id_, ": ", header.status().message(), "; disconnecting");
         sendError(0, header.status());
         close_after_write_ = true;
@@ -117,7 +117,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       if (ec) return close();
       auto message = protocol::decode(header, body_);
       if (!message.ok()) {
-        server_.badMessage();
+        server_.badMessage(message.status());
         GC_LOG(kWarn, "control", "trainer ", id_, ": ", message.status().message());
         sendError(header.request_id, message.status());
       } else {
@@ -150,7 +150,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                             "' is not one a trainer sends"));
     if (!s.ok()) {
-      server_.badMessage();
+      server_.badMessage(s);
       GC_LOG(kWarn, "control", "trainer ", id_, ": ", s.message());
       sendError(m.request_id, s);
     }
@@ -258,9 +258,9 @@ ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, Serv
 
 ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
 
-void ControlServer::badMessage() {
+void ControlServer::badMessage(const Status& why) {
   ++counters_.bad_messages;
-  engine_.stats().error(metrics::ErrorKind::kBadMessage).Increment();
+  engine_.stats().recordError(metrics::ErrorKind::kBadMessage, strCat("trainer message: ", why.message()));
 }
 
 Status ControlServer::start() {

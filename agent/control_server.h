@@ -52,7 +52,7 @@ class ControlServer {
   friend class Session;
 
   void accept();
-  void badMessage();
+  void badMessage(const Status& why);
   void sessionClosed(Session* session);
   // Tells the job's trainers that submitted (iteration, key) how it ended.
   void notify(Job& job, uint64_t iteration, uint64_t key, const Status& status);

@@ -15,11 +15,12 @@ namespace {
 void usage() {
   std::fputs(
       "usage: gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]\n"
-      "       gcagent --list-metrics\n"
+      "       gcagent --list-metrics | --config-reference\n"
       "  --config FILE     TOML configuration (overridden by GCAGENT_<SECTION>_<KEY>, then by flags)\n"
       "  --print-config    print every key with its value, source, default and help, then exit\n"
       "  --validate        check the configuration and the codecs, then exit\n"
-      "  --list-metrics    print every exported stat: name, type, labels, help\n",
+      "  --list-metrics    print every exported stat: name, type, labels, help\n"
+      "  --config-reference  print the configuration reference (markdown) of docs/operator.md\n",
       stdout);
 }
 
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
     }
     if (arg == "--list-metrics") {
       std::fputs(gcagent::metrics::formatStatList().c_str(), stdout);
+      return 0;
+    }
+    if (arg == "--config-reference") {
+      std::fputs(configReferenceMarkdown().c_str(), stdout);
       return 0;
     }
     if (arg == "--print-config") {

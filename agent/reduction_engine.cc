@@ -441,9 +441,10 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     acc.seen.assign(transport_.size(), false);
   }
   if (acc.seen[from]) {
-    badMessage();
-    GC_LOG(kWarn, "agent", "tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
-           ": second contribution from rank ", from, " dropped");
+    const std::string why = strCat("tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
+                                   ": second contribution from rank ", from, " dropped");
+    badMessage(why);
+    GC_LOG(kWarn, "agent", why);
     return;
   }
   const auto start = Clock::now();
@@ -457,9 +458,10 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
     planner_.recordDecode(codec.name(), encoded.size(), took);
     if (!s.ok()) {
-      badMessage();
-      GC_LOG(kWarn, "agent", "contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
-             " rejected: ", s.message());
+      const std::string why = strCat("contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
+                                     " rejected: ", s.message());
+      badMessage(why);
+      GC_LOG(kWarn, "agent", why);
       return;
     }
   }
@@ -494,9 +496,10 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                   uint32_t contributors, std::span<const std::byte> encoded, bool compressed) {
   if (!k.active || k.iteration != iteration) {
-    badMessage();
-    GC_LOG(kWarn, "agent", "result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
-           k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
+    const std::string why = strCat("result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
+                                   k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
+    badMessage(why);
+    GC_LOG(kWarn, "agent", why);
     return;
   }
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
@@ -510,7 +513,7 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
   planner_.recordDecode(codec.name(), encoded.size(), took);
   if (!s.ok()) {
-    badMessage();
+    badMessage(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message()));
     completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
     return;
   }
@@ -531,7 +534,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     stats_->tensorsReduced().Increment();
     stats_->reduction(k.size_class).Observe(secondsSince(k.started));
   } else {
-    stats_->error(metrics::ErrorKind::kReductionFailed).Increment();
+    stats_->recordError(metrics::ErrorKind::kReductionFailed, strCat("tensor ", k.spec.key, ": ", status.message()));
     // Partial sums of the failed iteration must never mix into a later one.
     std::erase_if(k.accumulators, [&](const auto& a) { return a.first.second <= k.iteration; });
   }
@@ -557,9 +560,9 @@ void ReductionEngine::updateCostGauges() {
   }
 }
 
-void ReductionEngine::badMessage() {
+void ReductionEngine::badMessage(std::string_view why) {
   ++counters_.bad_messages;
-  stats_->error(metrics::ErrorKind::kBadMessage).Increment();
+  stats_->recordError(metrics::ErrorKind::kBadMessage, why);
 }
 
 void ReductionEngine::sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec,
@@ -573,8 +576,9 @@ void ReductionEngine::sampleResidual(metrics::CodecStats& cs, const compress::Co
 }
 
 void ReductionEngine::reject(const transport::Message& m, const Status& why) {
-  badMessage();
-  GC_LOG(kWarn, "agent", "slice from rank ", m.from, " rejected: ", why.message());
+  const std::string text = strCat("slice from rank ", m.from, " rejected: ", why.message());
+  badMessage(text);
+  GC_LOG(kWarn, "agent", text);
 }
 
 void ReductionEngine::onMessage(const transport::Message& m) {
@@ -631,10 +635,10 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 }
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
-  stats_->error(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
-                                                            : metrics::ErrorKind::kPeerLost)
-      .Increment();
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
+  stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
+                                                                  : metrics::ErrorKind::kPeerLost,
+                      status.message());
   for (auto& [job, js] : jobs_) failJob(job, status);
 }
 

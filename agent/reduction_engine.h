@@ -138,7 +138,7 @@ class ReductionEngine {
   void updatePlanGauges();
   void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
-  void badMessage();
+  void badMessage(std::string_view why);
   void sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec, std::span<const float> state, size_t n);
 
   transport::Transport& transport_;

@@ -1,5 +1,8 @@
-// The HTTP endpoint Prometheus scrapes: /metrics on `metrics.listen` (default
-// 127.0.0.1:9464; port 0 picks a free port; an empty address disables it).
+// The agent's HTTP endpoint on `metrics.listen` (default 127.0.0.1:9464; port 0 picks a
+// free port; an empty address disables it), served from its own thread:
+//   /metrics  Prometheus text format, every stat in the registry
+//   /healthz  liveness: 200 while the agent runs, with the health JSON
+//   /readyz   readiness: 200 when every peer is up and trainers are served, else 503
 #pragma once
 
 #include <cstdint>
@@ -9,10 +12,6 @@
 #include "common/status.h"
 #include "metrics/stats.h"
 
-namespace prometheus {
-class Exposer;
-}
-
 namespace gcagent::metrics {
 
 class Endpoint {
@@ -21,15 +20,14 @@ class Endpoint {
   static Result<std::unique_ptr<Endpoint>> start(const std::string& listen, Stats& stats);
   ~Endpoint();
 
-  uint16_t port() const { return port_; }
+  uint16_t port() const;
   // host:port with the real port.
   std::string address() const;
 
  private:
-  Endpoint(std::unique_ptr<prometheus::Exposer> exposer, std::string host, uint16_t port);
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string host_;
-  uint16_t port_;
+  struct Impl;
+  explicit Endpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace gcagent::metrics

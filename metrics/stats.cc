@@ -31,6 +31,21 @@ double ratio(double raw, double wire) { return wire > 0 ? raw / wire : 0.0; }
 
 }  // namespace
 
+std::string_view errorKindName(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kBadMessage: return "bad_message";
+    case ErrorKind::kTimeout: return "timeout";
+    case ErrorKind::kPeerLost: return "peer_lost";
+    case ErrorKind::kReductionFailed: return "reduction_failed";
+  }
+  return "?";
+}
+
+void Stats::recordError(ErrorKind kind, std::string_view message) {
+  error(kind).Increment();
+  health_.recordError(errorKindName(kind), message);
+}
+
 std::span<const StatSpec> statList() { return kStats; }
 
 const StatSpec& spec(Id id) { return kStats[static_cast<size_t>(id)]; }
@@ -95,10 +110,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   decisions_[1] = &counter(Id::scheduler_decisions_total, {"compressed"});
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
-  errors_[0] = &counter(Id::errors_total, {"bad_message"});
-  errors_[1] = &counter(Id::errors_total, {"timeout"});
-  errors_[2] = &counter(Id::errors_total, {"peer_lost"});
-  errors_[3] = &counter(Id::errors_total, {"reduction_failed"});
+  for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed})
+    errors_[static_cast<int>(kind)] = &counter(Id::errors_total, {std::string(errorKindName(kind))});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});
 }

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "metrics/health.h"
 #include "metrics/stats_list.h"
 
 namespace gcagent::metrics {
@@ -68,6 +69,8 @@ struct PeerStats {
 enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed };
 enum class SizeClass { kSmall, kMedium, kLarge };
 SizeClass sizeClassOf(uint64_t bytes);
+// The kind label of errors_total: "bad_message", "timeout", "peer_lost", "reduction_failed".
+std::string_view errorKindName(ErrorKind kind);
 
 class Stats {
  public:
@@ -87,6 +90,9 @@ class Stats {
   prometheus::Counter& tensorsReduced() { return *tensors_; }
   prometheus::Counter& decision(bool compressed) { return *decisions_[compressed ? 1 : 0]; }
   prometheus::Counter& error(ErrorKind kind) { return *errors_[static_cast<int>(kind)]; }
+  // Where an error is decided: counts it by kind and keeps it as the health endpoint's last error.
+  void recordError(ErrorKind kind, std::string_view message);
+  Health& health() { return health_; }
   prometheus::Gauge& trainersConnected() { return *trainers_; }
   prometheus::Gauge& peersUp() { return *peers_up_; }
 
@@ -122,6 +128,7 @@ class Stats {
   prometheus::Counter* errors_[4];
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
+  Health health_;
 };
 
 }  // namespace gcagent::metrics

@@ -17,8 +17,10 @@ for flavor in release asan; do
   echo "== $flavor tests" >&2
   ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
   echo "== $flavor integration tests" >&2
-  # Multi-process agents and trainers, on loopback and in network namespaces.
+  # Multi-process agents and trainers, on loopback and in network namespaces; the deployment
+  # files and the operator guide checked against this tree's gcagent.
   GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
-    "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration"
+    "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
+    "$REPO_DIR/tests/docker" "$REPO_DIR/tests/docs"
 done
 echo "== all tests passed" >&2

@@ -11,7 +11,7 @@
 namespace gcagent::metrics {
 namespace {
 
-// A minimal HTTP GET, enough for the exposer.
+// A minimal HTTP GET, enough for the endpoint.
 std::string httpGet(uint16_t port, const std::string& path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -44,9 +44,28 @@ TEST(Endpoint, ServesTheStatsOnAnEphemeralPort) {
   EXPECT_NE(body.find("# TYPE gcagent_encode_seconds histogram"), std::string::npos);
 }
 
+TEST(Endpoint, ReadinessFollowsTheHealthRecord) {
+  Stats stats;
+  auto endpoint = Endpoint::start("127.0.0.1:0", stats);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().message();
+  stats.health().setRank(0, 1);
+  std::string reply = httpGet((*endpoint)->port(), "/readyz");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 503 Service Unavailable\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"peers_connected\":0,\"peers_expected\":1"), std::string::npos) << reply;
+  reply = httpGet((*endpoint)->port(), "/healthz");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << reply;
+  stats.health().setPeersConnected(1);
+  stats.health().setServing(true);
+  reply = httpGet((*endpoint)->port(), "/readyz");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("{\"status\":\"ready\""), std::string::npos) << reply;
+  reply = httpGet((*endpoint)->port(), "/other");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 404 Not Found\r\n", 0), 0u) << reply;
+}
+
 TEST(Endpoint, ABadOrBusyAddressIsAnErrorNamingIt) {
   Stats stats;
-  for (const std::string bad : {"nonsense", "127.0.0.1:", "256.1.2.3:80"}) {
+  for (const std::string bad : {"nonsense", "127.0.0.1:", "256.1.2.3:80", "127.0.0.1:99999", "127.0.0.1:9x"}) {
     auto e = Endpoint::start(bad, stats);
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_NE(e.status().message().find(bad), std::string::npos) << e.status().message();

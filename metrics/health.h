@@ -1,0 +1,52 @@
+// What /healthz and /readyz report: the peers connected against those expected, whether
+// trainers are being served, the trainers connected, and the last error with its time.
+// The comm thread writes it, the HTTP thread reads it; one mutex, no hot path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gcagent::metrics {
+
+struct LastError {
+  std::string kind;     // an errors_total kind: bad_message, timeout, peer_lost, reduction_failed
+  std::string message;  // the error as it was decided
+  std::chrono::system_clock::time_point when;
+};
+
+struct HealthSnapshot {
+  uint32_t rank = 0;
+  uint32_t peers_connected = 0;
+  uint32_t peers_expected = 0;
+  bool serving = false;  // the control socket accepts trainers
+  uint32_t trainers = 0;
+  uint64_t errors = 0;  // errors recorded since start
+  std::optional<LastError> last_error;
+
+  // Ready: every peer is up and trainers are served.
+  bool ready() const { return serving && peers_connected == peers_expected; }
+};
+
+class Health {
+ public:
+  void setRank(uint32_t rank, uint32_t peers_expected);
+  void setPeersConnected(uint32_t n);
+  void setServing(bool serving);
+  void setTrainers(uint32_t n);
+  void recordError(std::string_view kind, std::string_view message);
+
+  HealthSnapshot snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  HealthSnapshot state_;
+};
+
+// The JSON body of /healthz and /readyz; `now` makes the error's age testable.
+std::string healthJson(const HealthSnapshot& s, std::chrono::system_clock::time_point now);
+
+}  // namespace gcagent::metrics

@@ -1,0 +1,240 @@
+"""The deployment files, checked without Docker or Kubernetes: the compose file and the
+manifests parse and reference files that exist; the Dockerfile builds with the scripts the
+README and CI use; every configuration they carry passes `gcagent --validate`; the runtime
+bundle is complete and the bundled agent answers /healthz from a bare environment."""
+
+import json
+import os
+import re
+import subprocess
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+BUILD = Path(os.environ.get("GCAGENT_BUILD_DIR", ROOT / "build" / "release"))
+AGENT = BUILD / "agent" / "gcagent"
+
+
+def load_compose():
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def validate(config_path, tmp_path, env=None):
+    """gcagent --validate on a configuration file; returns its stdout+stderr."""
+    r = subprocess.run([str(AGENT), "--config", str(config_path), "--validate"], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})), timeout=60)
+    assert r.returncode == 0, f"{config_path}: {r.stderr}"
+    return r.stdout
+
+
+# --- compose ---
+
+def test_compose_parses_and_every_file_it_references_exists():
+    compose = load_compose()
+    services = compose["services"]
+    assert {"agent0", "trainer0", "agent1", "trainer1", "prometheus", "grafana"} <= set(services)
+    mounts = 0
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                mounts += 1
+                assert (DOCKER / source).exists(), f"{name}: {source} does not exist"
+            else:
+                assert source in compose["volumes"], f"{name}: volume {source} is not declared"
+        build = service.get("build")
+        if build:
+            context = DOCKER / build["context"]
+            assert (context / build["dockerfile"]).is_file(), f"{name}: {build}"
+    assert mounts == 5  # two node configs, prometheus.yml, grafana provisioning and dashboards
+
+
+def test_compose_trainers_share_ipc_pid_and_the_socket_volume_with_their_agent():
+    services = load_compose()["services"]
+    for rank in (0, 1):
+        agent, trainer = services[f"agent{rank}"], services[f"trainer{rank}"]
+        assert agent["ipc"] == "shareable"
+        assert trainer["ipc"] == f"service:agent{rank}"
+        assert trainer["pid"] == f"service:agent{rank}"
+        agent_socket = [v for v in agent["volumes"] if v.endswith(":/run/gcagent")]
+        trainer_socket = [v for v in trainer["volumes"] if v.endswith(":/run/gcagent")]
+        assert agent_socket == trainer_socket == [f"node{rank}-socket:/run/gcagent"]
+        assert "--socket" in trainer["command"]
+        assert trainer["command"][trainer["command"].index("--socket") + 1] == "/run/gcagent/control.sock"
+        assert trainer["depends_on"][f"agent{rank}"]["condition"] == "service_healthy"
+        assert "/readyz" in " ".join(agent["healthcheck"]["test"])
+        assert trainer["user"] == "10001:10001"
+
+
+def test_compose_node_configs_are_valid_and_name_the_compose_services(tmp_path):
+    services = load_compose()["services"]
+    prometheus = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    targets = prometheus["scrape_configs"][0]["static_configs"][0]["targets"]
+    for rank in (0, 1):
+        path = DOCKER / f"gcagent-node{rank}.toml"
+        config = tomllib.loads(path.read_text())
+        assert config["agent"]["node_rank"] == rank
+        assert config["agent"]["socket"] == "/run/gcagent/control.sock"
+        hosts = [p.rsplit(":", 1)[0] for p in config["transport"]["peers"]]
+        assert hosts == ["agent0", "agent1"] and all(h in services for h in hosts)
+        port = config["metrics"]["listen"].rsplit(":", 1)[1]
+        assert f"agent{rank}:{port}" in targets
+        validate(path, tmp_path)
+
+
+def test_grafana_provisioning_points_at_the_mounted_dashboards():
+    grafana = load_compose()["services"]["grafana"]
+    mounts = dict(v.rsplit(":", 2)[:2] if v.count(":") == 2 else v.split(":") for v in grafana["volumes"])
+    provider = yaml.safe_load((DOCKER / "grafana/provisioning/dashboards/gcagent.yaml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    assert mounts["./grafana/dashboards"] == path
+    json.loads((DOCKER / "grafana/dashboards/gcagent.json").read_text())
+    datasource = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/prometheus.yaml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+# --- Dockerfile ---
+
+def dockerfile():
+    text = (DOCKER / "Dockerfile").read_text()
+    return re.sub(r"\\\n", " ", text)  # join continued lines
+
+
+def stages():
+    """{stage name: [instruction lines]} in order."""
+    out, current = {}, None
+    for line in dockerfile().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
+        if m:
+            current = m.group(2) or m.group(1)
+            out[current] = [line]
+        elif current:
+            out[current].append(line)
+    return out
+
+
+def test_dockerfile_build_stage_runs_the_scripts_the_readme_and_ci_run():
+    build = stages()["build"]
+    assert build[0].startswith("FROM debian:12 ")
+    runs = " ".join(l for l in build if l.startswith("RUN "))
+    assert "scripts/setup.sh" in runs and "scripts/build.sh release" in runs
+    assert "docker/bundle-runtime.sh build/release /opt/gcagent" in runs
+    # The same scripts outside Docker: `make` and `make test` (what CI runs) call them.
+    makefile = (ROOT / "Makefile").read_text()
+    assert "scripts/setup.sh" in makefile and "scripts/build.sh release" in makefile
+    test_sh = (ROOT / "scripts/test.sh").read_text()
+    assert '"$REPO_DIR/scripts/setup.sh"' in test_sh and '"$REPO_DIR/scripts/build.sh" "$flavor"' in test_sh
+    assert "make test" in (ROOT / ".ci/run").read_text()
+    assert "make test" in (ROOT / "README.md").read_text()
+    for line in build:
+        m = re.match(r"COPY\s+(?!--from)(.+)\s+\S+$", line)
+        if m:
+            for source in m.group(1).split():
+                assert (ROOT / source).exists(), f"COPY source {source} does not exist"
+
+
+def test_dockerfile_runtime_is_non_root_with_a_healthcheck_and_a_cuda_variant():
+    all_stages = stages()
+    assert re.search(r"ARG GCAGENT_CUDA=0", dockerfile())
+    assert re.search(r"ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:\S+-runtime-\S+", dockerfile())
+    assert all_stages["runtime-base-0"][0].startswith("FROM debian:12-slim")
+    assert all_stages["runtime-base-1"][0] == "FROM ${CUDA_RUNTIME_IMAGE} AS runtime-base-1"
+    runtime = all_stages["runtime"]
+    assert runtime[0] == "FROM runtime-base-${GCAGENT_CUDA} AS runtime"
+    users = [l.split()[1] for l in runtime if l.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    health = [l for l in runtime if l.startswith("HEALTHCHECK ")]
+    assert len(health) == 1 and "http://127.0.0.1:9464/healthz" in health[0]
+    assert any("GCAGENT_METRICS_LISTEN=0.0.0.0:9464" in l for l in runtime)
+    assert not any(re.search(r"\b(g\+\+|cmake|ninja-build|build-essential)\b", l) for l in runtime)
+
+
+def test_runtime_bundle_is_complete_and_its_agent_serves_healthz_in_a_bare_environment(tmp_path):
+    dest = tmp_path / "opt"
+    subprocess.run([str(DOCKER / "bundle-runtime.sh"), str(BUILD), str(dest)], check=True, capture_output=True)
+    assert (dest / "bin/gcagent").is_file() and (dest / "bin/gcagent_test_trainer").is_file()
+    assert (dest / "include/gcagent_client.h").is_file()
+    assert list((dest / "lib").glob("libgcagent_client.so.1*"))
+    assert list((dest / "lib").glob("libucp.so*")) and list((dest / "lib/ucx").glob("libuct_*.so*"))
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(dest / "lib"), "UCX_MODULE_DIR": str(dest / "lib/ucx")}
+    for f in [*(dest / "bin").iterdir(), *(dest / "lib").glob("*.so*")]:
+        out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, env=env).stdout
+        assert "not found" not in out, f"{f}:\n{out}"
+    proc = subprocess.Popen([str(dest / "bin/gcagent"), "--agent.socket", str(tmp_path / "a.sock"),
+                             "--agent.shm_prefix", f"gcabundle{os.getpid()}", "--metrics.listen", "127.0.0.1:0",
+                             "--agent.summary_interval", "0"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        address = None
+        deadline = time.time() + 15
+        while address is None and time.time() < deadline:
+            line = proc.stdout.readline()
+            m = re.search(r"metrics on (\S+)", line)
+            address = m.group(1) if m else None
+        assert address, "the bundled agent logged no metrics address"
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=5) as r:
+            assert r.status == 200
+            assert json.loads(r.read())["rank"] == 0
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+
+
+# --- Kubernetes ---
+
+def manifests():
+    docs = list(yaml.safe_load_all((DOCKER / "k8s/gcagent.yaml").read_text()))
+    return {d["kind"]: d for d in docs if d}
+
+
+def test_k8s_manifests_parse_into_a_sidecar_pod_and_a_headless_service():
+    m = manifests()
+    assert set(m) == {"ConfigMap", "Service", "StatefulSet", "NetworkPolicy"}
+    for d in m.values():
+        assert d["apiVersion"] and d["metadata"]["name"] == "gcagent-demo"
+    service, sts = m["Service"], m["StatefulSet"]
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"]
+    assert sts["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"gcagent", "trainer"}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["socket"] and volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    for c in containers.values():
+        mounts = {v["name"]: v["mountPath"] for v in c["volumeMounts"]}
+        assert mounts["socket"] == "/run/gcagent" and mounts["shm"] == "/dev/shm"
+    agent = containers["gcagent"]
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    assert agent["readinessProbe"]["httpGet"]["port"] in ports
+    assert "hostIPC" in (DOCKER / "k8s/gcagent.yaml").read_text()  # the GPU IPC note
+    assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_k8s_config_names_every_pod_by_dns_and_validates_for_each_rank(tmp_path):
+    m = manifests()
+    sts, service = m["StatefulSet"], m["Service"]
+    text = m["ConfigMap"]["data"]["gcagent.toml"]
+    config = tomllib.loads(text)
+    expected = [f"{sts['metadata']['name']}-{i}.{service['metadata']['name']}:18515"
+                for i in range(sts["spec"]["replicas"])]
+    assert config["transport"]["peers"] == expected
+    assert config["agent"]["socket"].startswith("/run/gcagent/")
+    path = tmp_path / "gcagent.toml"
+    path.write_text(text)
+    for rank in range(sts["spec"]["replicas"]):
+        validate(path, tmp_path, env={"GCAGENT_AGENT_NODE_RANK": str(rank)})
+    agent = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}["gcagent"]
+    rank_env = {e["name"]: e for e in agent["env"]}["GCAGENT_AGENT_NODE_RANK"]
+    assert rank_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"

@@ -1,0 +1,57 @@
+#include "metrics/health.h"
+
+#include <gtest/gtest.h>
+
+#include "metrics/stats.h"
+
+namespace gcagent::metrics {
+namespace {
+
+TEST(Health, ReadyOnlyWhenServingWithEveryPeerUp) {
+  Health h;
+  h.setRank(2, 3);
+  EXPECT_FALSE(h.snapshot().ready());
+  h.setPeersConnected(3);
+  EXPECT_FALSE(h.snapshot().ready());  // peers up, but trainers not served yet
+  h.setServing(true);
+  EXPECT_TRUE(h.snapshot().ready());
+  h.setPeersConnected(2);
+  EXPECT_FALSE(h.snapshot().ready());
+}
+
+TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
+  Health h;
+  h.setRank(1, 1);
+  h.setServing(true);
+  h.setTrainers(4);
+  const auto now = std::chrono::system_clock::now();
+  EXPECT_EQ(healthJson(h.snapshot(), now),
+            "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
+            "\"trainers\":4,\"errors\":0,\"last_error\":null}\n");
+  h.recordError("peer_lost", "peer rank 0 lost: \"ucx\"\n");
+  HealthSnapshot s = h.snapshot();
+  ASSERT_TRUE(s.last_error);
+  s.last_error->when = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
+  const auto later = s.last_error->when + std::chrono::milliseconds(2500);
+  EXPECT_EQ(healthJson(s, later),
+            "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
+            "\"trainers\":4,\"errors\":1,\"last_error\":{\"kind\":\"peer_lost\","
+            "\"message\":\"peer rank 0 lost: \\\"ucx\\\"\\n\",\"time\":\"2023-11-14T22:13:20.123Z\","
+            "\"seconds_ago\":2.500}}\n");
+}
+
+TEST(Health, StatsRecordErrorCountsByKindAndKeepsTheLatest) {
+  Stats stats;
+  stats.recordError(ErrorKind::kBadMessage, "first");
+  stats.recordError(ErrorKind::kTimeout, "second");
+  EXPECT_EQ(stats.error(ErrorKind::kBadMessage).Value(), 1);
+  EXPECT_EQ(stats.error(ErrorKind::kTimeout).Value(), 1);
+  const HealthSnapshot s = stats.health().snapshot();
+  EXPECT_EQ(s.errors, 2u);
+  ASSERT_TRUE(s.last_error);
+  EXPECT_EQ(s.last_error->kind, "timeout");
+  EXPECT_EQ(s.last_error->message, "second");
+}
+
+}  // namespace
+}  // namespace gcagent::metrics
