@@ -6,6 +6,7 @@
 #include "compress/bf16/bf16_math.h"
 #include "compress/cuda/codecs.h"
 #include "compress/cuda/launch.cuh"
+#include "compress/cuda/stats.cuh"
 #include "compress/fp16/fp16_math.h"
 #include "compress/mx1bit/mx1bit_math.h"
 #include "compress/mx2bit/mx2bit_math.h"
@@ -132,15 +133,22 @@ class GpuCastCodec final : public FaultingGpuCodec {
   bool error_feedback_;
 };
 
-// ---- MXNet 2-bit and 1-bit: one thread per output byte, so the residual of each element is
-// read and written once and the packed byte is stored whole; the threads past the last
-// element zero the padding of the last 4-byte word.
+// ---- MXNet 2-bit and 1-bit: one thread per element, so neighbouring threads read
+// neighbouring floats; the codes of a 32-bit word are OR-ed together across lanes and stored
+// whole. Threads past the last element add zero codes: the padding of the last word.
 
 __global__ void mx2bitEncode(const float* __restrict__ g, float* __restrict__ r,
-                             uint8_t* __restrict__ out, size_t n, size_t bytes, float t) {
-  const size_t b = threadIndex();
-  if (b >= bytes) return;
-  out[b] = 4 * b < n ? mx2bit::encodeByte(g, r, n, b, t) : 0;
+                             uint32_t* __restrict__ out, size_t n, size_t words, float t) {
+  const size_t i = threadIndex();
+  // No early exit: every lane of a warp takes part in the shuffles.
+  uint32_t code = 0;
+  if (i < n) {
+    float ri = r[i];
+    code = mx2bit::quantize(g[i], ri, t);
+    r[i] = ri;
+  }
+  const uint32_t word = orOverLanes(code << (mx2bit::shiftOf(i) + byteShift(i >> 2)), 16);
+  if (i % 16 == 0 && i / 16 < words) out[i / 16] = word;
 }
 
 __global__ void mx2bitDecodeAdd(const uint8_t* __restrict__ in, float* __restrict__ acc, size_t n,
@@ -150,10 +158,16 @@ __global__ void mx2bitDecodeAdd(const uint8_t* __restrict__ in, float* __restric
 }
 
 __global__ void mx1bitEncode(const float* __restrict__ g, float* __restrict__ r,
-                             uint8_t* __restrict__ out, size_t n, size_t bytes, float t) {
-  const size_t b = threadIndex();
-  if (b >= bytes) return;
-  out[b] = 8 * b < n ? mx1bit::encodeByte(g, r, n, b, t) : 0;
+                             uint32_t* __restrict__ out, size_t n, size_t words, float t) {
+  const size_t i = threadIndex();
+  uint32_t bit = 0;
+  if (i < n) {
+    float ri = r[i];
+    bit = mx1bit::quantize(g[i], ri, t);
+    r[i] = ri;
+  }
+  const uint32_t word = orOverLanes(bit != 0 ? mx1bit::maskOf(i) << byteShift(i >> 3) : 0u, 32);
+  if (i % 32 == 0 && i / 32 < words) out[i / 32] = word;
 }
 
 __global__ void mx1bitDecodeAdd(const uint8_t* __restrict__ in, float* __restrict__ acc, size_t n) {
@@ -180,11 +194,13 @@ class GpuMxCodec final : public FaultingGpuCodec {
     const size_t bytes = maxEncodedBytes(n);
     GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), n, out.size(), bytes));
     if (n == 0) return bytes;
-    auto* dst = reinterpret_cast<uint8_t*>(out.data());
+    GC_RETURN_IF_ERROR(checkAligned(name(), out.data(), "output"));
+    auto* dst = reinterpret_cast<uint32_t*>(out.data());
+    const size_t words = bytes / 4;
     if constexpr (kKind == MxKind::k2bit) {
-      mx2bitEncode<<<blocksFor(bytes), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, bytes, t_);
+      mx2bitEncode<<<blocksFor(16 * words), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, words, t_);
     } else {
-      mx1bitEncode<<<blocksFor(bytes), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, bytes, t_);
+      mx1bitEncode<<<blocksFor(32 * words), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, words, t_);
     }
     GC_RETURN_IF_ERROR(launched(name()));
     return bytes;

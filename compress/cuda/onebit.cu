@@ -1,7 +1,7 @@
-// onebit on the GPU (see compress/onebit/onebit.cc for the format). Three kernels per encode:
-// the four-lane sums of |g + e| over 4096-element blocks, one thread adding the blocks in
-// order (the CPU's order, so the scale has the same bits), and one fused pass that writes the
-// sign bits and the new residual.
+// onebit on the GPU (see compress/onebit/onebit.cc for the format). Per encode:
+// the CPU's four-lane sums of |g + e| over 4096-element runs, the runs' sums added in order
+// (so the scale has the CPU's bits), and one fused pass that writes the sign bits and the new
+// residual.
 #include <algorithm>
 #include <memory>
 
@@ -16,21 +16,22 @@ namespace {
 
 constexpr size_t kBlock = 4096;  // as the CPU codec: the scale's summation order depends on it
 
-__global__ void absLaneSums(const float* __restrict__ g, const float* __restrict__ e, size_t n,
-                            double* __restrict__ lanes) {
-  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  const size_t block = t / 4;
-  if (block * kBlock >= n) return;
-  const size_t end = smaller(n, (block + 1) * kBlock);
-  lanes[t] = laneSum(block * kBlock, end, static_cast<uint32_t>(t % 4),
-                     [&](size_t i) { return onebit::magnitude(g[i] + e[i]); });
+// One thread block per run of kBlock elements: the run's sum of |g + e|.
+__global__ void absRunSums(const float* __restrict__ g, const float* __restrict__ e, size_t n,
+                           double* __restrict__ runs) {
+  __shared__ float staged[kBlock];
+  const size_t begin = blockIdx.x * kBlock;
+  const size_t count = smaller(kBlock, n - begin);
+  for (size_t k = threadIdx.x; k < count; k += blockDim.x)
+    staged[k] = onebit::magnitude(g[begin + k] + e[begin + k]);
+  const double sum = stagedRunSum(staged, count, [](float v) { return static_cast<double>(v); });
+  if (threadIdx.x == 0) runs[blockIdx.x] = sum;
 }
 
-__global__ void finishScale(const double* __restrict__ lanes, size_t n, float* __restrict__ header,
+__global__ void finishScale(const double* __restrict__ total, size_t n, float* __restrict__ header,
                             DeviceFault* fault) {
   if (faulted(fault)) return;
-  double sum = 0.0;
-  for (size_t b = 0; b * kBlock < n; ++b) sum += combineLanes(lanes + 4 * b);
+  const double sum = *total;
   if (!isfinite(sum)) {
     raiseFault(fault, kFaultNonFinite, 0);
     return;
@@ -38,16 +39,21 @@ __global__ void finishScale(const double* __restrict__ lanes, size_t n, float* _
   *header = static_cast<float>(sum / static_cast<double>(n));
 }
 
+// One thread per element; the sign bits of 32 elements are OR-ed across the warp into a word.
 __global__ void encodeBits(const float* __restrict__ g, float* __restrict__ e,
-                           uint8_t* __restrict__ bits, size_t n, size_t bit_bytes,
+                           uint32_t* __restrict__ words_out, size_t n, size_t words,
                            const float* __restrict__ header, const DeviceFault* fault) {
-  const size_t b = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (b >= bit_bytes || faulted(fault)) return;
-  if (8 * b >= n) {
-    bits[b] = 0;
-    return;
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (faulted(fault)) return;  // the same for every thread: whole warps leave together
+  const float scale = *header;
+  uint32_t negative = 0;
+  if (i < n) {
+    const float x = g[i] + e[i];
+    negative = static_cast<uint32_t>(x < 0.0f);
+    e[i] = x - onebit::dequantize(negative, scale);
   }
-  bits[b] = onebit::encodeByte(g, e, b, smaller(8, n - 8 * b), *header);
+  const uint32_t word = orOverLanes((negative << (7u - static_cast<uint32_t>(i & 7u))) << byteShift(i >> 3), 32);
+  if (i % 32 == 0 && i / 32 < words) words_out[i / 32] = word;
 }
 
 // Scale first, then padding, as the CPU codec checks them.
@@ -100,19 +106,21 @@ class GpuOnebitCodec final : public FaultingGpuCodec {
       return bytes;
     }
     if (scaled_) {
-      const size_t lanes = 4 * ((n + kBlock - 1) / kBlock);
-      if (lanes_.size() < lanes) {
-        GC_ASSIGN_OR_RETURN(lanes_, DeviceBuffer<double>::allocate(lanes));
+      const size_t runs = (n + kBlock - 1) / kBlock;
+      if (runs_.size() < runs + 1) {
+        GC_ASSIGN_OR_RETURN(runs_, DeviceBuffer<double>::allocate(runs + 1));
       }
-      absLaneSums<<<blocksFor(lanes), kThreads, 0, s>>>(in.data(), state.data(), n, lanes_.data());
-      finishScale<<<1, 1, 0, s>>>(lanes_.data(), n, header, fault());
+      double* total = runs_.data() + runs;
+      absRunSums<<<static_cast<unsigned>(runs), kStageThreads, 0, s>>>(in.data(), state.data(), n, runs_.data());
+      sumInOrder<<<1, 1024, 0, s>>>(runs_.data(), runs, total);
+      finishScale<<<1, 1, 0, s>>>(total, n, header, fault());
     } else {
       storeScale<<<1, 1, 0, s>>>(header, 1.0f, fault());
     }
     const size_t bit_bytes = bytes - onebit::kHeaderBytes;
-    encodeBits<<<blocksFor(bit_bytes), kThreads, 0, s>>>(
-        in.data(), state.data(), reinterpret_cast<uint8_t*>(out.data() + onebit::kHeaderBytes), n,
-        bit_bytes, header, fault());
+    encodeBits<<<blocksFor(8 * bit_bytes), kThreads, 0, s>>>(
+        in.data(), state.data(), reinterpret_cast<uint32_t*>(out.data() + onebit::kHeaderBytes), n,
+        bit_bytes / 4, header, fault());
     GC_RETURN_IF_ERROR(launched(name()));
     return bytes;
   }
@@ -151,7 +159,7 @@ class GpuOnebitCodec final : public FaultingGpuCodec {
 
  private:
   bool scaled_;
-  DeviceBuffer<double> lanes_;
+  DeviceBuffer<double> runs_;  // one sum per run, then the total
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // terngrad on the GPU (see compress/terngrad/terngrad.cc for the format). Per encode: the
-// four-lane sums of x^2 and the lane maxima of |x| over 4096-element blocks, one thread
-// combining the blocks in the CPU's order into the clipping bound and s, and one fused pass
+// CPU's four-lane sums of x^2 and the maxima of |x| over 4096-element runs, the sums added in
+// the CPU's order into the clipping bound and s, and one fused pass
 // that draws each element's code from the shared counter-based generator and updates the
 // residual. The draws depend only on (seed, slice id, element), so the bytes equal the CPU's.
 #include <algorithm>
@@ -20,60 +20,69 @@ namespace {
 constexpr size_t kBlock = 4096;  // as the CPU codec: the sum's order depends on it
 constexpr double kClipSigmas = 2.5;
 
+// One thread block per run of kBlock elements: the run's sum of x^2 and max |x|.
 template <bool kFeedback>
-__global__ void statLanes(const float* __restrict__ g, const float* __restrict__ r, size_t n,
-                          double* __restrict__ squares, float* __restrict__ largest) {
-  const size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  const size_t block = t / 4;
-  if (block * kBlock >= n) return;
-  const size_t begin = block * kBlock;
-  const size_t end = smaller(n, begin + kBlock);
-  const auto lane = static_cast<uint32_t>(t % 4);
-  squares[t] = laneSum(begin, end, lane, [&](size_t i) {
-    const float x = inputAt<kFeedback>(g, r, i);
-    return static_cast<double>(x) * x;
-  });
-  float most = 0.0f;  // the maximum does not depend on order: one lane's share is enough
-  for (size_t i = begin + lane; i < end; i += 4) {
-    const float a = terngrad::magnitude(inputAt<kFeedback>(g, r, i));
+__global__ void statRuns(const float* __restrict__ g, const float* __restrict__ r, size_t n,
+                         double* __restrict__ squares, float* __restrict__ largest) {
+  __shared__ float staged[kBlock];
+  __shared__ float warp_most[kStageThreads / 32];
+  const size_t begin = blockIdx.x * kBlock;
+  const size_t count = smaller(kBlock, n - begin);
+  float most = 0.0f;  // the maximum does not depend on order
+  for (size_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const float x = inputAt<kFeedback>(g, r, begin + k);
+    staged[k] = x;
+    const float a = terngrad::magnitude(x);
     most = a > most ? a : most;
   }
-  largest[t] = most;
+  for (unsigned offset = 16; offset != 0; offset >>= 1)
+    most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  if (threadIdx.x % 32 == 0) warp_most[threadIdx.x / 32] = most;
+  const double sum = stagedRunSum(staged, count, [](float x) { return static_cast<double>(x) * x; });
+  if (threadIdx.x == 0) {
+    squares[blockIdx.x] = sum;
+    for (unsigned w = 0; w < kStageThreads / 32; ++w) most = fmaxf(most, warp_most[w]);
+    largest[blockIdx.x] = most;
+  }
 }
 
-__global__ void finishScaler(const double* __restrict__ squares, const float* __restrict__ largest,
-                             size_t n, bool clip, bool feedback, terngrad::Scaler* scaler,
-                             float* __restrict__ header, DeviceFault* fault) {
-  if (faulted(fault)) return;
-  double sum_squares = 0.0;
-  float max_magnitude = 0.0f;
-  for (size_t b = 0; b * kBlock < n; ++b) {
-    sum_squares += combineLanes(squares + 4 * b);
-    for (int j = 0; j < 4; ++j) max_magnitude = fmaxf(max_magnitude, largest[4 * b + j]);
-  }
+// One block: s and the bound from the total of x^2 and the runs' maxima.
+__global__ void finishScaler(const double* __restrict__ total, const float* __restrict__ largest,
+                             size_t runs, size_t n, bool clip, bool feedback,
+                             terngrad::Scaler* scaler, float* __restrict__ header, DeviceFault* fault) {
+  __shared__ float warp_most[kStageThreads / 32];
+  float most = 0.0f;
+  for (size_t k = threadIdx.x; k < runs; k += blockDim.x) most = fmaxf(most, largest[k]);
+  for (unsigned offset = 16; offset != 0; offset >>= 1)
+    most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  if (threadIdx.x % 32 == 0) warp_most[threadIdx.x / 32] = most;
+  __syncthreads();
+  if (threadIdx.x != 0 || faulted(fault)) return;
+  for (unsigned w = 0; w < kStageThreads / 32; ++w) most = fmaxf(most, warp_most[w]);
+  const double sum_squares = runs == 0 ? 0.0 : *total;
   if (!isfinite(sum_squares)) {
     raiseFault(fault, kFaultNonFinite, feedback ? 1 : 0);
     return;
   }
   float bound = INFINITY;
   if (clip && n > 0) bound = static_cast<float>(kClipSigmas * sqrt(sum_squares / static_cast<double>(n)));
-  const float s = max_magnitude < bound ? max_magnitude : bound;  // std::min(bound, max)
+  const float s = most < bound ? most : bound;  // std::min(bound, max)
   *scaler = terngrad::Scaler{bound, s};
   *header = s;
 }
 
+// One thread per element; the codes of 16 elements are OR-ed across lanes into a word.
 template <bool kFeedback>
 __global__ void encodeCodes(const float* __restrict__ g, float* __restrict__ r,
-                            uint8_t* __restrict__ codes, size_t n, size_t code_bytes,
+                            uint32_t* __restrict__ words_out, size_t n, size_t words,
                             const terngrad::Scaler* __restrict__ scaler, uint64_t stream,
                             const DeviceFault* fault) {
-  const size_t b = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (b >= code_bytes || faulted(fault)) return;
-  if (4 * b >= n) {
-    codes[b] = 0;
-    return;
-  }
-  codes[b] = terngrad::encodeByte<kFeedback>(g, r, b, smaller(4, n - 4 * b), *scaler, stream);
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (faulted(fault)) return;  // the same for every thread: whole warps leave together
+  uint32_t code = 0;
+  if (i < n) code = terngrad::encodeElement<kFeedback>(g, r, i, *scaler, stream);
+  const uint32_t word = orOverLanes(code << (terngrad::shiftOf(i) + byteShift(i >> 2)), 16);
+  if (i % 16 == 0 && i / 16 < words) words_out[i / 16] = word;
 }
 
 // s first, then the codes, as the CPU codec checks them.
@@ -119,36 +128,38 @@ class GpuTerngradCodec final : public FaultingGpuCodec {
     GC_RETURN_IF_ERROR(
         checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
     GC_RETURN_IF_ERROR(checkAligned(name(), out.data(), "output"));
-    const size_t lanes = 4 * ((n + kBlock - 1) / kBlock);
-    if (squares_.size() < std::max<size_t>(lanes, 1)) {
-      GC_ASSIGN_OR_RETURN(squares_, DeviceBuffer<double>::allocate(std::max<size_t>(lanes, 1)));
-      GC_ASSIGN_OR_RETURN(largest_, DeviceBuffer<float>::allocate(std::max<size_t>(lanes, 1)));
+    const size_t runs = (n + kBlock - 1) / kBlock;
+    if (squares_.size() < runs + 1) {
+      GC_ASSIGN_OR_RETURN(squares_, DeviceBuffer<double>::allocate(runs + 1));
+      GC_ASSIGN_OR_RETURN(largest_, DeviceBuffer<float>::allocate(runs + 1));
     }
     if (scaler_.size() == 0) {
       GC_ASSIGN_OR_RETURN(scaler_, DeviceBuffer<terngrad::Scaler>::allocate(1));
     }
     const cudaStream_t s = toCuda(stream);
     auto* header = reinterpret_cast<float*>(out.data());
-    auto* codes = reinterpret_cast<uint8_t*>(out.data() + terngrad::kHeaderBytes);
-    const size_t code_bytes = bytes - terngrad::kHeaderBytes;
+    auto* codes = reinterpret_cast<uint32_t*>(out.data() + terngrad::kHeaderBytes);
+    const size_t words = (bytes - terngrad::kHeaderBytes) / 4;
     const uint64_t rng_stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     const float* g = in.data();
     float* r = error_feedback_ ? state.data() : nullptr;
-    if (lanes != 0) {
+    double* total = squares_.data() + runs;
+    if (runs != 0) {
       if (error_feedback_) {
-        statLanes<true><<<blocksFor(lanes), kThreads, 0, s>>>(g, r, n, squares_.data(), largest_.data());
+        statRuns<true><<<static_cast<unsigned>(runs), kStageThreads, 0, s>>>(g, r, n, squares_.data(), largest_.data());
       } else {
-        statLanes<false><<<blocksFor(lanes), kThreads, 0, s>>>(g, r, n, squares_.data(), largest_.data());
+        statRuns<false><<<static_cast<unsigned>(runs), kStageThreads, 0, s>>>(g, r, n, squares_.data(), largest_.data());
       }
+      sumInOrder<<<1, 1024, 0, s>>>(squares_.data(), runs, total);
     }
-    finishScaler<<<1, 1, 0, s>>>(squares_.data(), largest_.data(), n, clip_, error_feedback_,
-                                 scaler_.data(), header, fault());
-    if (code_bytes != 0) {
+    finishScaler<<<1, kStageThreads, 0, s>>>(total, largest_.data(), runs, n, clip_, error_feedback_,
+                                             scaler_.data(), header, fault());
+    if (words != 0) {
       if (error_feedback_) {
-        encodeCodes<true><<<blocksFor(code_bytes), kThreads, 0, s>>>(g, r, codes, n, code_bytes,
+        encodeCodes<true><<<blocksFor(16 * words), kThreads, 0, s>>>(g, r, codes, n, words,
                                                                      scaler_.data(), rng_stream, fault());
       } else {
-        encodeCodes<false><<<blocksFor(code_bytes), kThreads, 0, s>>>(g, r, codes, n, code_bytes,
+        encodeCodes<false><<<blocksFor(16 * words), kThreads, 0, s>>>(g, r, codes, n, words,
                                                                       scaler_.data(), rng_stream, fault());
       }
     }
