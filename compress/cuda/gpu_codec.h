@@ -36,9 +36,12 @@ class GpuCodec {
   // As Codec: floats of device state per slice of n elements, zeroed before first use.
   virtual size_t stateElements(size_t n) const = 0;
   virtual size_t maxEncodedBytes(size_t n) const = 0;
+  // As Codec. The sparse codecs (topk, threshold, dgc) start their encoding with a u32 pair
+  // count, so the exact size of a variable one is 4 + 8 * count, readable after finish().
+  virtual bool isFixedSize() const { return true; }
 
   // Enqueues the encoding of `in` (updating `state`) into `out`; returns the bytes the
-  // encoding takes (every GPU codec has a size fixed by n). Size errors return at once.
+  // encoding takes when isFixedSize(), else maxEncodedBytes(n). Size errors return at once.
   virtual Result<size_t> encode(std::span<const float> in, std::span<float> state,
                                 std::span<std::byte> out, const SliceId& id,
                                 GpuStream stream) = 0;

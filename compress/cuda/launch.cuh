@@ -35,12 +35,15 @@ enum FaultKind : uint32_t {
   kFaultBadPadding = 4, // decode: bits past the last element set
   kFaultBadCode = 5,    // decode: a code the encoder never writes
   kFaultBadLevel = 6,   // decode: a level outside [-s, s]; index = element
+  kFaultBadCount = 7,   // decode: sparse count beyond the slice or the buffer; detail = count
+  kFaultBadPair = 8,    // decode: sparse pair out of range or repeated; index = pair, detail = its index
 };
 
 struct DeviceFault {
   unsigned long long key;  // (kind << 48) | index; kNoFault when nothing failed
   float value;             // the offending value, when the kind has one
-  uint32_t unused;
+  uint32_t detail;          // a second number for the message, when the kind has one
+  unsigned long long extra; // a third (a slice length or a buffer size)
 };
 
 inline constexpr unsigned long long kNoFault = ~0ull;
@@ -80,17 +83,17 @@ class FaultSlot {
 
  private:
   Status clear() {
-    const DeviceFault none{kNoFault, 0.0f, 0};
+    const DeviceFault none{kNoFault, 0.0f, 0u, 0ull};
     return buffer_.upload(std::span<const DeviceFault>(&none, 1));
   }
 
   DeviceBuffer<DeviceFault> buffer_;
 };
 
-inline uint32_t faultKind(const DeviceFault& f) {
+__host__ __device__ inline uint32_t faultKind(const DeviceFault& f) {
   return f.key == kNoFault ? 0u : static_cast<uint32_t>(f.key >> 48);
 }
-inline uint64_t faultIndex(const DeviceFault& f) { return f.key & ((1ull << 48) - 1); }
+__host__ __device__ inline uint64_t faultIndex(const DeviceFault& f) { return f.key & ((1ull << 48) - 1); }
 
 // After a batch of launches: a launch error (bad configuration, no device) as a Status.
 inline Status launched(std::string_view codec) {

@@ -22,6 +22,8 @@ constexpr std::array kGpuCodecs = {
     GpuCodecInfo{"bf16", makeGpuBf16},         GpuCodecInfo{"2bit", makeGpuMx2bit},
     GpuCodecInfo{"1bit", makeGpuMx1bit},       GpuCodecInfo{"onebit", makeGpuOnebit},
     GpuCodecInfo{"terngrad", makeGpuTerngrad}, GpuCodecInfo{"qsgd", makeGpuQsgd},
+    GpuCodecInfo{"topk", makeGpuTopk},         GpuCodecInfo{"threshold", makeGpuThreshold},
+    GpuCodecInfo{"dgc", makeGpuDgc},
 };
 
 }  // namespace

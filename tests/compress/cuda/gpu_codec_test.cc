@@ -82,7 +82,10 @@ TEST_P(GpuCodecTest, EncodeStateAndDecodeMatchTheCpuBitForBit) {
     auto gpu_state = onDevice(cpu_state, 1);
     for (uint64_t step = 0; step < 3; ++step) {
       const SliceId id{42 + n, 3, step};
-      const auto g = gaussian(n, 1000 * n + step, step == 2 ? 0.01f : 1.0f);
+      auto g = gaussian(n, 1000 * n + step, step == 2 ? 0.01f : 1.0f);
+      // Step 1 rounds to quarters: many equal magnitudes, so ties must break as on the CPU.
+      if (step == 1)
+        for (float& x : g) x = std::round(4 * x) / 4;
       std::vector<std::byte> cpu_out(cpu->maxEncodedBytes(n));
       auto cpu_bytes = cpu->encode(g, cpu_state, cpu_out, id);
       ASSERT_TRUE(cpu_bytes.ok()) << cpu_bytes.status().toString();
@@ -93,7 +96,15 @@ TEST_P(GpuCodecTest, EncodeStateAndDecodeMatchTheCpuBitForBit) {
                                   gpu_out.span().first(cpu_out.size()), id, nullptr);
       ASSERT_TRUE(gpu_bytes.ok()) << gpu_bytes.status().toString();
       ASSERT_TRUE(gpu.finish(nullptr).ok());
-      ASSERT_EQ(*gpu_bytes, *cpu_bytes);
+      size_t gpu_size = *gpu_bytes;
+      if (!gpu.isFixedSize()) {  // the pair count heads the encoding
+        ASSERT_EQ(gpu_size, cpu->maxEncodedBytes(n));
+        uint32_t count = 0;
+        const auto head = must(gpu_out.download(4));
+        std::memcpy(&count, head.data(), 4);
+        gpu_size = sparse::bytesFor(count);
+      }
+      ASSERT_EQ(gpu_size, *cpu_bytes);
       const auto got = must(gpu_out.download(*cpu_bytes));
       cpu_out.resize(*cpu_bytes);
       ASSERT_EQ(got, cpu_out) << "step " << step;
@@ -119,7 +130,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"onebit", {{"scaled", "false"}}}, Case{"terngrad", {}},
                       Case{"terngrad", {{"clip", "false"}, {"error_feedback", "true"}, {"seed", "7"}}},
                       Case{"qsgd", {}},
-                      Case{"qsgd", {{"bucket", "100"}, {"error_feedback", "true"}, {"levels", "4"}, {"seed", "3"}}}),
+                      Case{"qsgd", {{"bucket", "100"}, {"error_feedback", "true"}, {"levels", "4"}, {"seed", "3"}}},
+                      Case{"topk", {}}, Case{"topk", {{"ratio", "0.3"}}}, Case{"threshold", {}},
+                      Case{"threshold", {{"drop", "0.5"}, {"sample", "0.01"}, {"seed", "5"}}},
+                      Case{"dgc", {}},
+                      Case{"dgc", {{"momentum", "0"}, {"ratio", "0.05"}, {"sample", "0.001"}, {"seed", "9"}}}),
     caseName);
 
 // ---- Refusals: what the CPU codec refuses, the GPU codec refuses in the same words, and the
@@ -194,6 +209,38 @@ TEST_F(GpuCodecFaultTest, QsgdRefusesALevelOutOfRangeAfterCheckingNorms) {
   expectDecodeRefused("qsgd", n, bytes, "qsgd: bucket 1 has norm inf, expected a finite value >= 0");
 }
 
+std::vector<std::byte> pairs(uint32_t count, std::vector<uint32_t> indices, size_t total_pairs) {
+  std::vector<std::byte> bytes(4 + 8 * total_pairs);
+  std::memcpy(bytes.data(), &count, 4);
+  std::memcpy(bytes.data() + 4, indices.data(), 4 * indices.size());
+  return bytes;
+}
+
+TEST_F(GpuCodecFaultTest, SparseRefusesACountBeyondTheSlice) {
+  // topk at ratio 0.01 of 300 elements: k = 3, 28 bytes.
+  expectDecodeRefused("topk", 300, pairs(301, {0, 1, 2}, 3),
+                      "topk: encoded count 301 exceeds the slice length 300");
+}
+
+TEST_F(GpuCodecFaultTest, SparseRefusesAnIndexOutsideTheSlice) {
+  expectDecodeRefused("topk", 300, pairs(3, {0, 300, 2}, 3),
+                      "topk: pair 1 has index 300, outside the slice of 300 elements");
+}
+
+TEST_F(GpuCodecFaultTest, SparseRefusesARepeatedIndex) {
+  auto gpu = makeGpuCodec("topk");
+  ASSERT_TRUE(gpu.ok()) << gpu.status().toString();
+  auto in = onDevice(pairs(3, {7, 5, 7}, 3));
+  auto acc = onDevice(std::vector<float>(300, 1.0f));
+  ASSERT_TRUE((*gpu)->decodeAdd(in.span(), acc.span(), {}, nullptr).ok());
+  const Status s = (*gpu)->finish(nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  // Which of the two pairs is named depends on which thread came second.
+  EXPECT_TRUE(s.message() == "topk: pair 2 repeats index 7" || s.message() == "topk: pair 0 repeats index 7")
+      << s.message();
+  EXPECT_EQ(must(acc.download()), std::vector<float>(300, 1.0f));
+}
+
 // A non-finite gradient is refused before the state changes, in the CPU codec's words.
 TEST_F(GpuCodecFaultTest, NonFiniteGradientLeavesTheStateAlone) {
   for (const std::string name : {"onebit", "terngrad", "qsgd"}) {
@@ -224,11 +271,11 @@ TEST_F(GpuCodecFaultTest, NonFiniteGradientLeavesTheStateAlone) {
 // ---- What needs no GPU.
 
 TEST(GpuCodecRegistryTest, CodecWithoutKernelsIsNotFound) {
-  auto codec = makeGpuCodec("topk");
+  auto codec = makeGpuCodec("randomk");
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(codec.status().message(),
-            "codec topk has no GPU kernels; GPU codecs: none, fp16, bf16, 2bit, 1bit, onebit, terngrad, qsgd");
+            "codec randomk has no GPU kernels; GPU codecs: none, fp16, bf16, 2bit, 1bit, onebit, terngrad, qsgd, topk, threshold, dgc");
 }
 
 TEST(GpuCodecRegistryTest, BadParametersAreRefusedAsTheCpuCodecRefusesThem) {
