@@ -5,7 +5,7 @@
 // over the copy's. (The copy moves 8n bytes through memory; an encode with a residual moves at
 // least 12n, so ~0.67x copy is at the memory bound for those.)
 //
-//   gcagent_gpu_codecs_bench [--max-elements N] [--codec NAME]...
+//   gcagent_gpu_codecs_bench [--min-elements N] [--max-elements N] [--codec NAME]...
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,13 +72,15 @@ double secondsPerCall(cudaStream_t stream, F body) {
 }
 
 int run(int argc, char** argv) {
+  size_t min_elements = size_t{1} << 20;
   size_t max_elements = size_t{256} << 20;
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--max-elements") && i + 1 < argc) max_elements = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--min-elements") && i + 1 < argc) min_elements = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--codec") && i + 1 < argc) only.emplace_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--max-elements N] [--codec NAME]...\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--min-elements N] [--max-elements N] [--codec NAME]...\n", argv[0]);
       return 2;
     }
   }
@@ -94,7 +96,7 @@ int run(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<size_t> sizes;
-  for (size_t n = size_t{1} << 20; n <= max_elements; n *= 4) sizes.push_back(n);
+  for (size_t n = min_elements; n <= max_elements; n *= 4) sizes.push_back(n);
   for (size_t n : sizes) {
     auto g = DeviceBuffer<float>::allocate(n);
     auto acc = DeviceBuffer<float>::allocate(n);

@@ -15,6 +15,9 @@ Result<RawDeviceBuffer> RawDeviceBuffer::allocate(size_t bytes) {
   if (bytes == 0) return Result<RawDeviceBuffer>(std::move(b));
   cudaError_t err = cudaMalloc(&b.data_, bytes);
   if (err == cudaSuccess) err = cudaMemset(b.data_, 0, bytes);
+  // The zeroing runs on the legacy stream, which a non-blocking stream does not wait for:
+  // finish it before the memory is handed out.
+  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
   if (err != cudaSuccess)
     return Status::resourceExhausted(
         strCat("gpu: cannot allocate ", bytes, " bytes of device memory: ", cudaGetErrorString(err)));
@@ -27,8 +30,11 @@ Status RawDeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
     return Status::outOfRange(strCat("gpu: upload of ", bytes, " bytes at ", offset,
                                      " past a device buffer of ", bytes_));
   if (bytes == 0) return {};
-  const cudaError_t err =
+  cudaError_t err =
       cudaMemcpy(static_cast<char*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice);
+  // From pageable memory the copy may still be landing when cudaMemcpy returns, and a
+  // non-blocking stream would not wait for it.
+  if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
   if (err != cudaSuccess)
     return Status::unavailable(strCat("gpu: upload failed: ", cudaGetErrorString(err)));
   return {};

@@ -71,13 +71,18 @@ class FaultSlot {
   }
   DeviceFault* device() const { return buffer_.data(); }
 
-  // Waits for the stream; returns the recorded fault (kind 0 for none) and clears it.
+  // Waits for the stream; returns the recorded fault (kind 0 for none) and clears it, in
+  // the stream's order.
   Result<DeviceFault> take(GpuStream stream, std::string_view codec) {
     cudaError_t err = cudaStreamSynchronize(toCuda(stream));
     if (err != cudaSuccess)
       return Status::unavailable(strCat(codec, ": gpu stream failed: ", cudaGetErrorString(err)));
     GC_ASSIGN_OR_RETURN(auto host, buffer_.download());
-    GC_RETURN_IF_ERROR(clear());
+    if (host[0].key != kNoFault) {
+      err = cudaMemsetAsync(&buffer_.data()->key, 0xff, sizeof(unsigned long long), toCuda(stream));
+      if (err != cudaSuccess)
+        return Status::unavailable(strCat(codec, ": gpu fault reset failed: ", cudaGetErrorString(err)));
+    }
     return host[0];
   }
 

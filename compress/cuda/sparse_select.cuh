@@ -166,8 +166,9 @@ __global__ inline void findLastTie(const float* __restrict__ x, size_t n, const 
                                    SelectState* st) {
   if (!st->need_tie) return;
   unsigned long long left = st->rank;  // equal keys still to take
+  const size_t tiles = (n + kTile - 1) / kTile;
   size_t tile = 0;
-  for (; tile_counts[tile] < left; ++tile) left -= tile_counts[tile];
+  for (; tile < tiles && tile_counts[tile] < left; ++tile) left -= tile_counts[tile];
   for (size_t i = tile * kTile; i < n; ++i) {
     if (sparse::magnitudeKey(x[i]) == st->cut && --left == 0) {
       st->last_tie = static_cast<uint32_t>(i);
