@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ struct Case {
   std::string name;
   Params params;
 };
+
+// Shown in test listings instead of the struct's bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+  for (const auto& [k, v] : c.params) *os << " " << k << "=" << v;
+}
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   std::string s = info.param.name == "2bit" ? "mx2bit" : info.param.name == "1bit" ? "mx1bit" : info.param.name;
