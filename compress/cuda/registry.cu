@@ -23,7 +23,7 @@ constexpr std::array kGpuCodecs = {
     GpuCodecInfo{"1bit", makeGpuMx1bit},       GpuCodecInfo{"onebit", makeGpuOnebit},
     GpuCodecInfo{"terngrad", makeGpuTerngrad}, GpuCodecInfo{"qsgd", makeGpuQsgd},
     GpuCodecInfo{"topk", makeGpuTopk},         GpuCodecInfo{"threshold", makeGpuThreshold},
-    GpuCodecInfo{"dgc", makeGpuDgc},
+    GpuCodecInfo{"dgc", makeGpuDgc},           GpuCodecInfo{"randomk", makeGpuRandomk},
 };
 
 }  // namespace
