@@ -54,6 +54,17 @@ Result<CudaDriver> open() {
   GC_RESOLVE(memcpyDtoH, "cuMemcpyDtoH");
   GC_RESOLVE(memcpyHtoD, "cuMemcpyHtoD");
   GC_RESOLVE(ctxSynchronize, "cuCtxSynchronize");
+  GC_RESOLVE(streamCreate, "cuStreamCreate");
+  GC_RESOLVE(streamDestroy, "cuStreamDestroy");
+  GC_RESOLVE(streamSynchronize, "cuStreamSynchronize");
+  GC_RESOLVE(streamWaitEvent, "cuStreamWaitEvent");
+  GC_RESOLVE(eventCreate, "cuEventCreate");
+  GC_RESOLVE(eventDestroy, "cuEventDestroy");
+  GC_RESOLVE(eventRecord, "cuEventRecord");
+  GC_RESOLVE(ipcGetEventHandle, "cuIpcGetEventHandle");
+  GC_RESOLVE(ipcOpenEventHandle, "cuIpcOpenEventHandle");
+  GC_RESOLVE(memcpyHtoDAsync, "cuMemcpyHtoDAsync");
+  GC_RESOLVE(memcpyDtoHAsync, "cuMemcpyDtoHAsync");
 #undef GC_RESOLVE
   if (missing != nullptr) return Status::unavailable(strCat("no GPU: libcuda.so.1 lacks ", missing));
   if (const CUresult r = d.init(0); r != CUDA_SUCCESS)

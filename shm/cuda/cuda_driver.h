@@ -31,6 +31,17 @@ struct CudaDriver {
   decltype(&cuMemcpyDtoH) memcpyDtoH;
   decltype(&cuMemcpyHtoD) memcpyHtoD;
   decltype(&cuCtxSynchronize) ctxSynchronize;
+  decltype(&cuStreamCreate) streamCreate;
+  decltype(&cuStreamDestroy) streamDestroy;
+  decltype(&cuStreamSynchronize) streamSynchronize;
+  decltype(&cuStreamWaitEvent) streamWaitEvent;
+  decltype(&cuEventCreate) eventCreate;
+  decltype(&cuEventDestroy) eventDestroy;
+  decltype(&cuEventRecord) eventRecord;
+  decltype(&cuIpcGetEventHandle) ipcGetEventHandle;
+  decltype(&cuIpcOpenEventHandle) ipcOpenEventHandle;
+  decltype(&cuMemcpyHtoDAsync) memcpyHtoDAsync;
+  decltype(&cuMemcpyDtoHAsync) memcpyDtoHAsync;
 
   // The driver, loaded and initialised once per process; unavailable("no GPU: ...") when
   // libcuda.so.1 is missing, lacks an entry point, or cuInit fails.

@@ -138,6 +138,51 @@ Result<SharedDeviceMemory> SharedDeviceMemory::import(const CudaDriver& d, int o
   return Result<SharedDeviceMemory>(std::move(m));
 }
 
+SharedEvent::~SharedEvent() {
+  if (driver_ != nullptr && event_ != nullptr) driver_->eventDestroy(event_);
+}
+
+Result<SharedEvent> SharedEvent::create(const CudaDriver& d) {
+  SharedEvent e;
+  e.driver_ = &d;
+  if (CUresult r = d.eventCreate(&e.event_, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
+    e.event_ = nullptr;
+    return Status::unavailable(d.describe("cuEventCreate", r));
+  }
+  return Result<SharedEvent>(std::move(e));
+}
+
+Result<SharedEvent> SharedEvent::open(const CudaDriver& d, const CUipcEventHandle& handle) {
+  SharedEvent e;
+  e.driver_ = &d;
+  if (CUresult r = d.ipcOpenEventHandle(&e.event_, handle); r != CUDA_SUCCESS) {
+    e.event_ = nullptr;
+    return Status::failedPrecondition(strCat(
+        "cannot open the agent's GPU event (do the trainer and the agent share a GPU and an IPC "
+        "namespace?): ", d.describe("cuIpcOpenEventHandle", r)));
+  }
+  return Result<SharedEvent>(std::move(e));
+}
+
+Result<CUipcEventHandle> SharedEvent::handle() const {
+  CUipcEventHandle h{};
+  if (CUresult r = driver_->ipcGetEventHandle(&h, event_); r != CUDA_SUCCESS)
+    return Status::unavailable(driver_->describe("cuIpcGetEventHandle", r));
+  return h;
+}
+
+Status SharedEvent::record(CUstream stream) const {
+  if (CUresult r = driver_->eventRecord(event_, stream); r != CUDA_SUCCESS)
+    return Status::unavailable(driver_->describe("cuEventRecord", r));
+  return {};
+}
+
+Status SharedEvent::waitOn(CUstream stream) const {
+  if (CUresult r = driver_->streamWaitEvent(stream, event_, 0); r != CUDA_SUCCESS)
+    return Status::unavailable(driver_->describe("cuStreamWaitEvent", r));
+  return {};
+}
+
 Status sendFd(int socket, int fd, std::span<const std::byte> payload) {
   iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};

@@ -65,6 +65,33 @@ class SharedDeviceMemory {
   GpuUuid gpu_{};
 };
 
+// An event both processes can record and wait on, so GPU work is ordered across them
+// without either waiting on the host: the writer records after its writes, the reader's
+// stream waits on it (cuStreamWaitEvent) before its reads.
+class SharedEvent {
+ public:
+  SharedEvent() = default;
+  SharedEvent(SharedEvent&& other) noexcept { *this = std::move(other); }
+  SharedEvent& operator=(SharedEvent&& other) noexcept {
+    std::swap(driver_, other.driver_);
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~SharedEvent();
+
+  static Result<SharedEvent> create(const CudaDriver& driver);
+  // Opens the handle another process got from handle() (same GPU, same IPC namespace).
+  static Result<SharedEvent> open(const CudaDriver& driver, const CUipcEventHandle& handle);
+
+  Result<CUipcEventHandle> handle() const;
+  Status record(CUstream stream) const;
+  Status waitOn(CUstream stream) const;  // `stream`'s later work waits for the last record
+
+ private:
+  const CudaDriver* driver_ = nullptr;
+  CUevent event_ = nullptr;
+};
+
 // One fd and a small payload over a connected Unix socket (SCM_RIGHTS).
 Status sendFd(int socket, int fd, std::span<const std::byte> payload);
 // Receives exactly payload.size() bytes and the fd that came with them.

@@ -1,7 +1,8 @@
 // CUDA IPC between two real processes: one exports cuMem device memory as a file descriptor
-// over a Unix socket, the other maps it, reads what the first wrote and writes back. Each
-// side runs in a forked child that starts CUDA itself (a CUDA context does not survive
-// fork); without a GPU the children say so and the test skips.
+// over a Unix socket, the other maps it, reads what the first wrote and writes back; an
+// interprocess event orders the importer's write before the exporter's read. Each side runs
+// in a forked child that starts CUDA itself (a CUDA context does not survive fork); without a
+// GPU the children say so and the test skips.
 #include "shm/cuda/cuda_ipc.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,12 @@ const CudaDriver* driverOrExit() {
     }                                   \
   } while (0)
 
+// What travels with the fd: the buffer and the event that orders writes to it.
+struct Offer {
+  ExportDescriptor buffer;
+  CUipcEventHandle written;
+};
+
 int exporter(int sock) {
   const CudaDriver* d = driverOrExit();
   auto mem = SharedDeviceMemory::create(*d, 0, 4 * kWords);
@@ -58,24 +65,38 @@ int exporter(int sock) {
   std::vector<uint32_t> words(kWords);
   for (size_t i = 0; i < kWords; ++i) words[i] = static_cast<uint32_t>(3 * i + 1);
   CHILD_CHECK(d->memcpyHtoD(mem->address(), words.data(), 4 * kWords) == CUDA_SUCCESS, "exporter: upload");
-  const ExportDescriptor desc = mem->descriptor();
-  Status sent = sendFd(sock, mem->fd(), std::as_bytes(std::span(&desc, 1)));
+  auto written = SharedEvent::create(*d);
+  CHILD_CHECK(written.ok(), "exporter: %s", written.status().toString().c_str());
+  auto handle = written->handle();
+  CHILD_CHECK(handle.ok(), "exporter: %s", handle.status().toString().c_str());
+  const Offer offer{mem->descriptor(), *handle};
+  Status sent = sendFd(sock, mem->fd(), std::as_bytes(std::span(&offer, 1)));
   CHILD_CHECK(sent.ok(), "exporter: %s", sent.toString().c_str());
   char ack = 0;
   CHILD_CHECK(read(sock, &ack, 1) == 1 && ack == 'k', "exporter: no acknowledgement from the importer");
-  CHILD_CHECK(d->memcpyDtoH(words.data(), mem->address(), 4 * kWords) == CUDA_SUCCESS, "exporter: download");
+  // The importer's copy is ordered before this read by the event, not by the host.
+  CUstream stream = nullptr;
+  CHILD_CHECK(d->streamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "exporter: stream");
+  Status waited = written->waitOn(stream);
+  CHILD_CHECK(waited.ok(), "exporter: %s", waited.toString().c_str());
+  CHILD_CHECK(d->memcpyDtoHAsync(words.data(), mem->address(), 4 * kWords, stream) == CUDA_SUCCESS,
+              "exporter: download");
+  CHILD_CHECK(d->streamSynchronize(stream) == CUDA_SUCCESS, "exporter: synchronize");
+  d->streamDestroy(stream);
   for (size_t i = 0; i < kWords; ++i) {
     const uint32_t want = i < 1024 ? 0xabcd0000u + static_cast<uint32_t>(i) : static_cast<uint32_t>(3 * i + 1);
     CHILD_CHECK(words[i] == want, "exporter: word %zu is %u, expected %u", i, words[i], want);
   }
+  CHILD_CHECK(write(sock, "d", 1) == 1, "exporter: done");
   return 0;
 }
 
 int importer(int sock) {
   const CudaDriver* d = driverOrExit();
-  ExportDescriptor desc;
-  auto fd = receiveFd(sock, std::as_writable_bytes(std::span(&desc, 1)));
+  Offer offer;
+  auto fd = receiveFd(sock, std::as_writable_bytes(std::span(&offer, 1)));
   CHILD_CHECK(fd.ok(), "importer: %s", fd.status().toString().c_str());
+  const ExportDescriptor desc = offer.buffer;
   CHILD_CHECK(desc.bytes >= 4 * kWords, "importer: descriptor says %llu bytes",
               static_cast<unsigned long long>(desc.bytes));
   // A buffer said to live on another GPU is refused, naming both.
@@ -94,9 +115,20 @@ int importer(int sock) {
   for (size_t i = 0; i < kWords; ++i)
     CHILD_CHECK(words[i] == 3 * i + 1, "importer: word %zu is %u, expected %zu", i, words[i], 3 * i + 1);
   for (uint32_t i = 0; i < 1024; ++i) words[i] = 0xabcd0000u + i;
-  CHILD_CHECK(d->memcpyHtoD(mem->address(), words.data(), 4 * 1024) == CUDA_SUCCESS, "importer: upload");
-  CHILD_CHECK(d->ctxSynchronize() == CUDA_SUCCESS, "importer: synchronize");
+  auto written = SharedEvent::open(*d, offer.written);
+  CHILD_CHECK(written.ok(), "importer: %s", written.status().toString().c_str());
+  CUstream stream = nullptr;
+  CHILD_CHECK(d->streamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "importer: stream");
+  CHILD_CHECK(d->memcpyHtoDAsync(mem->address(), words.data(), 4 * 1024, stream) == CUDA_SUCCESS,
+              "importer: upload");
+  Status recorded = written->record(stream);
+  CHILD_CHECK(recorded.ok(), "importer: %s", recorded.toString().c_str());
   CHILD_CHECK(write(sock, "k", 1) == 1, "importer: acknowledgement");
+  // The exporter waits on the event; keep the stream and the mapping until it has read.
+  char done = 0;
+  CHILD_CHECK(read(sock, &done, 1) == 1 && done == 'd', "importer: no word from the exporter");
+  CHILD_CHECK(d->streamSynchronize(stream) == CUDA_SUCCESS, "importer: synchronize");
+  d->streamDestroy(stream);
   return 0;
 }
 
