@@ -123,6 +123,10 @@ class RandomkCodec final : public Codec {
 
 }  // namespace
 
+std::vector<uint32_t> randomk::drawIndices(size_t n, size_t k, uint64_t stream) {
+  return randomIndices(n, k, stream);
+}
+
 // ratio: the fraction of elements sent, in (0, 1], default 0.01.
 // seed: the index generator's seed, default 0; sender and receiver must agree.
 // error_feedback: keep the unsent rest as a residual (true, default) or scale by n/k (false).

@@ -1,0 +1,24 @@
+// The GPU codec factories, one per codec, listed once in registry.cu. Each takes the
+// parameters the CPU codec of the same name takes, already validated by it.
+#pragma once
+
+#include <memory>
+
+#include "compress/cuda/gpu_codec.h"
+
+namespace gcagent::compress::cuda {
+
+Result<std::unique_ptr<GpuCodec>> makeGpuNone(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuFp16(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuBf16(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuMx2bit(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuMx1bit(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuOnebit(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuTerngrad(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuQsgd(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuTopk(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuThreshold(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuDgc(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuRandomk(const Params& params);
+
+}  // namespace gcagent::compress::cuda

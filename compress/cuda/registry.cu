@@ -1,0 +1,63 @@
+// Every GPU codec, from one explicit list, and the probe for a usable GPU.
+#include <cuda_runtime.h>
+
+#include <array>
+#include <string>
+
+#include "common/str_cat.h"
+#include "compress/cuda/codecs.h"
+#include "compress/cuda/gpu_codec.h"
+#include "compress/registry.h"
+
+namespace gcagent::compress::cuda {
+namespace {
+
+struct GpuCodecInfo {
+  std::string_view name;
+  Result<std::unique_ptr<GpuCodec>> (*make)(const Params&);
+};
+
+constexpr std::array kGpuCodecs = {
+    GpuCodecInfo{"none", makeGpuNone},         GpuCodecInfo{"fp16", makeGpuFp16},
+    GpuCodecInfo{"bf16", makeGpuBf16},         GpuCodecInfo{"2bit", makeGpuMx2bit},
+    GpuCodecInfo{"1bit", makeGpuMx1bit},       GpuCodecInfo{"onebit", makeGpuOnebit},
+    GpuCodecInfo{"terngrad", makeGpuTerngrad}, GpuCodecInfo{"qsgd", makeGpuQsgd},
+    GpuCodecInfo{"topk", makeGpuTopk},         GpuCodecInfo{"threshold", makeGpuThreshold},
+    GpuCodecInfo{"dgc", makeGpuDgc},           GpuCodecInfo{"randomk", makeGpuRandomk},
+};
+
+}  // namespace
+
+Status gpuAvailable() {
+  // The CUDA runtime is linked statically and loads libcuda.so.1 itself on this first call:
+  // a host without the driver gets an error here, never a failure to start.
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    return Status::unavailable(strCat("no GPU: ", cudaGetErrorString(err)));
+  if (count == 0) return Status::unavailable("no GPU: the driver reports no CUDA device");
+  return {};
+}
+
+std::vector<std::string_view> gpuCodecNames() {
+  std::vector<std::string_view> names;
+  for (const GpuCodecInfo& info : kGpuCodecs) names.push_back(info.name);
+  return names;
+}
+
+Result<std::unique_ptr<GpuCodec>> makeGpuCodec(std::string_view name, const Params& params) {
+  // The CPU codec of the same name checks the parameters, so both reject the same input with
+  // the same words.
+  auto cpu = makeCodec(name, params);
+  if (!cpu.ok()) return cpu.status();
+  for (const GpuCodecInfo& info : kGpuCodecs) {
+    if (info.name != name) continue;
+    GC_RETURN_IF_ERROR(gpuAvailable());
+    return info.make(params);
+  }
+  std::string known;
+  for (const GpuCodecInfo& info : kGpuCodecs) known = strCat(known, known.empty() ? "" : ", ", info.name);
+  return Status::notFound(strCat("codec ", name, " has no GPU kernels; GPU codecs: ", known));
+}
+
+}  // namespace gcagent::compress::cuda
