@@ -13,6 +13,7 @@
 #include "compress/registry.h"
 #include "metrics/endpoint.h"
 #include "metrics/stats.h"
+#include "transport/auth.h"
 #include "transport/loopback/loopback.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -23,6 +24,7 @@ struct Agent::Impl {
   EngineOptions engine_options;
   std::unique_ptr<ThreadPool> pool;
   std::shared_ptr<metrics::Stats> stats;
+  std::string token;  // the cluster token; never logged
 };
 
 namespace {
@@ -99,6 +101,15 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     return Status::invalidArgument(strCat("agent.node_rank ", config.agent_node_rank, " is not below the ",
                                           peers.size(), " entries of transport.peers"));
   for (const auto& p : peers) GC_RETURN_IF_ERROR(transport::splitHostPort(p).status());
+  if (config.transport_heartbeat_interval >= config.transport_peer_timeout)
+    return Status::invalidArgument(strCat("transport.heartbeat_interval (", config.transport_heartbeat_interval,
+                                          " s) must be below transport.peer_timeout (",
+                                          config.transport_peer_timeout, " s)"));
+  if (!config.security_token_file.empty()) {
+    GC_ASSIGN_OR_RETURN(impl->token, transport::readTokenFile(config.security_token_file));
+  } else if (peers.size() > 1) {
+    GC_LOG(kWarn, "agent", "security.token_file is empty: peer agents are not authenticated");
+  }
   GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
   // Build the default and result codecs once, so a typo fails now and not at the first gradient.
   GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());
@@ -143,8 +154,12 @@ Status Agent::run() {
     GC_ASSIGN_OR_RETURN(auto mine, transport::splitHostPort(c.transport_peers[rank]));
     GC_ASSIGN_OR_RETURN(auto bind, transport::splitHostPort(listen));
     if (bind.second == 0) listen = strCat(bind.first, ":", mine.second);  // listen on our advertised port
-    GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(
-                                       {rank, static_cast<transport::Rank>(c.transport_peers.size()), listen, 0.2}));
+    transport::UcxOptions options{rank, static_cast<transport::Rank>(c.transport_peers.size()), listen, 0.2};
+    options.token = impl_->token;
+    options.peer_timeout_seconds = c.transport_peer_timeout;
+    options.heartbeat_seconds = c.transport_heartbeat_interval;
+    options.on_refused = [&stats](const Status&) { stats.error(metrics::ErrorKind::kAuthFailed).Increment(); };
+    GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(options));
   }
 
   ControlServer* server_ptr = nullptr;

@@ -97,6 +97,7 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   errors_[1] = &counter(Id::errors_total, {"timeout"});
   errors_[2] = &counter(Id::errors_total, {"peer_lost"});
   errors_[3] = &counter(Id::errors_total, {"reduction_failed"});
+  errors_[4] = &counter(Id::errors_total, {"auth_failed"});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});
 }
