@@ -5,6 +5,7 @@
 
 #include "agent/control_server.h"
 #include "agent/io.h"
+#include "agent/job_notice.h"
 #include "agent/reduction_engine.h"
 #include "common/build_config.h"
 #include "common/log.h"
@@ -13,6 +14,7 @@
 #include "compress/registry.h"
 #include "metrics/endpoint.h"
 #include "metrics/stats.h"
+#include "shm/segment.h"
 #include "transport/auth.h"
 #include "transport/loopback/loopback.h"
 #include "transport/ucx/ucx_transport.h"
@@ -162,6 +164,10 @@ Status Agent::run() {
     GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(options));
   }
 
+  // Segments left by an agent of this prefix that was killed (SIGKILL cannot clean up).
+  for (const std::string& name : shm::removeOrphanSegments(c.agent_shm_prefix))
+    GC_LOG(kInfo, "agent", "removed the segment ", name, " of an agent that no longer runs");
+
   ControlServer* server_ptr = nullptr;
   ReductionEngine engine(*transport, impl_->engine_options,
                          [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
@@ -172,10 +178,27 @@ Status Agent::run() {
   server_options.shm_prefix = c.agent_shm_prefix;
   server_options.node_rank = transport->rank();
   server_options.node_count = transport->size();
+  // Every peer hears when a trainer of a job leaves here, so its trainers of that job fail
+  // at once instead of waiting for a contribution that will never come.
+  server_options.on_trainer_left = [&transport](uint64_t job, uint64_t last_completed, const Status& why) {
+    const auto header = encodeJobNotice({job, last_completed, strCat("node ", transport->rank(), ": ", why.message())});
+    for (transport::Rank r = 0; r < transport->size(); ++r)
+      if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
+  };
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 
-  transport->setHandlers([&engine](const transport::Message& m) { engine.onMessage(m); },
+  transport->setHandlers([&engine, &server, &stats](const transport::Message& m) {
+                           if (!isJobNotice(m.header)) return engine.onMessage(m);
+                           auto notice = parseJobNotice(m.header);
+                           if (!notice.ok()) {
+                             GC_LOG(kWarn, "agent", "rank ", m.from, ": ", notice.status().message());
+                             stats.error(metrics::ErrorKind::kBadMessage).Increment();
+                             return;
+                           }
+                           server.onJobLost(notice->job, notice->last_completed,
+                                            Status::unavailable(strCat("the job cannot go on: ", notice->reason)));
+                         },
                          [&engine](transport::Rank peer, transport::PeerEvent event, const Status& why) {
                            if (event == transport::PeerEvent::kDown) engine.onPeerDown(peer, why);
                          });

@@ -1,10 +1,13 @@
 #include "shm/segment.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -107,6 +110,28 @@ void Segment::release() {
 
 std::string segmentName(const std::string& prefix, uint32_t trainer_id) {
   return strCat(prefix, "-", ::getpid(), "-", trainer_id);
+}
+
+std::vector<std::string> removeOrphanSegments(const std::string& prefix) {
+  std::vector<std::string> removed;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  const std::string head = prefix + "-";
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, head.size(), head) != 0) continue;
+    // "<pid>-<digits>" after the prefix, nothing else: other names are not ours.
+    const std::string rest = name.substr(head.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || dash + 1 == rest.size() || dash > 9) continue;
+    if (rest.find_first_not_of("0123456789", 0) != dash || rest.find_first_not_of("0123456789", dash + 1) != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (::shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 SlotLayout layoutSlots(std::span<const uint64_t> tensor_bytes) {

@@ -49,6 +49,10 @@ class Segment {
 // A unique segment name for one trainer of one agent: "<prefix>-<agent pid>-<trainer id>".
 std::string segmentName(const std::string& prefix, uint32_t trainer_id);
 
+// Removes the segments "<prefix>-<pid>-<id>" whose agent process no longer exists (an agent
+// killed with SIGKILL cannot remove its own). Returns the names removed.
+std::vector<std::string> removeOrphanSegments(const std::string& prefix);
+
 // Slots for tensors of the given byte sizes, each starting on a 64-byte boundary so no two
 // tensors share a cache line. Returns the offsets and, last, the total size.
 struct SlotLayout {
