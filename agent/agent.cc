@@ -1,5 +1,7 @@
 #include "agent/agent.h"
 
+#include <grp.h>
+
 #include <chrono>
 #include <csignal>
 
@@ -27,6 +29,7 @@ struct Agent::Impl {
   std::unique_ptr<ThreadPool> pool;
   std::shared_ptr<metrics::Stats> stats;
   std::string token;  // the cluster token; never logged
+  std::optional<gid_t> group;
 };
 
 namespace {
@@ -107,6 +110,11 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     return Status::invalidArgument(strCat("transport.heartbeat_interval (", config.transport_heartbeat_interval,
                                           " s) must be below transport.peer_timeout (",
                                           config.transport_peer_timeout, " s)"));
+  if (!config.agent_group.empty()) {
+    const group* g = ::getgrnam(config.agent_group.c_str());
+    if (g == nullptr) return Status::notFound(strCat("agent.group '", config.agent_group, "': no such group"));
+    impl->group = g->gr_gid;
+  }
   if (!config.security_token_file.empty()) {
     GC_ASSIGN_OR_RETURN(impl->token, transport::readTokenFile(config.security_token_file));
   } else if (peers.size() > 1) {
@@ -178,6 +186,10 @@ Status Agent::run() {
   server_options.shm_prefix = c.agent_shm_prefix;
   server_options.node_rank = transport->rank();
   server_options.node_count = transport->size();
+  if (impl_->group) {
+    server_options.group = impl_->group;
+    server_options.mode = 0660;
+  }
   // Every peer hears when a trainer of a job leaves here, so its trainers of that job fail
   // at once instead of waiting for a contribution that will never come.
   server_options.on_trainer_left = [&transport](uint64_t job, uint64_t last_completed, const Status& why) {

@@ -204,7 +204,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     segment_.reset();  // a re-declaration replaces the old segment under the same name
     slots_.clear();
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
-                                        server_.options_.mode, peer_uid_);
+                                        server_.options_.mode, peer_uid_, server_.options_.group);
     if (!segment.ok()) return segment.status();
     segment_ = std::move(segment).value();
     for (size_t i = 0; i < d.tensors.size(); ++i)
@@ -282,6 +282,9 @@ Status ControlServer::start() {
   if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": ", ec.message()));
   if (::chmod(options_.socket_path.c_str(), options_.mode) != 0)
     return Status::unavailable(strCat("control socket ", options_.socket_path, ": chmod: ", std::strerror(errno)));
+  if (options_.group && ::chown(options_.socket_path.c_str(), static_cast<uid_t>(-1), *options_.group) != 0)
+    return Status::unavailable(strCat("control socket ", options_.socket_path, ": chown to gid ", *options_.group, ": ",
+                                      std::strerror(errno)));
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": listen: ", ec.message()));
   GC_LOG(kInfo, "control", "accepting trainers on ", options_.socket_path);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -22,6 +23,7 @@ struct ServerOptions {
   std::string socket_path;
   std::string shm_prefix = "gcagent";
   mode_t mode = 0600;  // of the socket and the segments
+  std::optional<gid_t> group;  // group of the socket and the segments (with mode 0660)
   uint32_t node_rank = 0;
   uint32_t node_count = 1;
   // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the

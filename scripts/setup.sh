@@ -15,6 +15,8 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv
   iproute2
+  libssl-dev
+  clang
 )
 
 log() { echo "setup: $*" >&2; }

@@ -21,4 +21,6 @@ for flavor in release asan; do
   GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
     "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration"
 done
+echo "== fuzz targets (briefly)" >&2
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" "$REPO_DIR/scripts/fuzz.sh"
 echo "== all tests passed" >&2

@@ -31,7 +31,8 @@ Result<void*> mapFd(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner) {
+Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner,
+                                std::optional<gid_t> group) {
   if (bytes == 0) return Status::invalidArgument(strCat("shm segment ", name, ": size 0"));
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) == 0) {
@@ -51,6 +52,10 @@ Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mo
     if (owner && *owner != ::geteuid() && ::fchown(shm.get_mapping_handle().handle, *owner, static_cast<gid_t>(-1)) != 0) {
       bip::shared_memory_object::remove(name.c_str());
       return Status::unavailable(strCat("shm segment ", name, ": cannot give it to uid ", *owner, ": ", std::strerror(errno)));
+    }
+    if (group && ::fchown(shm.get_mapping_handle().handle, static_cast<uid_t>(-1), *group) != 0) {
+      bip::shared_memory_object::remove(name.c_str());
+      return Status::unavailable(strCat("shm segment ", name, ": cannot give it to gid ", *group, ": ", std::strerror(errno)));
     }
     shm.truncate(static_cast<bip::offset_t>(bytes));
     auto base = mapFd(shm.get_mapping_handle().handle, bytes, name);
