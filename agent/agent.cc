@@ -164,7 +164,10 @@ Status Agent::run() {
     GC_ASSIGN_OR_RETURN(auto mine, transport::splitHostPort(c.transport_peers[rank]));
     GC_ASSIGN_OR_RETURN(auto bind, transport::splitHostPort(listen));
     if (bind.second == 0) listen = strCat(bind.first, ":", mine.second);  // listen on our advertised port
-    transport::UcxOptions options{rank, static_cast<transport::Rank>(c.transport_peers.size()), listen, 0.2};
+    transport::UcxOptions options;
+    options.rank = rank;
+    options.size = static_cast<transport::Rank>(c.transport_peers.size());
+    options.listen = listen;
     options.token = impl_->token;
     options.peer_timeout_seconds = c.transport_peer_timeout;
     options.heartbeat_seconds = c.transport_heartbeat_interval;

@@ -31,7 +31,11 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
       group_ = makeLoopbackGroup(size);
     } else {
       for (Rank r = 0; r < size; ++r) {
-        UcxOptions o{r, size, "127.0.0.1:0", 0.05};
+        UcxOptions o;
+        o.rank = r;
+        o.size = size;
+        o.listen = "127.0.0.1:0";
+        o.reconnect_seconds = 0.05;
         if (tweak_) tweak_(o);
         auto t = makeUcxTransport(o);
         ASSERT_TRUE(t.ok()) << t.status().toString();
@@ -154,7 +158,12 @@ class UcxPeerLossTest : public TransportTest {
     EXPECT_EQ(events_[a], (std::vector<std::pair<Rank, PeerEvent>>{{lost, PeerEvent::kDown}}));
     EXPECT_EQ(group_[a]->send(lost, {}, {}, nullptr).code(), StatusCode::kUnavailable);
 
-    auto again = makeUcxTransport({lost, 3, address, 0.05});
+    UcxOptions o;
+    o.rank = lost;
+    o.size = 3;
+    o.listen = address;
+    o.reconnect_seconds = 0.05;
+    auto again = makeUcxTransport(o);
     ASSERT_TRUE(again.ok()) << again.status().toString();
     group_[lost] = std::move(again).value();
     install(lost);
