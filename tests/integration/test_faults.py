@@ -87,18 +87,41 @@ def restart_agent(cluster, rank):
                                            env=cluster.env)
 
 
+def wait_mesh_whole(cluster, timeout=30):
+    """Until every agent's log shows every peer up again after its last loss."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        logs = [cluster.log(r) for r in range(cluster.n)]
+        if all(log.rfind(f"peer {p} is up") > log.rfind(f"peer {p} is down")
+               for r, log in enumerate(logs) for p in range(cluster.n) if p != r):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the mesh did not come back:\n" + "\n".join(cluster.log(r)[-1500:] for r in range(cluster.n)))
+
+
 def assert_new_iteration_completes(cluster, job):
     """The mesh is whole again: a new job's trainers on every agent get exact averages."""
+    wait_mesh_whole(cluster)
     results = cluster.trainers(1, ["--tensors", TENSORS, "--iterations", "3", "--check", "exact"], timeout=60, job=job)
     assert_trainers_ok(results, cluster)
 
 
 def assert_lost_peer_error(trainers, indices, rank, what):
+    """Every trainer in `indices` fails in time, with the loss of `rank` (its own agent saw
+    it first) or the job notice of an agent that saw it first; at least one names it."""
     codes = trainers.wait_exit(indices, ERROR_WITHIN)
+    named = 0
     for i, code in zip(indices, codes):
         out = trainers.output(i)
         assert code == 2, f"trainer {i} exited {code}, expected 2 (a failed call):\n{out[-800:]}"
-        assert f"peer rank {rank} lost" in out and what in out, f"trainer {i}:\n{out[-800:]}"
+        # In flight when the loss was seen, or submitted after it.
+        lost = (f"peer rank {rank} lost" in out and what in out) or f"ucx: peer {rank} is not connected" in out
+        assert lost or "the job cannot go on: node" in out, f"trainer {i}:\n{out[-800:]}"
+        named += lost
+    assert named >= 1, "no trainer heard of the lost peer:\n" + "\n".join(trainers.output(i)[-400:] for i in indices)
+    for r in range(trainers.cluster.n):
+        if r != rank and r in trainers.agents:
+            assert f"peer {rank} is down" in trainers.cluster.log(r), trainers.cluster.log(r)[-1500:]
 
 
 def test_peer_killed_mid_step_fails_the_step_and_rejoins(tmp_path):
@@ -122,7 +145,7 @@ def test_peer_killed_mid_step_fails_the_step_and_rejoins(tmp_path):
 
 def test_stopped_peer_is_lost_after_the_timeout_and_rejoins(tmp_path):
     with Cluster(tmp_path, 3, FLAGS) as c:
-        trainers = Trainers(c, 1, "victim", agents=[0, 1])  # agent 1 waits on the stopped agent 2
+        trainers = Trainers(c, 1, "victim")
         trainers.wait_iterations(3)
         started = time.time()
         c.procs[2].send_signal(signal.SIGSTOP)
@@ -132,9 +155,10 @@ def test_stopped_peer_is_lost_after_the_timeout_and_rejoins(tmp_path):
             assert waited >= PEER_TIMEOUT * 0.9, f"declared lost after {waited:.2f} s, before the timeout"
         finally:
             c.procs[2].send_signal(signal.SIGCONT)
+        # The resumed agent finds its links gone and fails its own trainer too.
+        assert trainers.wait_exit([2], ERROR_WITHIN) == [2], trainers.output(2)[-800:]
         assert_new_iteration_completes(c, "after")
         stop_clean(c)
-        assert 'gcagent_errors_total{kind="timeout"}' not in c.log(0)  # the counter is in /metrics, not logs
         assert "nothing heard for 2 s" in c.log(0)
 
 
