@@ -95,6 +95,17 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(syntax.rfind("gcagent.toml:1:", 0), 0u) << syntax;
 }
 
+// Found by tests/fuzz/config_loader: toml++ 3.3.0 has undefined behaviour on these.
+TEST(ConfigTest, CharactersTheTomlParserMishandlesAreRefused) {
+  EXPECT_EQ(errorOf(fromText("[agent]\n# caf\xc3\xa9 \xef\xbb\xbb\n")),
+            "gcagent.toml:2:8: the character U+FEFB is not supported in the configuration");
+  EXPECT_EQ(errorOf(fromText("[ag\xef\xac\xb6]\n")),
+            "gcagent.toml:1:4: the character U+FB36 is not supported in the configuration");
+  // Just outside the band, and the byte-order mark, still parse (or fail as TOML does).
+  auto ok = loadConfig(fromText("\xef\xbb\xbf[agent] # \xef\xac\xb5\nshm_prefix = \"p\"\n"));
+  EXPECT_TRUE(ok.ok()) << ok.status().toString();
+}
+
 TEST(ConfigTest, BadOverridesNameTheirSource) {
   ConfigInputs in;
   in.getenv = [](const char* name) -> const char* {
