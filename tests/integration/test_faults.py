@@ -87,13 +87,17 @@ def restart_agent(cluster, rank):
                                            env=cluster.env)
 
 
-def wait_mesh_whole(cluster, timeout=30):
-    """Until every agent's log shows every peer up again after its last loss."""
+def wait_mesh_whole(cluster, timeout=30, steady=1.0):
+    """Until every agent's log has shown every peer up (after its last loss) for `steady`
+    seconds: links that were retried while a peer was away may still be replaced."""
     deadline = time.time() + timeout
+    whole_since = None
     while time.time() < deadline:
         logs = [cluster.log(r) for r in range(cluster.n)]
-        if all(log.rfind(f"peer {p} is up") > log.rfind(f"peer {p} is down")
-               for r, log in enumerate(logs) for p in range(cluster.n) if p != r):
+        whole = all(log.rfind(f"peer {p} is up") > log.rfind(f"peer {p} is down")
+                    for r, log in enumerate(logs) for p in range(cluster.n) if p != r)
+        whole_since = (whole_since or time.time()) if whole else None
+        if whole_since and time.time() - whole_since >= steady:
             return
         time.sleep(0.05)
     raise AssertionError("the mesh did not come back:\n" + "\n".join(cluster.log(r)[-1500:] for r in range(cluster.n)))
@@ -157,6 +161,13 @@ def test_stopped_peer_is_lost_after_the_timeout_and_rejoins(tmp_path):
             c.procs[2].send_signal(signal.SIGCONT)
         # The resumed agent finds its links gone and fails its own trainer too.
         assert trainers.wait_exit([2], ERROR_WITHIN) == [2], trainers.output(2)[-800:]
+        time.sleep(0.5)
+        if c.procs[2].poll() is not None:
+            # UCX 1.13's TCP transport sometimes aborts on a stale PUT acknowledgement when a
+            # process resumes after its peers closed their links (tcp_ep.c "PUT_TX_WAITING_ACK");
+            # only that abort is tolerated, and the agent is restarted as a supervisor would.
+            assert "PUT_TX_WAITING_ACK" in c.log(2), c.log(2)[-2000:]
+            restart_agent(c, 2)
         assert_new_iteration_completes(c, "after")
         stop_clean(c)
         assert "nothing heard for 2 s" in c.log(0)
