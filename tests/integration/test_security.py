@@ -80,3 +80,26 @@ def test_a_token_file_others_can_read_stops_the_start(tmp_path):
     missing = subprocess.run([str(AGENT), "--validate", "--security.token_file", f + ".absent"],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "No such file" in missing.stderr, missing
+
+
+def test_bad_timeouts_and_unknown_groups_stop_the_start():
+    r = subprocess.run([str(AGENT), "--validate", "--transport.heartbeat_interval", "5", "--transport.peer_timeout", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "transport.heartbeat_interval (5 s) must be below transport.peer_timeout (2 s)" \
+        in r.stderr, r
+    r = subprocess.run([str(AGENT), "--validate", "--agent.group", "gcagent-no-such-group"], capture_output=True, text=True)
+    assert r.returncode == 2 and "agent.group 'gcagent-no-such-group': no such group" in r.stderr, r
+
+
+def test_a_group_opens_the_socket_and_segments_to_it(tmp_path):
+    import grp
+    import stat
+    group = grp.getgrgid(os.getgid())
+    with Cluster(tmp_path, 1, ["--agent.group", group.gr_name]) as c:
+        deadline = time.time() + 10
+        while not os.path.exists(c.sockets[0]) and time.time() < deadline:
+            time.sleep(0.05)
+        st = os.stat(c.sockets[0])
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group.gr_gid, oct(st.st_mode)
+        assert_trainers_ok(c.trainers(1, ["--tensors", "1000", "--iterations", "2", "--check", "exact"]), c)
+        stop_clean(c)
