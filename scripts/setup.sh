@@ -16,7 +16,7 @@ DEB_PACKAGES=(
   python3 python3-venv
   iproute2
   libssl-dev
-  clang
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (only recommended by clang)
 )
 
 log() { echo "setup: $*" >&2; }
