@@ -1,7 +1,6 @@
 // libFuzzer target: every registered codec's decodeAdd on hostile bytes. The first byte
 // picks the codec, the next two the slice length, the rest is the encoded slice. A decode
-// may fail, but must never read or write out of bounds; on success the accumulator of a
-// zero start holds finite values only for codecs whose wire form cannot carry others.
+// may fail, but must never read or write out of bounds nor hit undefined behaviour.
 #include <cstdint>
 #include <cstring>
 #include <memory>
