@@ -200,9 +200,10 @@ TEST_P(UcxAuthTest, SameTokenComesUpAndCarriesTraffic) {
   makeWithTokens({"cluster-token", "cluster-token", "cluster-token"});
   ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }));
   int done = 0;
-  ASSERT_TRUE(group_[2]->send(0, pattern(4, 3), pattern(200000, 4), [&](const Status& s) { done += s.ok(); }).ok());
+  const auto payload = pattern(200000, 4);  // must outlive the send
+  ASSERT_TRUE(group_[2]->send(0, pattern(4, 3), payload, [&](const Status& s) { done += s.ok(); }).ok());
   ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[0].size() == 1; }));
-  EXPECT_EQ(inbox_[0][0].payload, pattern(200000, 4));
+  EXPECT_EQ(inbox_[0][0].payload, payload);
   for (const auto& r : refusals_) EXPECT_TRUE(r.empty());
 }
 
@@ -282,7 +283,8 @@ TEST_P(UcxHeartbeatTest, SilentPeerIsLostWithinTheTimeoutAndRejoins) {
     install(other);
     ASSERT_TRUE(runUntil([&] { return group_[0]->peerUp(1) && group_[1]->peerUp(0); }, 5s)) << "no rejoin";
     int done = 0;
-    ASSERT_TRUE(group_[silent]->send(other, {}, pattern(10, 7), [&](const Status& s) { done += s.ok(); }).ok());
+    const auto payload = pattern(10, 7);
+    ASSERT_TRUE(group_[silent]->send(other, {}, payload, [&](const Status& s) { done += s.ok(); }).ok());
     ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[other].size() == 1; }));
     group_.clear();
   }
