@@ -1,10 +1,13 @@
 #include "agent/agent.h"
 
+#include <grp.h>
+
 #include <chrono>
 #include <csignal>
 
 #include "agent/control_server.h"
 #include "agent/io.h"
+#include "agent/job_notice.h"
 #include "agent/reduction_engine.h"
 #include "common/build_config.h"
 #include "common/log.h"
@@ -13,6 +16,8 @@
 #include "compress/registry.h"
 #include "metrics/endpoint.h"
 #include "metrics/stats.h"
+#include "shm/segment.h"
+#include "transport/auth.h"
 #include "transport/loopback/loopback.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -23,6 +28,8 @@ struct Agent::Impl {
   EngineOptions engine_options;
   std::unique_ptr<ThreadPool> pool;
   std::shared_ptr<metrics::Stats> stats;
+  std::string token;  // the cluster token; never logged
+  std::optional<gid_t> group;
 };
 
 namespace {
@@ -99,6 +106,20 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     return Status::invalidArgument(strCat("agent.node_rank ", config.agent_node_rank, " is not below the ",
                                           peers.size(), " entries of transport.peers"));
   for (const auto& p : peers) GC_RETURN_IF_ERROR(transport::splitHostPort(p).status());
+  if (config.transport_heartbeat_interval >= config.transport_peer_timeout)
+    return Status::invalidArgument(strCat("transport.heartbeat_interval (", config.transport_heartbeat_interval,
+                                          " s) must be below transport.peer_timeout (",
+                                          config.transport_peer_timeout, " s)"));
+  if (!config.agent_group.empty()) {
+    const group* g = ::getgrnam(config.agent_group.c_str());
+    if (g == nullptr) return Status::notFound(strCat("agent.group '", config.agent_group, "': no such group"));
+    impl->group = g->gr_gid;
+  }
+  if (!config.security_token_file.empty()) {
+    GC_ASSIGN_OR_RETURN(impl->token, transport::readTokenFile(config.security_token_file));
+  } else if (peers.size() > 1) {
+    GC_LOG(kWarn, "agent", "security.token_file is empty: peer agents are not authenticated");
+  }
   GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
   // Build the default and result codecs once, so a typo fails now and not at the first gradient.
   GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());
@@ -147,9 +168,20 @@ Status Agent::run() {
     GC_ASSIGN_OR_RETURN(auto mine, transport::splitHostPort(c.transport_peers[rank]));
     GC_ASSIGN_OR_RETURN(auto bind, transport::splitHostPort(listen));
     if (bind.second == 0) listen = strCat(bind.first, ":", mine.second);  // listen on our advertised port
-    GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(
-                                       {rank, static_cast<transport::Rank>(c.transport_peers.size()), listen, 0.2}));
+    transport::UcxOptions options;
+    options.rank = rank;
+    options.size = static_cast<transport::Rank>(c.transport_peers.size());
+    options.listen = listen;
+    options.token = impl_->token;
+    options.peer_timeout_seconds = c.transport_peer_timeout;
+    options.heartbeat_seconds = c.transport_heartbeat_interval;
+    options.on_refused = [&stats](const Status&) { stats.error(metrics::ErrorKind::kAuthFailed).Increment(); };
+    GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(options));
   }
+
+  // Segments left by an agent of this prefix that was killed (SIGKILL cannot clean up).
+  for (const std::string& name : shm::removeOrphanSegments(c.agent_shm_prefix))
+    GC_LOG(kInfo, "agent", "removed the segment ", name, " of an agent that no longer runs");
 
   ControlServer* server_ptr = nullptr;
   ReductionEngine engine(*transport, impl_->engine_options,
@@ -161,10 +193,31 @@ Status Agent::run() {
   server_options.shm_prefix = c.agent_shm_prefix;
   server_options.node_rank = transport->rank();
   server_options.node_count = transport->size();
+  if (impl_->group) {
+    server_options.group = impl_->group;
+    server_options.mode = 0660;
+  }
+  // Every peer hears when a trainer of a job leaves here, so its trainers of that job fail
+  // at once instead of waiting for a contribution that will never come.
+  server_options.on_trainer_left = [&transport](uint64_t job, uint64_t last_completed, const Status& why) {
+    const auto header = encodeJobNotice({job, last_completed, strCat("node ", transport->rank(), ": ", why.message())});
+    for (transport::Rank r = 0; r < transport->size(); ++r)
+      if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
+  };
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 
-  transport->setHandlers([&engine](const transport::Message& m) { engine.onMessage(m); },
+  transport->setHandlers([&engine, &server, &stats](const transport::Message& m) {
+                           if (!isJobNotice(m.header)) return engine.onMessage(m);
+                           auto notice = parseJobNotice(m.header);
+                           if (!notice.ok()) {
+                             GC_LOG(kWarn, "agent", "rank ", m.from, ": ", notice.status().message());
+                             stats.error(metrics::ErrorKind::kBadMessage).Increment();
+                             return;
+                           }
+                           server.onJobLost(notice->job, notice->last_completed,
+                                            Status::unavailable(strCat("the job cannot go on: ", notice->reason)));
+                         },
                          [&engine](transport::Rank peer, transport::PeerEvent event, const Status& why) {
                            if (event == transport::PeerEvent::kDown) engine.onPeerDown(peer, why);
                          });

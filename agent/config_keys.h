@@ -15,6 +15,8 @@
   X(agent, node_rank, Integer, "0", 0, 4095, "", "this agent's index in transport.peers")      \
   X(agent, summary_interval, Real, "10", 0, 86400, "",                                         \
     "seconds between progress summaries in the log; 0 turns them off")                         \
+  X(agent, group, Text, "", 0, 0, "",                                                           \
+    "group that may use the control socket and the segments (mode 0660); empty: owner only (0600)") \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
   X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \

@@ -32,6 +32,11 @@ struct ControlServer::Job {
   std::map<std::pair<uint64_t, uint64_t>, std::vector<float*>> pending;
   std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
   size_t inFlight = 0;                   // reductions handed to the engine, not yet done
+  uint64_t last_completed = 0;           // the last iteration whose every key completed
+  // Set once a trainer of the job left, here or on another node: iterations after
+  // lost_after can never complete.
+  Status lost;
+  uint64_t lost_after = 0;
 };
 
 class ControlServer::Session : public std::enable_shared_from_this<Session> {
@@ -79,6 +84,10 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   const std::shared_ptr<Job>& job() const { return job_; }
 
   // The request that submitted (iteration, key), if this trainer did; forgets it.
+  bool submittedAfter(uint64_t iteration) const {
+    return !submits_.empty() && std::prev(submits_.end())->first.first > iteration;
+  }
+
   std::optional<uint32_t> takeSubmit(uint64_t iteration, uint64_t key) {
     auto it = submits_.find({iteration, key});
     if (it == submits_.end()) return std::nullopt;
@@ -195,7 +204,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     segment_.reset();  // a re-declaration replaces the old segment under the same name
     slots_.clear();
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
-                                        server_.options_.mode, peer_uid_);
+                                        server_.options_.mode, peer_uid_, server_.options_.group);
     if (!segment.ok()) return segment.status();
     segment_ = std::move(segment).value();
     for (size_t i = 0; i < d.tensors.size(); ++i)
@@ -209,6 +218,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   Status onSubmit(uint32_t request, const protocol::Submit& s) {
     if (!job_ || !segment_) return Status::failedPrecondition("submit before declare");
     Job& job = *job_;
+    if (!job.lost.ok() && s.iteration > job.lost_after)
+      return Status(job.lost.code(), strCat("iteration ", s.iteration, " cannot complete: ", job.lost.message()));
     if (generation_ != job.generation)
       return Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
     for (uint64_t key : s.keys) {
@@ -271,6 +282,9 @@ Status ControlServer::start() {
   if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": ", ec.message()));
   if (::chmod(options_.socket_path.c_str(), options_.mode) != 0)
     return Status::unavailable(strCat("control socket ", options_.socket_path, ": chmod: ", std::strerror(errno)));
+  if (options_.group && ::chown(options_.socket_path.c_str(), static_cast<uid_t>(-1), *options_.group) != 0)
+    return Status::unavailable(strCat("control socket ", options_.socket_path, ": chown to gid ", *options_.group, ": ",
+                                      std::strerror(errno)));
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Status::unavailable(strCat("control socket ", options_.socket_path, ": listen: ", ec.message()));
   GC_LOG(kInfo, "control", "accepting trainers on ", options_.socket_path);
@@ -321,6 +335,23 @@ void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key,
   notify(*it->second, iteration, key, status);
 }
 
+void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const Status& why) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  std::shared_ptr<Job> job = it->second;
+  if (job->lost.ok()) {
+    job->lost = why;
+    job->lost_after = last_completed;
+  }
+  // Iterations up to last_completed still complete here: the other node sent its part.
+  bool later = false;
+  for (Session* member : job->members) later |= member != nullptr && member->submittedAfter(last_completed);
+  if (!later) return;
+  GC_LOG(kWarn, "control", "job '", job->name, "': ", why.message());
+  for (auto& [entry, buffers] : std::exchange(job->pending, {})) notify(*job, entry.first, entry.second, why);
+  engine_.failJob(job->id, why);
+}
+
 void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Status& status) {
   for (Session* member : job.members) {
     if (member == nullptr) continue;
@@ -340,6 +371,7 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
   }
   if (++job.keys_done[iteration] == job.tensors.size()) {
     job.keys_done.erase(iteration);
+    job.last_completed = std::max(job.last_completed, iteration);
     ++counters_.iterations_completed;
     engine_.stats().iterationsCompleted().Increment();
   }
@@ -362,6 +394,11 @@ void ControlServer::sessionClosed(Session* session) {
   // Its shared memory is about to go: nothing may still point into it.
   for (auto& [entry, buffers] : std::exchange(job->pending, {})) notify(*job, entry.first, entry.second, why);
   engine_.failJob(job->id, why);
+  if (job->lost.ok()) {
+    job->lost = why;
+    job->lost_after = job->last_completed;
+  }
+  if (options_.on_trainer_left && !stopping_) options_.on_trainer_left(job->id, job->last_completed, why);
   if (std::all_of(job->members.begin(), job->members.end(), [](Session* s) { return s == nullptr; })) {
     engine_.dropJob(job->id);
     jobs_.erase(job->id);

@@ -6,7 +6,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -21,8 +23,12 @@ struct ServerOptions {
   std::string socket_path;
   std::string shm_prefix = "gcagent";
   mode_t mode = 0600;  // of the socket and the segments
+  std::optional<gid_t> group;  // group of the socket and the segments (with mode 0660)
   uint32_t node_rank = 0;
   uint32_t node_count = 1;
+  // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
+  // job's last iteration this node completed and the reason.
+  std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
 };
 
 struct ServerCounters {
@@ -43,6 +49,11 @@ class ControlServer {
 
   // The engine's completion callback.
   void onReduced(uint64_t job, uint64_t iteration, uint64_t key, const Status& status);
+
+  // A trainer of `job` on another node left after that node completed `last_completed`:
+  // fails this node's work on later iterations of the job and refuses new submissions of
+  // them, for as long as the job lives here.
+  void onJobLost(uint64_t job, uint64_t last_completed, const Status& why);
 
   const ServerCounters& counters() const { return counters_; }
 

@@ -37,6 +37,7 @@ std::string_view errorKindName(ErrorKind kind) {
     case ErrorKind::kTimeout: return "timeout";
     case ErrorKind::kPeerLost: return "peer_lost";
     case ErrorKind::kReductionFailed: return "reduction_failed";
+    case ErrorKind::kAuthFailed: return "auth_failed";
   }
   return "?";
 }
@@ -110,7 +111,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   decisions_[1] = &counter(Id::scheduler_decisions_total, {"compressed"});
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
-  for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed})
+  for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,
+                         ErrorKind::kAuthFailed})
     errors_[static_cast<int>(kind)] = &counter(Id::errors_total, {std::string(errorKindName(kind))});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});

@@ -15,6 +15,8 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv
   iproute2
+  libssl-dev
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (only recommended by clang)
 )
 
 log() { echo "setup: $*" >&2; }

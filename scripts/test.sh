@@ -34,4 +34,6 @@ for run in "torch:test_package.py test_torch.py" "tensorflow:test_tensorflow.py"
   GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
     "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
 done
+echo "== fuzz targets (briefly)" >&2
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" "$REPO_DIR/scripts/fuzz.sh"
 echo "== all tests passed" >&2

@@ -1,10 +1,13 @@
 #include "shm/segment.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -28,7 +31,8 @@ Result<void*> mapFd(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner) {
+Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner,
+                                std::optional<gid_t> group) {
   if (bytes == 0) return Status::invalidArgument(strCat("shm segment ", name, ": size 0"));
   struct statvfs fs {};
   if (::statvfs("/dev/shm", &fs) == 0) {
@@ -48,6 +52,10 @@ Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mo
     if (owner && *owner != ::geteuid() && ::fchown(shm.get_mapping_handle().handle, *owner, static_cast<gid_t>(-1)) != 0) {
       bip::shared_memory_object::remove(name.c_str());
       return Status::unavailable(strCat("shm segment ", name, ": cannot give it to uid ", *owner, ": ", std::strerror(errno)));
+    }
+    if (group && ::fchown(shm.get_mapping_handle().handle, static_cast<uid_t>(-1), *group) != 0) {
+      bip::shared_memory_object::remove(name.c_str());
+      return Status::unavailable(strCat("shm segment ", name, ": cannot give it to gid ", *group, ": ", std::strerror(errno)));
     }
     shm.truncate(static_cast<bip::offset_t>(bytes));
     auto base = mapFd(shm.get_mapping_handle().handle, bytes, name);
@@ -107,6 +115,28 @@ void Segment::release() {
 
 std::string segmentName(const std::string& prefix, uint32_t trainer_id) {
   return strCat(prefix, "-", ::getpid(), "-", trainer_id);
+}
+
+std::vector<std::string> removeOrphanSegments(const std::string& prefix) {
+  std::vector<std::string> removed;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  const std::string head = prefix + "-";
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.compare(0, head.size(), head) != 0) continue;
+    // "<pid>-<digits>" after the prefix, nothing else: other names are not ours.
+    const std::string rest = name.substr(head.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || dash + 1 == rest.size() || dash > 9) continue;
+    if (rest.find_first_not_of("0123456789", 0) != dash || rest.find_first_not_of("0123456789", dash + 1) != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (::shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 SlotLayout layoutSlots(std::span<const uint64_t> tensor_bytes) {

@@ -22,9 +22,11 @@ class Segment {
   // Fails if the name exists, or if /dev/shm lacks the space (a sparse segment would
   // SIGBUS later instead of failing now).
   // `owner`, when given, becomes the segment's owner (an agent running as root serving a
-  // trainer of another user); otherwise the agent's user keeps it.
+  // trainer of another user); otherwise the agent's user keeps it. `group`, when given,
+  // becomes its group (with mode 0660: the members of one group share the agent).
   static Result<Segment> create(const std::string& name, size_t bytes, mode_t mode = 0600,
-                                std::optional<uid_t> owner = std::nullopt);
+                                std::optional<uid_t> owner = std::nullopt,
+                                std::optional<gid_t> group = std::nullopt);
   static Result<Segment> open(const std::string& name);
 
   Segment(Segment&&) noexcept;
@@ -48,6 +50,10 @@ class Segment {
 
 // A unique segment name for one trainer of one agent: "<prefix>-<agent pid>-<trainer id>".
 std::string segmentName(const std::string& prefix, uint32_t trainer_id);
+
+// Removes the segments "<prefix>-<pid>-<id>" whose agent process no longer exists (an agent
+// killed with SIGKILL cannot remove its own). Returns the names removed.
+std::vector<std::string> removeOrphanSegments(const std::string& prefix);
 
 // Slots for tensors of the given byte sizes, each starting on a 64-byte boundary so no two
 // tensors share a cache line. Returns the offsets and, last, the total size.

@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 
+#if defined(__clang__) && __clang_major__ < 15
+#include <cpuid.h>
+#endif
+
 #include "common/log.h"
 #include "common/str_cat.h"
 
@@ -13,8 +17,14 @@ bool detectAvx2() {
 #if GC_CPU_X86
   // libgcc's detection also checks that the OS saves the YMM registers (XGETBV).
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+#if defined(__clang__) && __clang_major__ < 15
+  // clang 14 (the fuzz build) does not know "f16c" here: CPUID leaf 1, ECX bit 29.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+#else
+  const bool f16c = __builtin_cpu_supports("f16c");
+#endif
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
   return false;
 #endif

@@ -95,6 +95,18 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
   EXPECT_EQ(syntax.rfind("gcagent.toml:1:", 0), 0u) << syntax;
 }
 
+// Found by tests/fuzz/config_loader: toml++ 3.3.0 has undefined behaviour on these.
+TEST(ConfigTest, CharactersTheTomlParserMishandlesAreRefused) {
+  const std::string tail = " is not supported in the configuration (the TOML parser mishandles it)";
+  EXPECT_EQ(errorOf(fromText("[agent]\n# caf\xc3\xa9\n")), "gcagent.toml:2:6: the character U+00E9" + tail);
+  EXPECT_EQ(errorOf(fromText("[ag\xd1\x8d]\n")), "gcagent.toml:1:4: the character U+044D" + tail);
+  EXPECT_EQ(errorOf(fromText("[agent]\n\xe3\x80\x81\n")), "gcagent.toml:2:1: the character U+3001" + tail);
+  EXPECT_EQ(errorOf(fromText("[agent] # \xef\xbb\xbb\n")), "gcagent.toml:1:11: the character U+FEFB" + tail);
+  // Just outside the bands, and the byte-order mark, still parse.
+  auto ok = loadConfig(fromText("\xef\xbb\xbf[agent] # \xef\xac\xb5 \xd4\x9a \xe3\x80\x80\nshm_prefix = \"p\"\n"));
+  EXPECT_TRUE(ok.ok()) << ok.status().toString();
+}
+
 TEST(ConfigTest, BadOverridesNameTheirSource) {
   ConfigInputs in;
   in.getenv = [](const char* name) -> const char* {

@@ -89,6 +89,26 @@ TEST(SegmentTest, MovedSegmentIsRemovedOnce) {
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name));
 }
 
+TEST(SegmentTest, OrphansOfDeadAgentsAreRemovedAndNothingElse) {
+  const std::string prefix = "gcagent-orphan-test-" + std::to_string(::getpid());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a pid that no longer runs
+  const std::string dead = prefix + "-" + std::to_string(child) + "-3";
+  const std::string mine = prefix + "-" + std::to_string(::getpid()) + "-1";
+  const std::string init = prefix + "-1-2";  // pid 1 always runs
+  const std::string other = prefix + "-" + std::to_string(child) + "-x";
+  auto a = Segment::create(dead, 4096);
+  auto b = Segment::create(mine, 4096);
+  auto c = Segment::create(init, 4096);
+  auto d = Segment::create(other, 4096);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  EXPECT_EQ(removeOrphanSegments(prefix), std::vector<std::string>{dead});
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + dead));
+  for (const auto& kept : {mine, init, other}) EXPECT_TRUE(std::filesystem::exists("/dev/shm/" + kept)) << kept;
+}
+
 TEST(SlotLayoutTest, SlotsAreCacheLineAligned) {
   const uint64_t sizes[] = {4, 256, 100, 64};
   SlotLayout layout = layoutSlots(sizes);

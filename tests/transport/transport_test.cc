@@ -24,14 +24,20 @@ struct Received {
 
 class TransportTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void makeGroup(Rank size) {
+  void makeGroup(Rank size, bool wait_up = true) {
     inbox_.assign(size, {});
     events_.assign(size, {});
     if (GetParam() == "loopback") {
       group_ = makeLoopbackGroup(size);
     } else {
       for (Rank r = 0; r < size; ++r) {
-        auto t = makeUcxTransport({r, size, "127.0.0.1:0", 0.05});
+        UcxOptions o;
+        o.rank = r;
+        o.size = size;
+        o.listen = "127.0.0.1:0";
+        o.reconnect_seconds = 0.05;
+        if (tweak_) tweak_(o);
+        auto t = makeUcxTransport(o);
         ASSERT_TRUE(t.ok()) << t.status().toString();
         group_.push_back(std::move(t).value());
       }
@@ -40,6 +46,7 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
     for (auto& t : group_) addresses_.push_back(t->listenAddress());
     for (Rank r = 0; r < size; ++r) install(r);
     for (auto& t : group_) ASSERT_TRUE(t->connect(addresses_).ok());
+    if (!wait_up) return;
     ASSERT_TRUE(runUntil([&] {
       for (auto& t : group_)
         if (t && !t->allPeersUp()) return false;
@@ -75,6 +82,7 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   std::vector<std::string> addresses_;
   std::vector<std::vector<Received>> inbox_;
   std::vector<std::vector<std::pair<Rank, PeerEvent>>> events_;
+  std::function<void(UcxOptions&)> tweak_;  // adjusts each UCX rank's options
 };
 
 TEST_P(TransportTest, EveryPeerComesUpOnce) {
@@ -150,7 +158,12 @@ class UcxPeerLossTest : public TransportTest {
     EXPECT_EQ(events_[a], (std::vector<std::pair<Rank, PeerEvent>>{{lost, PeerEvent::kDown}}));
     EXPECT_EQ(group_[a]->send(lost, {}, {}, nullptr).code(), StatusCode::kUnavailable);
 
-    auto again = makeUcxTransport({lost, 3, address, 0.05});
+    UcxOptions o;
+    o.rank = lost;
+    o.size = 3;
+    o.listen = address;
+    o.reconnect_seconds = 0.05;
+    auto again = makeUcxTransport(o);
     ASSERT_TRUE(again.ok()) << again.status().toString();
     group_[lost] = std::move(again).value();
     install(lost);
@@ -168,6 +181,116 @@ TEST_P(UcxPeerLossTest, LostAcceptorIsReportedAndRejoins) { loseAndRestart(2); }
 TEST_P(UcxPeerLossTest, LostConnectorIsReportedAndRejoins) { loseAndRestart(0); }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxPeerLossTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+
+// Authentication: a link comes up only when both sides prove the same cluster token.
+class UcxAuthTest : public TransportTest {
+ protected:
+  void makeWithTokens(std::vector<std::string> tokens) {
+    refusals_.assign(tokens.size(), {});
+    tweak_ = [this, tokens](UcxOptions& o) {
+      o.token = tokens[o.rank];
+      o.on_refused = [this, r = o.rank](const Status& why) { refusals_[r].push_back(why.message()); };
+    };
+    makeGroup(static_cast<Rank>(tokens.size()), /*wait_up=*/false);
+  }
+  std::vector<std::vector<std::string>> refusals_;
+};
+
+TEST_P(UcxAuthTest, SameTokenComesUpAndCarriesTraffic) {
+  makeWithTokens({"cluster-token", "cluster-token", "cluster-token"});
+  ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }));
+  int done = 0;
+  const auto payload = pattern(200000, 4);  // must outlive the send
+  ASSERT_TRUE(group_[2]->send(0, pattern(4, 3), payload, [&](const Status& s) { done += s.ok(); }).ok());
+  ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[0].size() == 1; }));
+  EXPECT_EQ(inbox_[0][0].payload, payload);
+  for (const auto& r : refusals_) EXPECT_TRUE(r.empty());
+}
+
+// Rank 0 connects to rank 1. Whichever side holds the token checks the other's proof.
+TEST_P(UcxAuthTest, ConnectorRefusesAnAcceptorWithAnotherToken) {
+  makeWithTokens({"token-a", "token-b"});
+  ASSERT_TRUE(runUntil([&] { return refusals_[0].size() >= 2; }, 5s)) << "the connector never refused";
+  EXPECT_NE(refusals_[0][0].find("peer authentication failed: the peer claiming rank 1"), std::string::npos)
+      << refusals_[0][0];
+  EXPECT_EQ(refusals_[0][0].find("token-"), std::string::npos) << "the token must never appear in a message";
+  EXPECT_FALSE(group_[0]->peerUp(1));
+  EXPECT_FALSE(group_[1]->peerUp(0));
+  EXPECT_TRUE(events_[0].empty());
+  EXPECT_TRUE(events_[1].empty());
+  EXPECT_EQ(group_[0]->send(1, {}, pattern(4, 1), nullptr).code(), StatusCode::kUnavailable);
+}
+
+TEST_P(UcxAuthTest, AcceptorRefusesAConnectorWithoutToken) {
+  makeWithTokens({"", "token-b"});
+  ASSERT_TRUE(runUntil([&] { return !refusals_[1].empty(); }, 5s)) << "the acceptor never refused";
+  EXPECT_NE(refusals_[1][0].find("did not prove knowledge of the cluster token"), std::string::npos) << refusals_[1][0];
+  EXPECT_FALSE(group_[0]->peerUp(1));
+  EXPECT_FALSE(group_[1]->peerUp(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxAuthTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+
+// The heartbeat: a peer that stops answering (a stopped process, a cut link) is declared
+// lost within the peer timeout, though UCX itself would notice only after tens of seconds.
+class UcxHeartbeatTest : public TransportTest {
+ protected:
+  void SetUp() override {
+    tweak_ = [](UcxOptions& o) {
+      o.peer_timeout_seconds = 0.5;
+      o.heartbeat_seconds = 0.1;
+    };
+  }
+  // Progresses only the ranks in `live` until `done` or `limit`.
+  bool runOnly(const std::vector<Rank>& live, const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (Rank r : live) group_[r]->progress();
+      if (done()) return true;
+    }
+    return false;
+  }
+};
+
+TEST_P(UcxHeartbeatTest, QuietButLivePeersStayUp) {
+  makeGroup(2);
+  // Far past the timeout with no traffic but heartbeats.
+  EXPECT_FALSE(runUntil([&] { return !group_[0]->peerUp(1) || !group_[1]->peerUp(0); }, 1500ms));
+  EXPECT_EQ(events_[0], (std::vector<std::pair<Rank, PeerEvent>>{{1, PeerEvent::kUp}}));
+}
+
+TEST_P(UcxHeartbeatTest, SilentPeerIsLostWithinTheTimeoutAndRejoins) {
+  for (Rank silent : {Rank{1}, Rank{0}}) {
+    SCOPED_TRACE(silent);
+    makeGroup(2);
+    const Rank other = 1 - silent;
+    for (auto& e : events_) e.clear();
+    Status why;
+    group_[other]->setHandlers(nullptr, [&](Rank peer, PeerEvent e, const Status& s) {
+      events_[other].push_back({peer, e});
+      if (e == PeerEvent::kDown) why = s;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(runOnly({other}, [&] { return !group_[other]->peerUp(silent); }, 3s)) << "never noticed";
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(waited, 0.45);
+    EXPECT_LE(waited, 1.5);
+    EXPECT_EQ(why.code(), StatusCode::kDeadlineExceeded);
+    EXPECT_NE(why.message().find("nothing heard for 0.5 s (transport.peer_timeout)"), std::string::npos)
+        << why.message();
+    EXPECT_EQ(events_[other], (std::vector<std::pair<Rank, PeerEvent>>{{silent, PeerEvent::kDown}}));
+    // The silent rank wakes up: it notices the closed link and both come back.
+    install(other);
+    ASSERT_TRUE(runUntil([&] { return group_[0]->peerUp(1) && group_[1]->peerUp(0); }, 5s)) << "no rejoin";
+    int done = 0;
+    const auto payload = pattern(10, 7);
+    ASSERT_TRUE(group_[silent]->send(other, {}, payload, [&](const Status& s) { done += s.ok(); }).ok());
+    ASSERT_TRUE(runUntil([&] { return done == 1 && inbox_[other].size() == 1; }));
+    group_.clear();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxHeartbeatTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace gcagent::transport

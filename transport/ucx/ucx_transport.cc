@@ -14,14 +14,25 @@
 
 #include "common/log.h"
 #include "common/str_cat.h"
+#include "transport/auth.h"
 
 namespace gcagent::transport {
 namespace {
 
 constexpr uint32_t kWireMagic = 0x54414347;  // "GCAT"
+// The handshake on every new link, connector (lower rank) to acceptor (higher rank):
+//   hello     C -> A  connector's nonce
+//   challenge A -> C  acceptor's nonce, acceptor's proof over both nonces
+//   proof     C -> A  connector's proof over both nonces
+//   ack       A -> C  the link works both ways and both sides know the token
+// Until a link is up, nothing but the handshake is accepted on it. Every message travels
+// with its reply endpoint, so the receiver knows which link (not which claimed rank) sent it.
 constexpr unsigned kAmData = 1;
-constexpr unsigned kAmHello = 2;     // connector -> acceptor: who I am
-constexpr unsigned kAmHelloAck = 3;  // acceptor -> connector: the link works both ways
+constexpr unsigned kAmHello = 2;
+constexpr unsigned kAmHelloAck = 3;
+constexpr unsigned kAmChallenge = 4;
+constexpr unsigned kAmProof = 5;
+constexpr unsigned kAmHeartbeat = 6;
 constexpr size_t kMaxUserHeader = 1024;
 
 // Prefixes every active-message header: who sent it.
@@ -60,16 +71,26 @@ class UcxTransport;
 // whose identity the hello reveals).
 struct EpContext {
   UcxTransport* self;
-  Rank peer;
-  bool identified;
+  Rank peer;         // for an accepted endpoint: the rank its hello claimed
+  bool identified;   // in peers_ (as opposed to unidentified_)
   ucp_ep_h ep = nullptr;
+  bool closing = false;  // handed to progress() for closing: its errors no longer matter
+  enum class Stage { kHello, kChallenged, kProved, kUp } stage = Stage::kHello;
+  Nonce connector_nonce{};
+  Nonce acceptor_nonce{};
+  Clock::time_point opened = Clock::now();
+};
+
+struct ChallengeBody {
+  Nonce acceptor_nonce;
+  Digest proof;
 };
 
 struct SendContext {
   UcxTransport* self;
   std::vector<std::byte> header;  // must outlive the send (UCX 1.13 does not copy it)
   Transport::SendDone done;
-  bool handshake;
+  bool internal;  // handshake or heartbeat: a failure shows up as an endpoint error
   Rank to;
 };
 
@@ -134,6 +155,8 @@ struct Peer {
   std::unique_ptr<EpContext> ep;
   bool up = false;
   Clock::time_point reconnect_at{};
+  Clock::time_point last_heard{};      // any message from the peer's endpoint
+  Clock::time_point next_heartbeat{};
 };
 
 class UcxTransport final : public Transport {
@@ -146,6 +169,7 @@ class UcxTransport final : public Transport {
       if (p.ep && p.ep->ep) eps.push_back(p.ep->ep);
     for (auto& in : unidentified_)
       if (in->ep) eps.push_back(in->ep);
+    for (auto& d : dead_) eps.push_back(d->ep);
     closeEndpoints(eps);
     if (listener_) ucp_listener_destroy(listener_);
     // Completions still queued belong to an owner that is going away: drop them.
@@ -180,6 +204,9 @@ class UcxTransport final : public Transport {
     GC_RETURN_IF_ERROR(setAmHandler(kAmData, &UcxTransport::onData));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHello, &UcxTransport::onHello));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHelloAck, &UcxTransport::onHelloAck));
+    GC_RETURN_IF_ERROR(setAmHandler(kAmChallenge, &UcxTransport::onChallenge));
+    GC_RETURN_IF_ERROR(setAmHandler(kAmProof, &UcxTransport::onProof));
+    GC_RETURN_IF_ERROR(setAmHandler(kAmHeartbeat, &UcxTransport::onHeartbeat));
     return listen();
   }
 
@@ -210,15 +237,21 @@ class UcxTransport final : public Transport {
       return Status::invalidArgument(strCat("ucx: header of ", header.size(), " bytes exceeds ", kMaxUserHeader));
     Peer& peer = peers_[to];
     if (!peer.up) return Status::unavailable(strCat("ucx: peer ", to, " is not connected"));
-    return post(to, kAmData, header, payload, std::move(done), false);
+    return post(peer.ep->ep, to, kAmData, header, payload, std::move(done), false);
   }
 
   bool progress() override {
     bool worked = false;
     while (ucp_worker_progress(worker_) != 0) worked = true;
     worked |= retryConnections();
-    worked |= !dead_eps_.empty() || !events_.empty() || !completions_.empty() || !received_.empty();
-    if (!dead_eps_.empty()) closeEndpoints(std::exchange(dead_eps_, {}));
+    worked |= checkLiveness();
+    worked |= !dead_.empty() || !events_.empty() || !completions_.empty() || !received_.empty();
+    if (!dead_.empty()) {
+      auto dead = std::exchange(dead_, {});
+      std::vector<ucp_ep_h> eps;
+      for (auto& d : dead) eps.push_back(d->ep);
+      closeEndpoints(eps);
+    }
     // Deliver after UCX returns, so handlers may call send() freely.
     for (auto& [peer, event, why] : std::exchange(events_, {}))
       if (on_peer_) on_peer_(peer, event, why);
@@ -234,7 +267,7 @@ class UcxTransport final : public Transport {
   int eventFd() override { return efd_; }
 
   bool arm() override {
-    if (!events_.empty() || !completions_.empty() || !received_.empty() || !dead_eps_.empty()) return false;
+    if (!events_.empty() || !completions_.empty() || !received_.empty() || !dead_.empty()) return false;
     return ucp_worker_arm(worker_) == UCS_OK;
   }
 
@@ -289,6 +322,11 @@ class UcxTransport final : public Transport {
     socklen_t length = 0;
     GC_ASSIGN_OR_RETURN(sockaddr_storage addr, resolve(peer.address, false, &length));
     peer.ep = std::make_unique<EpContext>(EpContext{this, r, true});
+    Status random = randomBytes(peer.ep->connector_nonce);
+    if (!random.ok()) {
+      peer.ep.reset();
+      return random;
+    }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -304,13 +342,16 @@ class UcxTransport final : public Transport {
       peer.reconnect_at = Clock::now() + reconnectDelay();
       return ucsError(strCat("connecting to rank ", r, " at ", peer.address), st);
     }
-    // The hello tells the acceptor who we are; its ack tells us the link works.
-    return post(r, kAmHello, {}, {}, nullptr, true);
+    return postInternal(peer.ep->ep, r, kAmHello, std::as_bytes(std::span(peer.ep->connector_nonce)));
   }
 
-  Status post(Rank to, unsigned am_id, std::span<const std::byte> header, std::span<const std::byte> payload,
-              SendDone done, bool handshake) {
-    auto* ctx = new SendContext{this, {}, std::move(done), handshake, to};
+  Status postInternal(ucp_ep_h ep, Rank to, unsigned am_id, std::span<const std::byte> body) {
+    return post(ep, to, am_id, body, {}, nullptr, true);
+  }
+
+  Status post(ucp_ep_h ep, Rank to, unsigned am_id, std::span<const std::byte> header,
+              std::span<const std::byte> payload, SendDone done, bool internal) {
+    auto* ctx = new SendContext{this, {}, std::move(done), internal, to};
     ctx->header.resize(sizeof(WireHeader) + header.size());
     const WireHeader wire{kWireMagic, options_.rank};
     std::memcpy(ctx->header.data(), &wire, sizeof wire);
@@ -321,9 +362,9 @@ class UcxTransport final : public Transport {
     rp.memory_type = UCS_MEMORY_TYPE_HOST;  // spares UCX a memory-type lookup per message
     rp.cb.send = &UcxTransport::onSendDone;
     rp.user_data = ctx;
-    // The hello carries a reply endpoint: the acceptor learns which endpoint is this rank's.
-    rp.flags = am_id == kAmHello ? UCP_AM_SEND_FLAG_REPLY : 0;
-    ucs_status_ptr_t req = ucp_am_send_nbx(peers_[to].ep->ep, am_id, ctx->header.data(), ctx->header.size(),
+    // Every message carries its reply endpoint: the receiver checks which link it came on.
+    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, am_id, ctx->header.data(), ctx->header.size(),
                                            payload.data(), payload.size(), &rp);
     if (req == nullptr) {
       finishSend(ctx, UCS_OK);
@@ -335,7 +376,7 @@ class UcxTransport final : public Transport {
 
   void finishSend(SendContext* ctx, ucs_status_t st) {
     std::unique_ptr<SendContext> owned(ctx);
-    if (ctx->handshake) return;  // a failed handshake shows up as an endpoint error
+    if (ctx->internal) return;
     completions_.emplace_back(std::move(ctx->done),
                               st == UCS_OK ? Status{} : ucsError(strCat("send to rank ", ctx->to), st));
   }
@@ -344,14 +385,17 @@ class UcxTransport final : public Transport {
     Peer& p = peers_[r];
     if (!p.up) {
       p.up = true;
+      p.last_heard = Clock::now();
+      p.next_heartbeat = p.last_heard + seconds(options_.heartbeat_seconds);
       GC_LOG(kInfo, "transport", "rank ", options_.rank, ": peer ", r, " is up");
       events_.push_back({r, PeerEvent::kUp, {}});
     }
   }
 
-  void peerLost(Rank r, ucs_status_t why) {
+  void peerLost(Rank r, ucs_status_t why) { peerLost(r, ucsError(strCat("link to rank ", r, " at ", peers_[r].address), why)); }
+
+  void peerLost(Rank r, const Status& status) {
     Peer& p = peers_[r];
-    Status status = ucsError(strCat("link to rank ", r, " at ", p.address), why);
     if (p.up) {
       GC_LOG(kWarn, "transport", "rank ", options_.rank, ": peer ", r, " is down: ", status.message());
       events_.push_back({r, PeerEvent::kDown, status});
@@ -360,8 +404,72 @@ class UcxTransport final : public Transport {
     p.reconnect_at = Clock::now() + reconnectDelay();
   }
 
-  Clock::duration reconnectDelay() const {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.reconnect_seconds));
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+  Clock::duration reconnectDelay() const { return seconds(options_.reconnect_seconds); }
+
+  // Closes a peer's endpoint from this side (progress() does the closing) and reports the
+  // peer lost if it was up; the lower rank reconnects after the usual pause.
+  void dropPeer(Rank r, const Status& why) {
+    Peer& p = peers_[r];
+    if (p.ep) retire(std::move(p.ep));
+    peerLost(r, why);
+  }
+
+  void retire(std::unique_ptr<EpContext> ctx) {
+    ctx->closing = true;
+    dead_.push_back(std::move(ctx));
+  }
+
+  // Sends heartbeats that are due, and gives up on peers and handshakes that stayed silent
+  // longer than the peer timeout: UCX alone notices a stopped process or a cut link only
+  // after tens of seconds.
+  bool checkLiveness() {
+    bool worked = false;
+    const auto now = Clock::now();
+    const auto timeout = seconds(options_.peer_timeout_seconds);
+    for (Rank r = 0; r < options_.size; ++r) {
+      Peer& p = peers_[r];
+      if (!p.ep) continue;
+      if (p.up && now - p.last_heard > timeout) {
+        worked = true;
+        dropPeer(r, Status::deadlineExceeded(strCat("link to rank ", r, " at ", p.address, ": nothing heard for ",
+                                                    options_.peer_timeout_seconds, " s (transport.peer_timeout)")));
+      } else if (!p.up && now - p.ep->opened > timeout) {
+        worked = true;
+        GC_LOG(kInfo, "transport", "rank ", options_.rank, ": handshake with rank ", r, " at ", p.address,
+               " timed out; retrying");
+        dropPeer(r, Status::deadlineExceeded("handshake timed out"));
+      } else if (p.up && now >= p.next_heartbeat) {
+        worked = true;
+        p.next_heartbeat = now + seconds(options_.heartbeat_seconds);
+        (void)postInternal(p.ep->ep, r, kAmHeartbeat, {});
+      }
+    }
+    for (auto it = unidentified_.begin(); it != unidentified_.end();) {
+      if (now - (*it)->opened > timeout) {
+        worked = true;
+        GC_LOG(kWarn, "transport", "rank ", options_.rank, ": an accepted link finished no handshake within ",
+               options_.peer_timeout_seconds, " s; closing it");
+        retire(std::move(*it));
+        it = unidentified_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return worked;
+  }
+
+  // Refuses a link whose peer failed authentication: log, count, close.
+  void refuse(std::unique_ptr<EpContext> ctx, const Status& why) {
+    GC_LOG(kError, "transport", "rank ", options_.rank, ": ", why.message());
+    if (options_.on_refused) options_.on_refused(why);
+    retire(std::move(ctx));
+  }
+
+  bool checkProof(const Digest& got, const Digest& want) const {
+    return options_.token.empty() || digestsEqual(got, want);
   }
 
   bool retryConnections() {
@@ -401,16 +509,21 @@ class UcxTransport final : public Transport {
     ucp_request_free(request);
   }
 
-  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  static void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* ctx = static_cast<EpContext*>(arg);
     UcxTransport* self = ctx->self;
-    self->dead_eps_.push_back(ep);
+    if (ctx->closing) return;
     if (ctx->identified) {
       const Rank peer = ctx->peer;
+      self->retire(std::move(self->peers_[peer].ep));  // closed in progress()
       self->peerLost(peer, status);
-      self->peers_[peer].ep.reset();  // ctx dies here; the endpoint is closed in progress()
     } else {
-      std::erase_if(self->unidentified_, [ctx](const auto& in) { return in.get() == ctx; });
+      auto it = std::find_if(self->unidentified_.begin(), self->unidentified_.end(),
+                             [ctx](const auto& in) { return in.get() == ctx; });
+      if (it != self->unidentified_.end()) {
+        self->retire(std::move(*it));
+        self->unidentified_.erase(it);
+      }
     }
   }
 
@@ -448,40 +561,158 @@ class UcxTransport final : public Transport {
     return wire;
   }
 
+  static ucp_ep_h replyEp(const ucp_am_recv_param_t* param) {
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  }
+
+  static std::span<const std::byte> bodyOf(const void* header, size_t length) {
+    return {static_cast<const std::byte*>(header) + sizeof(WireHeader), length - sizeof(WireHeader)};
+  }
+
+  // Whether a message came on the up link of the rank it names; a message on a link that
+  // finished no handshake, or naming another rank than its link's, is dropped.
+  bool fromUpLink(const WireHeader& wire, const ucp_am_recv_param_t* param, const char* what) {
+    Peer& p = peers_[wire.from];
+    const ucp_ep_h ep = replyEp(param);
+    if (!p.up || !p.ep || ep == nullptr || p.ep->ep != ep) {
+      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a ", what, " claiming rank ", wire.from,
+             ": it did not come on that rank's authenticated link");
+      return false;
+    }
+    p.last_heard = Clock::now();
+    return true;
+  }
+
+  std::vector<std::unique_ptr<EpContext>>::iterator findUnidentified(ucp_ep_h ep, EpContext::Stage stage) {
+    return std::find_if(unidentified_.begin(), unidentified_.end(),
+                        [&](const auto& in) { return ep != nullptr && in->ep == ep && in->stage == stage; });
+  }
+
+  // Acceptor: a connector says who it is; answer with our nonce and our proof.
   static ucs_status_t onHello(void* arg, const void* header, size_t header_length, void*, size_t,
                               const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
     const auto wire = self->checkHeader(header, header_length);
     if (!wire) return UCS_OK;
     const Rank from = wire->from;
-    auto it = std::find_if(self->unidentified_.begin(), self->unidentified_.end(), [&](const auto& in) {
-      return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 && in->ep == param->reply_ep;
-    });
-    if (from > self->options_.rank || it == self->unidentified_.end()) {
+    const auto body = bodyOf(header, header_length);
+    auto it = self->findUnidentified(replyEp(param), EpContext::Stage::kHello);
+    if (from > self->options_.rank || it == self->unidentified_.end() || body.size() != sizeof(Nonce)) {
       GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a hello from rank ", from,
-             from > self->options_.rank ? ": higher ranks accept, they do not connect" : " on an unknown endpoint");
+             from > self->options_.rank ? ": higher ranks accept, they do not connect"
+                                        : " on an unknown endpoint or of the wrong size");
+      return UCS_OK;
+    }
+    EpContext& c = **it;
+    c.peer = from;
+    std::memcpy(c.connector_nonce.data(), body.data(), sizeof(Nonce));
+    Status random = randomBytes(c.acceptor_nonce);
+    if (!random.ok()) {
+      GC_LOG(kError, "transport", "rank ", self->options_.rank, ": ", random.message());
+      self->retire(std::move(*it));
+      self->unidentified_.erase(it);
+      return UCS_OK;
+    }
+    ChallengeBody challenge{c.acceptor_nonce, handshakeProof(self->options_.token, Role::kAcceptor, from,
+                                                             self->options_.rank, c.connector_nonce, c.acceptor_nonce)};
+    c.stage = EpContext::Stage::kChallenged;
+    (void)self->postInternal(c.ep, from, kAmChallenge, std::as_bytes(std::span(&challenge, 1)));
+    return UCS_OK;
+  }
+
+  // Connector: check the acceptor's proof, then send ours.
+  static ucs_status_t onChallenge(void* arg, const void* header, size_t header_length, void*, size_t,
+                                  const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxTransport*>(arg);
+    const auto wire = self->checkHeader(header, header_length);
+    if (!wire) return UCS_OK;
+    const Rank from = wire->from;
+    const auto body = bodyOf(header, header_length);
+    Peer& p = self->peers_[from];
+    if (from < self->options_.rank || !p.ep || p.ep->ep != replyEp(param) || p.ep->stage != EpContext::Stage::kHello ||
+        body.size() != sizeof(ChallengeBody)) {
+      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a challenge claiming rank ", from);
+      return UCS_OK;
+    }
+    ChallengeBody challenge;
+    std::memcpy(&challenge, body.data(), sizeof challenge);
+    const Digest want = handshakeProof(self->options_.token, Role::kAcceptor, self->options_.rank, from,
+                                       p.ep->connector_nonce, challenge.acceptor_nonce);
+    if (!self->checkProof(challenge.proof, want)) {
+      self->refuse(std::move(p.ep), authFailure(from, p.address));
+      p.reconnect_at = Clock::now() + std::max(self->reconnectDelay(), seconds(1.0));
+      return UCS_OK;
+    }
+    p.ep->acceptor_nonce = challenge.acceptor_nonce;
+    const Digest proof = handshakeProof(self->options_.token, Role::kConnector, self->options_.rank, from,
+                                        p.ep->connector_nonce, p.ep->acceptor_nonce);
+    p.ep->stage = EpContext::Stage::kProved;
+    (void)self->postInternal(p.ep->ep, from, kAmProof, std::as_bytes(std::span(proof)));
+    return UCS_OK;
+  }
+
+  // Acceptor: check the connector's proof; the link is up once it holds.
+  static ucs_status_t onProof(void* arg, const void* header, size_t header_length, void*, size_t,
+                              const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxTransport*>(arg);
+    const auto wire = self->checkHeader(header, header_length);
+    if (!wire) return UCS_OK;
+    const Rank from = wire->from;
+    const auto body = bodyOf(header, header_length);
+    auto it = self->findUnidentified(replyEp(param), EpContext::Stage::kChallenged);
+    if (it == self->unidentified_.end() || (*it)->peer != from || body.size() != sizeof(Digest)) {
+      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a proof claiming rank ", from);
+      return UCS_OK;
+    }
+    Digest got;
+    std::memcpy(got.data(), body.data(), got.size());
+    const Digest want = handshakeProof(self->options_.token, Role::kConnector, from, self->options_.rank,
+                                       (*it)->connector_nonce, (*it)->acceptor_nonce);
+    if (!self->checkProof(got, want)) {
+      auto ctx = std::move(*it);
+      self->unidentified_.erase(it);
+      self->refuse(std::move(ctx), authFailure(from, "an accepted connection"));
       return UCS_OK;
     }
     Peer& peer = self->peers_[from];
     if (peer.ep) {
       // The peer restarted before its old link failed here: the new link replaces it.
-      self->dead_eps_.push_back(peer.ep->ep);
+      self->retire(std::move(peer.ep));
       self->peerLost(from, UCS_ERR_CONNECTION_RESET);
     }
     peer.ep = std::move(*it);
     self->unidentified_.erase(it);
     peer.ep->identified = true;
-    peer.ep->peer = from;
+    peer.ep->stage = EpContext::Stage::kUp;
     self->markUp(from);
-    (void)self->post(from, kAmHelloAck, {}, {}, nullptr, true);
+    (void)self->postInternal(peer.ep->ep, from, kAmHelloAck, {});
     return UCS_OK;
   }
 
+  static Status authFailure(Rank from, std::string_view where) {
+    return Status::unavailable(strCat("peer authentication failed: the peer claiming rank ", from, " (", where,
+                                      ") did not prove knowledge of the cluster token; link refused (check that "
+                                      "security.token_file holds the same token on every agent)"));
+  }
+
   static ucs_status_t onHelloAck(void* arg, const void* header, size_t header_length, void*, size_t,
-                                 const ucp_am_recv_param_t*) {
+                                 const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
     const auto wire = self->checkHeader(header, header_length);
-    if (wire && wire->from > self->options_.rank && self->peers_[wire->from].ep) self->markUp(wire->from);
+    if (!wire || wire->from < self->options_.rank) return UCS_OK;
+    Peer& p = self->peers_[wire->from];
+    if (p.ep && p.ep->ep == replyEp(param) && p.ep->stage == EpContext::Stage::kProved) {
+      p.ep->stage = EpContext::Stage::kUp;
+      self->markUp(wire->from);
+    }
+    return UCS_OK;
+  }
+
+  static ucs_status_t onHeartbeat(void* arg, const void* header, size_t header_length, void*, size_t,
+                                  const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<UcxTransport*>(arg);
+    const auto wire = self->checkHeader(header, header_length);
+    if (wire) (void)self->fromUpLink(*wire, param, "heartbeat");
     return UCS_OK;
   }
 
@@ -490,7 +721,7 @@ class UcxTransport final : public Transport {
     auto* self = static_cast<UcxTransport*>(arg);
     const auto wire = self->checkHeader(header, header_length);
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (!wire) {
+    if (!wire || !self->fromUpLink(*wire, param, "message")) {
       if (rendezvous) ucp_am_data_release(self->worker_, data);
       return UCS_OK;
     }
@@ -547,7 +778,7 @@ class UcxTransport final : public Transport {
   std::string listen_address_;
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<EpContext>> unidentified_;  // accepted, hello not yet seen
-  std::vector<ucp_ep_h> dead_eps_;
+  std::vector<std::unique_ptr<EpContext>> dead_;  // closed in progress()
   std::vector<PeerEventRecord> events_;
   std::vector<std::pair<SendDone, Status>> completions_;
   std::vector<Envelope> received_;

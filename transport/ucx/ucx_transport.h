@@ -1,6 +1,7 @@
 // The transport over UCX (UCP active messages): RDMA where the fabric has it, TCP otherwise.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,6 +14,16 @@ struct UcxOptions {
   Rank size = 1;
   std::string listen = "0.0.0.0:0";  // host:port this rank accepts peers on; port 0: any
   double reconnect_seconds = 0.2;    // pause between attempts to reach a peer that is down
+  // Cluster token: each link runs a mutual HMAC-SHA256 challenge-response on it before any
+  // message is delivered. Empty: peers are not checked (they still run the handshake).
+  std::string token;
+  // A peer heard from neither by message nor by heartbeat for this long is declared lost
+  // (PeerEvent::kDown with a deadline-exceeded status); a handshake that takes longer is
+  // abandoned and retried.
+  double peer_timeout_seconds = 10;
+  double heartbeat_seconds = 1;  // every up peer gets a heartbeat at this interval
+  // Called (from progress()) when a peer fails authentication and its link is refused.
+  std::function<void(const Status&)> on_refused;
 };
 
 Result<std::unique_ptr<Transport>> makeUcxTransport(const UcxOptions& options);

@@ -1,0 +1,25 @@
+// libFuzzer target: a peer's message header through the agent's parsers (slice headers
+// and job notices); what parses must round-trip.
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+
+#include "agent/job_notice.h"
+#include "agent/slice_message.h"
+
+using namespace gcagent::agent;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const auto bytes = std::as_bytes(std::span(data, size));
+  if (isJobNotice(bytes)) {
+    auto notice = parseJobNotice(bytes);
+    if (notice.ok() && !(*parseJobNotice(encodeJobNotice(*notice)) == *notice)) std::abort();
+    return 0;
+  }
+  auto parsed = parseSliceHeader(bytes);
+  if (!parsed.ok()) return 0;
+  const auto again = encodeSliceHeader(*parsed);
+  auto reparsed = parseSliceHeader(again);
+  if (!reparsed.ok() || !(*reparsed == *parsed)) std::abort();
+  return 0;
+}
