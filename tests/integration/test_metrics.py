@@ -47,6 +47,7 @@ class Prometheus:
              "--web.listen-address=127.0.0.1:0"],
             stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
         self.address = self._listening_address()
+        self._wait_ready()
 
     def _listening_address(self, timeout=20):
         deadline = time.time() + timeout
@@ -58,6 +59,17 @@ class Prometheus:
                 break
             time.sleep(0.05)
         raise AssertionError("prometheus did not start:\n" + self.log_path.read_text()[-3000:])
+
+    def _wait_ready(self, timeout=30):
+        # The server listens before its TSDB is open; until then queries answer 503.
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                http_get(f"http://{self.address}/-/ready")
+                return
+            except OSError:  # urllib's HTTPError and URLError are OSErrors
+                time.sleep(0.1)
+        raise AssertionError("prometheus never became ready:\n" + self.log_path.read_text()[-3000:])
 
     def query(self, expr):
         url = f"http://{self.address}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
