@@ -42,6 +42,21 @@ def free_ports(n):
     return ports
 
 
+def finish(procs, timeout):
+    """[(returncode, output)] once every process ended or the deadline passed (then killed)."""
+    deadline = time.time() + timeout
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n(trainer timed out)"
+        results.append((p.returncode, out))
+    return results
+
+
 class Namespaces:
     """N network namespaces joined by veth pairs through a bridge: 10.77.x.(r+1)/24."""
 
@@ -148,17 +163,7 @@ class Cluster:
                        "--world-size", str(world), "--timeout-ms", str(timeout * 1000), *args]
                 procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                               env=self.env))
-        results = []
-        deadline = time.time() + timeout
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-                out += "\n(trainer timed out)"
-            results.append((p.returncode, out))
-        return results
+        return finish(procs, timeout)
 
     def stop(self, timeout=20):
         codes = []

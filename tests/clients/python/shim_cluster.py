@@ -6,10 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from cluster import BUILD, Cluster, free_ports  # noqa: F401 - re-exported for the tests
+from cluster import BUILD, Cluster, finish, free_ports  # noqa: F401 - re-exported for the tests
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINERS = Path(__file__).parent / "trainers"
@@ -38,21 +37,6 @@ def start_trainers(cluster, local_size, script, args=(), env=None, job="job"):
             procs.append(subprocess.Popen([sys.executable, str(TRAINERS / script), *args], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
-
-
-def finish(procs, timeout):
-    """[(returncode, output)] once every process ended or the deadline passed (then killed)."""
-    deadline = time.time() + timeout
-    results = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n(trainer timed out)"
-        results.append((p.returncode, out))
-    return results
 
 
 def run_trainers(cluster, local_size, script, args=(), env=None, timeout=240):
