@@ -128,7 +128,7 @@ class State:
         self._pending = still
 
 
-def hook(state: State, bucket) -> torch.futures.Future:
+def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The DDP communication hook: model.register_comm_hook(gcagent.torch.State(), gcagent.torch.hook)."""
     return state.on_bucket(bucket)
 

@@ -12,37 +12,30 @@ from shim_cluster import Cluster, finish, reports, run_trainers, start_trainers 
 AGENT_ARGS = ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]
 
 
-def test_ddp_hook_with_none_gives_the_reference_average(tmp_path):
-    with Cluster(tmp_path, 2, AGENT_ARGS + ["--compress.codec", "none"]) as c:
-        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["ddp-exact"]), c)
-    for r in rep:
-        # The first two iterations learn DDP's buckets (it rebuilds them after the first);
-        # from the third on every bucket goes through the agent.
-        assert r["agent_buckets"][:2] == [0, 0], r
-        assert all(n == len(r["declared"]) for n in r["agent_buckets"][2:]), r
-        assert len(r["declared"]) >= 3, r
-        assert max(r["errors"]) < 2e-7, r
-    assert all(r["declared"] == rep[0]["declared"] for r in rep)
-
-
-def test_ddp_hook_trains_with_2bit(tmp_path):
+def test_ddp_hook_and_distributed_optimizer(tmp_path):
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
-        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["ddp-train"],
-                                   env={"GCAGENT_CODEC": "2bit", "GCAGENT_CODEC_PARAMS": "threshold=0.01"}), c)
+        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["suite"]), c)
+        c.stop()
+        ratio = [float(l.split("(ratio ")[1].split(")")[0]) for l in c.log(0).splitlines() if "done:" in l][0]
     for r in rep:
-        assert r["last_loss"] < 0.6 * r["first_loss"], r
+        exact, train, opt = r["exact"], r["train"], r["optimizer"]
+        # The hook learns DDP's buckets until two iterations agree: DDP rebuilds them after
+        # the first, so iterations 1-3 go through the process group, and from then on every
+        # bucket goes through the agent. With codec none the result is the reference average.
+        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 3, exact
+        assert len(exact["declared"]) >= 3, exact
+        assert max(exact["errors"]) < 2e-7, exact
+        # 2bit through the hook still trains.
+        assert train["last_loss"] < 0.6 * train["first_loss"], train
+        assert train["agent_buckets"] >= 2 * 30, train  # 2 buckets, 37 of 40 iterations
+        # DistributedOptimizer: the broadcast gives rank 0's weights, the gradients the average.
+        assert opt["broadcast_exact"], opt
+        assert max(opt["errors"]) < 2e-7, opt
+    assert all(r["exact"]["declared"] == rep[0]["exact"]["declared"] for r in rep)
     # Every trainer applied identical averaged gradients.
-    assert len({r["param_sum"] for r in rep}) == 1, rep
-    done = [line for line in c.log(0).splitlines() if "done:" in line][0]
-    assert float(done.split("(ratio ")[1].split(")")[0]) > 8, done
-
-
-def test_distributed_optimizer_broadcasts_and_averages(tmp_path):
-    with Cluster(tmp_path, 2, AGENT_ARGS + ["--compress.codec", "none"]) as c:
-        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["optimizer-exact"]), c)
-    for r in rep:
-        assert r["broadcast_exact"], r
-        assert max(r["errors"]) < 2e-7, r
+    assert len({r["train"]["param_sum"] for r in rep}) == 1, rep
+    # The 2bit job's bytes shrank on the wire (the none jobs count at ratio 1).
+    assert ratio > 1.5, ratio
 
 
 def test_a_lost_agent_fails_the_futures_instead_of_hanging(tmp_path):

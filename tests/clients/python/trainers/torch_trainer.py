@@ -1,8 +1,10 @@
 """A PyTorch trainer for the shim tests; the environment comes from shim_cluster.py.
 
-    torch_trainer.py ddp-exact | ddp-train | optimizer-exact | ddp-agent-dies
+    torch_trainer.py suite | ddp-agent-dies
 
-Each mode prints "report: {json}" last and exits 0 when its own checks pass."""
+suite runs three parts, each as its own job on the agents: the DDP hook with codec none
+against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
+broadcast_parameters. It prints "report: {json}" last."""
 
 import copy
 import json
@@ -59,10 +61,9 @@ def ddp(model):
 
 
 def ddp_exact():
-    init_group()
     ref = mlp()
     model = ddp(mlp())
-    state = gcagent.torch.State()
+    state = gcagent.torch.State(gcagent.Client(job="exact"), codec="none")
     model.register_comm_hook(state, gcagent.torch.hook)
     errors, buckets = [], []
     for it in range(1, 7):
@@ -77,10 +78,11 @@ def ddp_exact():
 
 
 def ddp_train():
-    init_group()
-    model = ddp(mlp())
-    model.register_comm_hook(gcagent.torch.State(), gcagent.torch.hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(0)
+    model = ddp(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+    state = gcagent.torch.State(gcagent.Client(job="train"), codec="2bit", params={"threshold": "0.005"})
+    model.register_comm_hook(state, gcagent.torch.hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     torch.manual_seed(7)
     w = torch.randn(32, 10)
     losses = []
@@ -91,14 +93,15 @@ def ddp_train():
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "param_sum": float(params.sum())}
+    return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "param_sum": float(params.sum()),
+            "agent_buckets": state.agent_buckets}
 
 
 def optimizer_exact():
     model = mlp(seed=RANK)  # different on every trainer until the broadcast
-    reducer = gcagent.Reducer()
+    reducer = gcagent.Reducer(gcagent.Client(job="optimizer"), codec="none")
     gcagent.torch.broadcast_parameters(model.parameters(), reducer)
     ref = mlp(seed=0)
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters()))
@@ -112,6 +115,11 @@ def optimizer_exact():
         errors.append(max_error(model.parameters(), reference_grads(copy.deepcopy(model), it)))
         opt.optimizer.step()
     return {"broadcast_exact": same, "errors": errors}
+
+
+def suite():
+    init_group()
+    return {"exact": ddp_exact(), "train": ddp_train(), "optimizer": optimizer_exact()}
 
 
 def ddp_agent_dies():
@@ -138,7 +146,6 @@ def ddp_agent_dies():
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    result = {"ddp-exact": ddp_exact, "ddp-train": ddp_train, "optimizer-exact": optimizer_exact,
-              "ddp-agent-dies": ddp_agent_dies}[mode]()
+    result = {"suite": suite, "ddp-agent-dies": ddp_agent_dies}[mode]()
     print("report: " + json.dumps(result), flush=True)
     os._exit(0)  # the process group may still wait on peers that failed
