@@ -6,7 +6,7 @@ off. Prints the final test accuracy of each run and its distance from `none`.
         [--epochs 30] [--only 2bit,dgc] [--json out.json]
 
 Each worker owns a quarter of the training split and takes mini-batches of 32; the optimizer
-is plain SGD (lr 0.1) on the averaged gradient (gcagent.torch.DistributedOptimizer), with the
+is plain SGD (lr 0.5) on the averaged gradient (gcagent.torch.DistributedOptimizer), with the
 same initial weights and data order in every run, so the codec is the only difference. Every
 tensor is compressed (compress.min_elements 0). Run as a worker when WORLD_RANK is set."""
 
@@ -93,7 +93,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--only", default="")
     ap.add_argument("--json", default="")
     a = ap.parse_args()

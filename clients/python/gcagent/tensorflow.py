@@ -82,7 +82,7 @@ def broadcast_variables(variables, reducer=None, root=0):
     trainers is a power of two), through the gradient keys, so one declaration serves both."""
     reducer = reducer or default_reducer()
     world, mine = reducer.client.world_size, reducer.client.world_rank == root
-    arrays = [(i, v.numpy() * world if mine else np.zeros(v.shape, v.dtype.as_numpy_dtype), -i)
+    arrays = [(i, np.asarray(v.numpy(), np.float32) * world if mine else np.zeros(tuple(v.shape), np.float32), -i)
               for i, v in enumerate(variables)]
     for v, a in zip(variables, reducer.reduce(arrays)):
         v.assign(a)
