@@ -20,13 +20,14 @@ from gcagent.client import Reducer
 _CODEC_NAMES = {"2bit": "2bit", "1bit": "1bit"}
 
 
+# Registered as "gcagentkvstore" (mx.kv.create); the name "kvstore" belongs to MXNet's own.
 @KVStoreBase.register
-class KVStore(KVStoreBase):
+class GcagentKVStore(KVStoreBase):
     """Synchronous data-parallel store over the node's gcagent (GCAGENT_* environment)."""
 
     def __init__(self, reducer=None):
         self._reducer = reducer or Reducer()
-        self._ids = {}  # MXNet key (int or str) -> agent key, in order of first use
+        self._ids = {}  # MXNet key (int or str) -> (agent key, priority), in order of first use
 
     @property
     def type(self):
@@ -45,9 +46,11 @@ class KVStore(KVStoreBase):
         # The optimizer runs in the trainer, never in the store.
         return capability != KVStoreBase.OPTIMIZER
 
-    def _id(self, key):
+    def _id(self, key, priority):
+        """The agent key and its priority, fixed at first use: MXNet's priority (minus the
+        parameter index), or minus the order of first use when MXNet passes none (broadcast)."""
         if key not in self._ids:
-            self._ids[key] = len(self._ids)
+            self._ids[key] = (len(self._ids), int(priority) if priority else -len(self._ids))
         return self._ids[key]
 
     @staticmethod
@@ -62,7 +65,7 @@ class KVStore(KVStoreBase):
             for k, v, o in zip(keys, values, outs):
                 self._exchange(k, v, o, priority, scale_root)
             return
-        key = self._id(keys[0])
+        key, priority = self._id(keys[0], priority)
         vals = self._as_list(values)
         local = vals[0].asnumpy().astype(np.float32)
         for v in vals[1:]:
@@ -70,7 +73,7 @@ class KVStore(KVStoreBase):
         world = self.num_workers
         if scale_root is not None:  # broadcast: root's value, times N; zeros elsewhere
             local = local * world if self.rank == scale_root else np.zeros_like(local)
-        averaged = self._reducer.reduce([(key, local, int(priority))])[0]
+        averaged = self._reducer.reduce([(key, local, priority)])[0]
         result = averaged if scale_root is not None else averaged * world
         for o in self._as_list(outs if outs is not None else values):
             o[:] = mx.nd.array(result, ctx=o.context, dtype=o.dtype)
@@ -93,8 +96,14 @@ class KVStore(KVStoreBase):
         self._reducer.params = {k: str(v) for k, v in params.items()}
         self._reducer.redeclare()
 
+    def set_optimizer(self, optimizer):
+        raise NotImplementedError("gcagent.mxnet.KVStore runs no optimizer: use update_on_kvstore=False")
+
     def save_optimizer_states(self, fname, dump_optimizer=False):
         raise NotImplementedError("gcagent.mxnet.KVStore keeps no optimizer: save the Trainer's states")
 
     def load_optimizer_states(self, fname):
         raise NotImplementedError("gcagent.mxnet.KVStore keeps no optimizer: load the Trainer's states")
+
+
+KVStore = GcagentKVStore
