@@ -585,18 +585,20 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   auto parsed = parseSliceHeader(m.header);
   if (!parsed.ok()) return reject(m, parsed.status());
   const SliceMessage& h = *parsed;
-  auto j = jobs_.find(h.job);
-  if (j == jobs_.end()) {
+  // Slices of a job or a tensor not declared here yet wait for the declaration: the peer's
+  // trainers may simply have declared first (shims declare tensors as they meet them).
+  auto stash = [&](const char* what) {
     const size_t bytes = m.header.size() + m.payload.size();
     if (stash_bytes_ + bytes > options_.stash_budget_bytes)
-      return reject(m, Status::resourceExhausted(strCat("job ", h.job, " is unknown here and the early-slice stash is full")));
+      return reject(m, Status::resourceExhausted(strCat(what, " is unknown here and the early-slice stash is full")));
     stash_bytes_ += bytes;
     stash_[h.job].push_back({m.from, {m.header.begin(), m.header.end()}, {m.payload.begin(), m.payload.end()}});
-    return;
-  }
+  };
+  auto j = jobs_.find(h.job);
+  if (j == jobs_.end()) return stash(strCat("job ", h.job).c_str());
   JobState& js = *j->second;
   auto it = js.keys.find(h.key);
-  if (it == js.keys.end()) return reject(m, Status::invalidArgument(strCat("tensor ", h.key, " is not declared here")));
+  if (it == js.keys.end()) return stash(strCat("tensor ", h.key, " of job ", h.job).c_str());
   KeyState& k = it->second;
   if (h.tensor_elements != k.spec.elements || h.slice_count != k.slice_count)
     return reject(m, Status::invalidArgument(strCat("tensor ", h.key, " has ", h.tensor_elements, " elements there, ",

@@ -32,16 +32,17 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# The venv is keyed by the requirements file's hash, so a change rebuilds it.
+# Each venv is keyed by its requirements file's hash, so a change rebuilds it. The framework
+# shims get one venv per framework: their numpy pins conflict (mxnet 1.9.1 needs numpy<1.24).
 setup_venv() {
-  local req="$REPO_DIR/scripts/requirements-dev.txt"
+  local name="$1" req="$REPO_DIR/scripts/$2"
   local stamp
   stamp=$(sha256sum "$req" | cut -c1-12)
-  local venv="$CACHE_DIR/venv-dev"
+  local venv="$CACHE_DIR/venv-$name"
   if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ] && "$venv/bin/python" -c "" 2>/dev/null; then
     return 0
   fi
-  log "creating the Python environment in $venv"
+  log "creating the Python environment in $venv (from scripts/$2)"
   rm -rf "$venv"
   mkdir -p "$CACHE_DIR"
   python3 -m venv "$venv"
@@ -50,4 +51,7 @@ setup_venv() {
 }
 
 install_debian_packages
-setup_venv
+setup_venv dev requirements-dev.txt
+setup_venv torch requirements-torch.txt
+setup_venv tensorflow requirements-tensorflow.txt
+setup_venv mxnet requirements-mxnet.txt

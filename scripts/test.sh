@@ -23,4 +23,15 @@ for flavor in release asan; do
     "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
     "$REPO_DIR/tests/docker" "$REPO_DIR/tests/docs"
 done
+# The framework shims (clients/python) against the release agents, each framework in its own
+# venv (their numpy pins conflict); the package tests need only numpy and run with torch's.
+shims="$REPO_DIR/tests/clients/python"
+for run in "torch:test_package.py test_torch.py" "tensorflow:test_tensorflow.py" "mxnet:test_mxnet.py"; do
+  venv="${run%%:*}"
+  files=()
+  for f in ${run#*:}; do files+=("$shims/$f"); done
+  echo "== $venv shim tests" >&2
+  GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
+    "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
+done
 echo "== all tests passed" >&2

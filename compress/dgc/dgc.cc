@@ -20,6 +20,7 @@
 #include "compress/cpu/checks.h"
 #include "compress/dgc/dgc_math.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 #include "compress/sparse/select.h"
 
 namespace gcagent::compress {
@@ -103,15 +104,18 @@ class DgcCodec final : public Codec {
 // sample: the fraction of elements the threshold is estimated from, in (0, 1], default 0.01
 //   (at least 256 elements).
 // seed: the sample generator's seed, default 0.
+// error_feedback: keep the state between steps, default true; false sends the top of each
+//   step's gradient alone (no momentum correction, nothing carried over).
 Result<std::unique_ptr<Codec>> makeDgcCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("dgc", params);
   const double ratio = reader.real("ratio", 0.001, Range::openClosed(0, 1));
   const double momentum = reader.real("momentum", 0.9, Range{0, 1, false, true});
   const double sample = reader.real("sample", 0.01, Range::openClosed(0, 1));
   const uint64_t seed = reader.seed("seed", 0);
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(
-      new DgcCodec(ratio, static_cast<float>(momentum), sample, seed, env));
+  return applyErrorFeedback(error_feedback,
+                            std::unique_ptr<Codec>(new DgcCodec(ratio, static_cast<float>(momentum), sample, seed, env)));
 }
 
 }  // namespace gcagent::compress

@@ -7,6 +7,7 @@
 #include "compress/mx1bit/mx1bit_kernels.h"
 #include "compress/mx1bit/mx1bit_math.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 
 namespace gcagent::compress {
 namespace mx1bit {
@@ -80,8 +81,10 @@ class Mx1bitCodec final : public Codec {
 Result<std::unique_ptr<Codec>> makeMx1bitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("1bit", params);
   const double threshold = reader.real("threshold", 0.0, Range::any());
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new Mx1bitCodec(static_cast<float>(threshold), env));
+  return applyErrorFeedback(error_feedback,
+                            std::unique_ptr<Codec>(new Mx1bitCodec(static_cast<float>(threshold), env)));
 }
 
 }  // namespace gcagent::compress

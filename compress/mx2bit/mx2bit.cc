@@ -7,6 +7,7 @@
 #include "compress/mx2bit/mx2bit_kernels.h"
 #include "compress/mx2bit/mx2bit_math.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 
 namespace gcagent::compress {
 namespace mx2bit {
@@ -83,8 +84,10 @@ class Mx2bitCodec final : public Codec {
 Result<std::unique_ptr<Codec>> makeMx2bitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("2bit", params);
   const double threshold = reader.real("threshold", 0.5, Range::above(0));
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new Mx2bitCodec(static_cast<float>(threshold), env));
+  return applyErrorFeedback(error_feedback,
+                            std::unique_ptr<Codec>(new Mx2bitCodec(static_cast<float>(threshold), env)));
 }
 
 }  // namespace gcagent::compress

@@ -27,6 +27,7 @@
 #include "compress/cpu/chunks.h"
 #include "compress/onebit/onebit_math.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 
 namespace gcagent::compress {
 namespace {
@@ -146,8 +147,9 @@ class OnebitCodec final : public Codec {
 Result<std::unique_ptr<Codec>> makeOnebitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("onebit", params);
   const bool scaled = reader.boolean("scaled", true);
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new OnebitCodec(scaled, env));
+  return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new OnebitCodec(scaled, env)));
 }
 
 }  // namespace gcagent::compress

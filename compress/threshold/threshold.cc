@@ -17,6 +17,7 @@
 
 #include "compress/cpu/checks.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 #include "compress/sparse/select.h"
 
 namespace gcagent::compress {
@@ -70,6 +71,7 @@ class ThresholdCodec final : public Codec {
 }  // namespace
 
 // drop: the fraction R of smallest magnitudes kept back, in [0, 1), default 0.99.
+// error_feedback: keep the residual, default true; false drops the small entries for good.
 // sample: the fraction of elements the cut is estimated from, in (0, 1], default 0.001
 //   (at least 256 elements).
 // seed: the sample generator's seed, default 0.
@@ -78,8 +80,10 @@ Result<std::unique_ptr<Codec>> makeThresholdCodec(const Params& params, const Co
   const double drop = reader.real("drop", 0.99, Range{0, 1, false, true});
   const double sample = reader.real("sample", 0.001, Range::openClosed(0, 1));
   const uint64_t seed = reader.seed("seed", 0);
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new ThresholdCodec(drop, sample, seed, env));
+  return applyErrorFeedback(error_feedback,
+                            std::unique_ptr<Codec>(new ThresholdCodec(drop, sample, seed, env)));
 }
 
 }  // namespace gcagent::compress

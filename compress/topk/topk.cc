@@ -7,6 +7,7 @@
 
 #include "compress/cpu/checks.h"
 #include "compress/params.h"
+#include "compress/without_feedback.h"
 #include "compress/sparse/select.h"
 
 namespace gcagent::compress {
@@ -51,11 +52,13 @@ class TopkCodec final : public Codec {
 }  // namespace
 
 // ratio: the fraction of elements sent, in (0, 1], default 0.01.
+// error_feedback: keep the residual, default true.
 Result<std::unique_ptr<Codec>> makeTopkCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("topk", params);
   const double ratio = reader.real("ratio", 0.01, Range::openClosed(0, 1));
+  const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new TopkCodec(ratio, env));
+  return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new TopkCodec(ratio, env)));
 }
 
 }  // namespace gcagent::compress

@@ -182,6 +182,31 @@ TEST(ReductionEngineTest, SlicesThatArriveBeforeTheJobAreReplayed) {
   EXPECT_EQ(b, std::vector<float>(4000, 2.0f));
 }
 
+// A shim that declares tensors as it meets them (MXNet's per-key broadcast) makes one node
+// re-declare with a new key before its peer does: the peer keeps those slices until its own
+// declaration names the key.
+TEST(ReductionEngineTest, SlicesOfATensorDeclaredThereFirstAreReplayed) {
+  Cluster c(2, smallSlices());
+  const uint64_t job = jobIdOf("growing");
+  const std::vector<TensorSpec> first = {{5, 4000, 0, {}}};
+  const std::vector<TensorSpec> both = {{5, 4000, 0, {}}, {6, 3000, -1, {}}};
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, first).ok());
+  ASSERT_TRUE(c.engine(0).declareJob(job, both).ok());
+  std::vector<float> a(3000, 1.0f), b(3000, 5.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 6, {a.data()}).ok());
+  c.pump();
+  EXPECT_TRUE(c.done(0).empty());
+  EXPECT_EQ(c.engine(1).counters().bad_messages, 0u);
+  ASSERT_TRUE(c.engine(1).declareJob(job, both).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 6, {b.data()}).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  ASSERT_EQ(c.done(1).size(), 1u);
+  EXPECT_TRUE(c.done(0)[0].status.ok() && c.done(1)[0].status.ok());
+  EXPECT_EQ(a, std::vector<float>(3000, 3.0f));
+  EXPECT_EQ(b, std::vector<float>(3000, 3.0f));
+}
+
 TEST(ReductionEngineTest, MismatchedCodecsAreRejectedNotMisdecoded) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("mismatch");

@@ -1,0 +1,26 @@
+"""gcagent.mxnet with PyPI's mxnet 1.9.1: 2 agents with 2 trainer processes each."""
+
+import pytest
+
+pytest.importorskip("mxnet")
+
+from shim_cluster import Cluster, reports, run_trainers  # noqa: E402
+
+
+def test_pushpull_and_gluon_trainer(tmp_path):
+    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]) as c:
+        rep = reports(run_trainers(c, 2, "mxnet_trainer.py"), c)
+        c.stop()
+        ratio = [float(l.split("(ratio ")[1].split(")")[0]) for l in c.log(0).splitlines() if "done:" in l][0]
+    assert sorted(r["pushpull"]["rank"] for r in rep) == [0, 1, 2, 3]
+    for r in rep:
+        pp, g = r["pushpull"], r["gluon"]
+        # pushpull with codec none: the exact sum over the 4 trainers, as dist_sync gives.
+        assert pp["num_workers"] == 4 and max(pp["errors"]) == 0.0, pp
+        assert pp["broadcast_exact"], pp
+        # MXNet's compression parameters map onto the 2bit codec, and the Trainer trains.
+        assert (g["codec"], g["params"]) == ("2bit", {"threshold": "0.5"}), g
+        assert g["last_loss"] < 0.6 * g["first_loss"], g
+    # The Trainer's broadcast made the weights equal, and every step applied identical sums.
+    assert len({r["gluon"]["weight_sum"] for r in rep}) == 1, rep
+    assert ratio > 1.5, ratio

@@ -1,0 +1,87 @@
+"""The gcagent package itself: pip install, finding the library, errors, and Reducer
+against one real agent. Needs numpy, and setuptools with bdist_wheel (>= 70.1) for the
+pip install: scripts/test.sh runs it in the torch venv."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shim_cluster import LIBRARY, REPO, Cluster, shim_env
+
+PACKAGE = REPO / "clients" / "python"
+
+
+def python(code, env):
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_pip_install_records_the_library_path(tmp_path):
+    target = tmp_path / "site"
+    env = dict(os.environ, GCAGENT_CLIENT_LIB=str(LIBRARY))
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", str(target), str(PACKAGE)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("GCAGENT_CLIENT_LIB", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(target)
+    r = python("import gcagent, gcagent._installed_path as p, gcagent._library as l; l.load(); "
+               "print(gcagent.__file__); print(p.LIBRARY)", env)
+    assert r.returncode == 0, r.stderr
+    where, recorded = r.stdout.split()
+    assert where.startswith(str(target))
+    assert recorded == str(LIBRARY.resolve())
+
+
+def test_a_missing_library_is_named():
+    env = shim_env({"GCAGENT_CLIENT_LIB": "/nonexistent/libgcagent_client.so.1"})
+    r = python("import gcagent; gcagent.Client()", env)
+    assert r.returncode != 0
+    assert "OSError: gcagent: cannot load libgcagent_client.so.1; tried GCAGENT_CLIENT_LIB " \
+           "(/nonexistent/libgcagent_client.so.1)" in r.stderr, r.stderr
+
+
+def test_no_agent_is_an_error_naming_the_socket(tmp_path):
+    env = shim_env({"GCAGENT_SOCKET": str(tmp_path / "none.sock")})
+    r = python("import gcagent\ntry:\n  gcagent.Client(timeout_ms=0)\nexcept gcagent.GcagentError as e:\n"
+               "  print(e.code, e)", env)
+    assert r.returncode == 0, r.stderr
+    sock = tmp_path / "none.sock"
+    assert r.stdout.startswith(f"3 gcagent: connect to {sock}: no gcagent agent answered at {sock}"), r.stdout
+
+
+def test_bad_codec_params_in_the_environment():
+    env = shim_env({"GCAGENT_CODEC_PARAMS": "threshold"})
+    r = python("import gcagent.client as c; c.codec_from_env()", env)
+    assert "ValueError: GCAGENT_CODEC_PARAMS: 'threshold' is not key=value" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("GCAGENT_CLIENT_LIB", str(LIBRARY))
+    with Cluster(tmp_path, 1) as c:
+        yield c
+
+
+def test_reducer_with_one_trainer_returns_its_values(agent):
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "solo", 0, 1) as client:
+        assert (client.node_rank, client.node_count, client.world_size) == (0, 1, 1)
+        reducer = gcagent.Reducer(client, codec="none")
+        a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.full(5, 0.25, np.float32)
+        out = reducer.reduce([(1, a, 0), (2, b, -1)])
+        assert out[0].shape == (3, 4) and np.array_equal(out[0], a) and np.array_equal(out[1], b)
+        # A new key re-declares; the old keys keep counting their iterations.
+        out = reducer.reduce([(1, a * 2, 0), (3, np.ones(3, np.float64), -2)])
+        assert np.array_equal(out[0], a * 2) and out[1].dtype == np.float32
+        assert reducer._iteration == {1: 2, 2: 1, 3: 1}
+
+
+def test_an_unknown_codec_is_refused_at_declare(agent):
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "bad", 0, 1) as client:
+        reducer = gcagent.Reducer(client, codec="nosuch")
+        with pytest.raises(gcagent.GcagentError, match="unknown codec 'nosuch'") as e:
+            reducer.reduce([(1, np.zeros(4, np.float32), 0)])
+        assert e.value.code == 5

@@ -1,0 +1,60 @@
+"""gcagent.torch with PyPI's torch on the CPU: 2 agents with 2 trainer processes each."""
+
+import signal
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from shim_cluster import Cluster, finish, reports, run_trainers, start_trainers  # noqa: E402
+
+AGENT_ARGS = ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]
+
+
+def test_ddp_hook_and_distributed_optimizer(tmp_path):
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["suite"]), c)
+        c.stop()
+        ratio = [float(l.split("(ratio ")[1].split(")")[0]) for l in c.log(0).splitlines() if "done:" in l][0]
+    for r in rep:
+        exact, train, opt = r["exact"], r["train"], r["optimizer"]
+        # The hook learns DDP's buckets until two iterations agree: DDP rebuilds them after
+        # the first, so iterations 1-3 go through the process group, and from then on every
+        # bucket goes through the agent. With codec none the result is the reference average.
+        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 3, exact
+        assert len(exact["declared"]) >= 3, exact
+        assert max(exact["errors"]) < 2e-7, exact
+        # 2bit through the hook still trains.
+        assert train["last_loss"] < 0.6 * train["first_loss"], train
+        assert train["agent_buckets"] >= 2 * 30, train  # 2 buckets, 37 of 40 iterations
+        # DistributedOptimizer: the broadcast gives rank 0's weights, the gradients the average.
+        assert opt["broadcast_exact"], opt
+        assert max(opt["errors"]) < 2e-7, opt
+    assert all(r["exact"]["declared"] == rep[0]["exact"]["declared"] for r in rep)
+    # Every trainer applied identical averaged gradients.
+    assert len({r["train"]["param_sum"] for r in rep}) == 1, rep
+    # The 2bit job's bytes shrank on the wire (the none jobs count at ratio 1).
+    assert ratio > 1.5, ratio
+
+
+def test_a_lost_agent_fails_the_futures_instead_of_hanging(tmp_path):
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        procs = start_trainers(c, 2, "torch_trainer.py", ["ddp-agent-dies"])
+        # Wait until a trainer reports that its buckets go through the agent, then kill agent 1.
+        deadline = time.time() + 120
+        first = procs[0]
+        line = ""
+        while time.time() < deadline and "active" not in line:
+            line = first.stdout.readline()
+            assert line or first.poll() is None, "trainer 0 ended early"
+        assert "active" in line
+        c.procs[1].send_signal(signal.SIGKILL)
+        killed = time.time()
+        results = finish(procs, 100)
+        elapsed = time.time() - killed
+    rep = reports(results)
+    for r in rep:
+        assert r["raised"], r
+        assert "gcagent" in r["raised"], r
+    assert elapsed < 90

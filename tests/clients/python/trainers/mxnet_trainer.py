@@ -1,0 +1,66 @@
+"""An MXNet trainer for the shim tests (environment from shim_cluster.py): pushpull with codec
+none against the exact sum, then gluon.Trainer with the store and 2bit compression, each as
+its own job on the agents. Prints "report: {json}" last."""
+
+import json
+import os
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import gcagent
+import gcagent.mxnet
+
+RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def grid_values(rank, it, n):
+    """Values on a 2^-14 grid: sums of a few are exact in fp32 in any order."""
+    return np.random.default_rng(1000 * it + rank).integers(-1024, 1024, n).astype(np.float32) / 16384
+
+
+def pushpull_exact():
+    kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="pushpull"), codec="none"))
+    sizes = [7, 4096, 40001]
+    errors = []
+    for it in range(1, 4):
+        for key, n in enumerate(sizes):
+            out = mx.nd.zeros(n)
+            kv.pushpull(key, mx.nd.array(grid_values(RANK, it + key, n)), out=out, priority=-key)
+            want = sum(grid_values(r, it + key, n).astype(np.float64) for r in range(WORLD))
+            errors.append(float(np.abs(out.asnumpy() - want).max()))
+    value = mx.nd.array(grid_values(RANK, 99, 5))
+    out = mx.nd.zeros(5)
+    kv.broadcast(100, value, out)
+    return {"errors": errors, "broadcast_exact": bool((out.asnumpy() == grid_values(0, 99, 5)).all()),
+            "rank": kv.rank, "num_workers": kv.num_workers}
+
+
+def gluon_train():
+    mx.random.seed(RANK)  # different initial weights everywhere until the broadcast
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros((1, 32)))
+    kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="gluon")))
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.2, "momentum": 0.9}, kvstore=kv,
+                            compression_params={"type": "2bit", "threshold": 0.5})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    w = np.random.default_rng(7).standard_normal((32, 10)).astype(np.float32)
+    losses = []
+    for it in range(60):
+        x = np.random.default_rng(100 * it + RANK).standard_normal((64, 32)).astype(np.float32)
+        y = (x @ w).argmax(1)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+        loss.backward()
+        trainer.step(64 * WORLD)  # pushpull sums over the trainers, as dist_sync does
+        losses.append(float(loss.mean().asscalar()))
+    weights = sum(float(p.data().asnumpy().astype(np.float64).sum()) for p in net.collect_params().values())
+    return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "weight_sum": weights,
+            "codec": kv._reducer.codec, "params": kv._reducer.params}
+
+
+if __name__ == "__main__":
+    print("report: " + json.dumps({"pushpull": pushpull_exact(), "gluon": gluon_train()}), flush=True)

@@ -1,0 +1,151 @@
+"""A PyTorch trainer for the shim tests; the environment comes from shim_cluster.py.
+
+    torch_trainer.py suite | ddp-agent-dies
+
+suite runs three parts, each as its own job on the agents: the DDP hook with codec none
+against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
+broadcast_parameters. It prints "report: {json}" last."""
+
+import copy
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import gcagent
+import gcagent.torch
+
+RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                         nn.Linear(64, 10))
+
+
+def batch(rank, it):
+    g = torch.Generator().manual_seed(1000 * it + rank)
+    return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def reference_grads(model, it):
+    """The average over every rank of the gradient each rank computes, in float64."""
+    total = None
+    for r in range(WORLD):
+        model.zero_grad()
+        x, y = batch(r, it)
+        nn.functional.cross_entropy(model(x), y).backward()
+        g = [p.grad.double().clone() for p in model.parameters()]
+        total = g if total is None else [a + b for a, b in zip(total, g)]
+    return [t / WORLD for t in total]
+
+
+def max_error(params, reference):
+    return max(float((p.grad.double() - r).abs().max()) for p, r in zip(params, reference))
+
+
+def init_group():
+    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=RANK, world_size=WORLD)
+
+
+def ddp(model):
+    # Small buckets: several of them, so priorities and the rebuild matter.
+    return DistributedDataParallel(model, bucket_cap_mb=0.01)
+
+
+def ddp_exact():
+    ref = mlp()
+    model = ddp(mlp())
+    state = gcagent.torch.State(gcagent.Client(job="exact"), codec="none")
+    model.register_comm_hook(state, gcagent.torch.hook)
+    errors, buckets = [], []
+    for it in range(1, 7):
+        model.zero_grad()
+        x, y = batch(RANK, it)
+        before = state.agent_buckets
+        nn.functional.cross_entropy(model(x), y).backward()
+        errors.append(max_error(model.parameters(), reference_grads(ref, it)))
+        buckets.append(state.agent_buckets - before)
+    return {"errors": errors, "agent_buckets": buckets, "fallback": state.fallback_buckets,
+            "declared": sorted(state.declared.items())}
+
+
+def ddp_train():
+    torch.manual_seed(0)
+    model = ddp(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+    state = gcagent.torch.State(gcagent.Client(job="train"), codec="2bit", params={"threshold": "0.005"})
+    model.register_comm_hook(state, gcagent.torch.hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    torch.manual_seed(7)
+    w = torch.randn(32, 10)
+    losses = []
+    for it in range(1, 41):
+        x = torch.randn(64, 32, generator=torch.Generator().manual_seed(100 * it + RANK))
+        y = (x @ w).argmax(1)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "param_sum": float(params.sum()),
+            "agent_buckets": state.agent_buckets}
+
+
+def optimizer_exact():
+    model = mlp(seed=RANK)  # different on every trainer until the broadcast
+    reducer = gcagent.Reducer(gcagent.Client(job="optimizer"), codec="none")
+    gcagent.torch.broadcast_parameters(model.parameters(), reducer)
+    ref = mlp(seed=0)
+    same = all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters()))
+    opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), reducer)
+    errors = []
+    for it in range(1, 4):
+        opt.zero_grad()
+        x, y = batch(RANK, it)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.synchronize()
+        errors.append(max_error(model.parameters(), reference_grads(copy.deepcopy(model), it)))
+        opt.optimizer.step()
+    return {"broadcast_exact": same, "errors": errors}
+
+
+def suite():
+    init_group()
+    return {"exact": ddp_exact(), "train": ddp_train(), "optimizer": optimizer_exact()}
+
+
+def ddp_agent_dies():
+    init_group()
+    model = ddp(mlp())
+    state = gcagent.torch.State(timeout_s=60)
+    model.register_comm_hook(state, gcagent.torch.hook)
+    started, announced = time.time(), False
+    it = 0
+    while time.time() - started < 90:
+        it += 1
+        x, y = batch(RANK, it)
+        model.zero_grad()
+        try:
+            nn.functional.cross_entropy(model(x), y).backward()
+        except Exception as e:  # noqa: BLE001 - what DDP raises is the point of the test
+            return {"raised": str(e), "iterations": it, "seconds_after_active": time.time() - announced_at}
+        if state.agent_buckets and not announced:
+            print("active", flush=True)
+            announced, announced_at = True, time.time()
+        time.sleep(0.01)
+    return {"raised": None, "iterations": it}
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    result = {"suite": suite, "ddp-agent-dies": ddp_agent_dies}[mode]()
+    print("report: " + json.dumps(result), flush=True)
+    os._exit(0)  # the process group may still wait on peers that failed
