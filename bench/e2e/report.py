@@ -1,0 +1,105 @@
+"""Turns bench/e2e results (a list of run dicts, bench/results/e2e.json) into the markdown
+table, the goal checks and, with matplotlib, the plots."""
+
+import json
+import sys
+from pathlib import Path
+
+GBIT = 1e9 / 8
+
+
+def _baseline(rows, model, rate):
+    return next((r for r in rows if r["model"] == model and r["rate"] == rate and r["system"] == "ddp"
+                 and "sync_s" in r), None)
+
+
+def _find(rows, model, rate, system, scheduling=None):
+    for r in rows:
+        if (r["model"], r["rate"], r["system"]) == (model, rate, system) and "sync_s" in r and \
+                (scheduling is None or r["scheduling"] == scheduling):
+            return r
+    return None
+
+
+def _best(rows, model, rate, system):
+    found = [r for r in rows if (r["model"], r["rate"], r["system"]) == (model, rate, system) and "sync_s" in r]
+    return min(found, key=lambda r: r["sync_s"]) if found else None
+
+
+def markdown(rows):
+    lines = ["| workload | link | system | scheduling | sync per iteration (ms) | goodput (Gbit/s) | "
+             "wire per node per iteration (MB) | speedup vs DDP gloo |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "sync_s" not in r:
+            lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | failed | | | |")
+            continue
+        base = _baseline(rows, r["model"], r["rate"])
+        speed = f"{base['sync_s'] / r['sync_s']:.2f}x" if base else "n/a"
+        lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.1f} | "
+                     f"{r['grad_bytes'] / r['sync_s'] / GBIT:.2f} | {r['wire_bytes'] / 1e6:.1f} | {speed} |")
+    lines += ["", "Goals (best of P3/FIFO for gcagent):", ""]
+    lines += goals(rows)
+    return "\n".join(lines) + "\n"
+
+
+def goals(rows):
+    out = []
+
+    def check(text, num, den, target, model, rate):
+        if num is None or den is None:
+            out.append(f"- {text} ({model}, {rate}): not measured")
+            return
+        ratio = den["sync_s"] / num["sync_s"]
+        verdict = "met" if ratio >= target else "MISSED"
+        out.append(f"- {text} ({model}, {rate}): {ratio:.2f}x, goal {target}x: {verdict}")
+
+    for rate in sorted({r["rate"] for r in rows}):
+        check("gcagent 2bit vs DDP gloo", _best(rows, "vgg16", rate, "gcagent 2bit"), _baseline(rows, "vgg16", rate),
+              8.0, "vgg16", rate)
+        for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
+            check("gcagent dgc 0.1% vs PowerSGD rank 1", _best(rows, model, rate, "gcagent dgc"),
+                  _find(rows, model, rate, "powersgd1"), 1.5, model, rate)
+            check("gcagent none vs DDP gloo", _best(rows, model, rate, "gcagent none"), _baseline(rows, model, rate),
+                  1.0, model, rate)
+    return out
+
+
+def plots(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    for model, rate in sorted({(r["model"], r["rate"]) for r in rows}):
+        sel = [r for r in rows if (r["model"], r["rate"]) == (model, rate) and "sync_s" in r]
+        base = _baseline(rows, model, rate)
+        if not sel:
+            continue
+        labels = [r["system"] + ("" if r["scheduling"] == "-" else f" ({r['scheduling']})") for r in sel]
+        fig, axes = plt.subplots(1, 2, figsize=(13, 0.35 * len(sel) + 1.8))
+        colors = ["tab:gray" if not r["system"].startswith("gcagent") else "tab:blue" for r in sel]
+        axes[0].barh(labels, [r["sync_s"] * 1e3 for r in sel], color=colors)
+        axes[0].set_xlabel("gradient sync per iteration (ms)")
+        axes[0].invert_yaxis()
+        if base:
+            axes[0].axvline(base["sync_s"] * 1e3, color="k", ls="--", lw=0.8)
+        axes[1].barh(labels, [r["wire_bytes"] / 1e6 for r in sel], color=colors)
+        axes[1].set_xlabel("bytes on the wire per node per iteration (MB)")
+        axes[1].set_xscale("log")
+        axes[1].invert_yaxis()
+        axes[1].set_yticklabels([])
+        fig.suptitle(f"{model}, {sel[0]['nodes']} nodes, links shaped to {rate}")
+        fig.tight_layout()
+        path = Path(out) / f"e2e_{model}_{rate}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    # report.py RESULTS.json [OUT_DIR]: rewrites the markdown and the plots
+    data = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else Path(sys.argv[1]).parent)
+    (out / "e2e.md").write_text(markdown(data))
+    for p in plots(data, out):
+        print(p)
