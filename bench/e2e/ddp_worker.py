@@ -27,30 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-
-def read_shapes(csv):
-    """(name, shape) per row. The CSVs keep element counts only; a weight's leading dimension is
-    the next row's count when that row is its bias or norm (conv/linear out channels), else the
-    most common vector size in the file (BERT's hidden 768) when it divides the count. PowerSGD
-    compresses only tensors of two or more dimensions, so the shapes matter to it."""
-    rows = []
-    for line in Path(csv).read_text().splitlines():
-        if line.startswith("#") or line.startswith("name,") or not line.strip():
-            continue
-        name, n = line.rsplit(",", 1)
-        rows.append((name, int(n)))
-    vec = [n for name, n in rows if name.endswith("bias")]
-    common = max(set(vec), key=vec.count) if vec else 0
-    shapes = []
-    for i, (name, n) in enumerate(rows):
-        out = rows[i + 1][1] if i + 1 < len(rows) else 0
-        if name.endswith("weight") and 0 < out < n and n % out == 0:
-            shapes.append((name, (out, n // out)))
-        elif name.endswith("weight") and common and common < n and n % common == 0:
-            shapes.append((name, (n // common, common)))
-        else:
-            shapes.append((name, (n,)))
-    return shapes
+from models import read_shapes
 
 
 class GradientSet(nn.Module):

@@ -39,7 +39,39 @@ def markdown(rows):
                      f"{r['grad_bytes'] / r['sync_s'] / GBIT:.2f} | {r['wire_bytes'] / 1e6:.1f} | {speed} |")
     lines += ["", "Goals (best of P3/FIFO for gcagent):", ""]
     lines += goals(rows)
+    lines += ["", "Where gcagent's time goes, per iteration, mean over agents (from each agent's Prometheus "
+              "histograms; the warm-up iteration included): the codec thread's encode, decode and merge "
+              "seconds, and the time the node's bytes on the wire need at the shaped rate. What the sync "
+              "time has beyond the larger of codec and wire is queueing and waiting on the slowest peer.", "",
+              "| workload | link | system | scheduling | sync (ms) | encode (ms) | decode (ms) | merge (ms) | "
+              "codec busy (ms) | wire at link rate (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "metrics" not in r or "sync_s" not in r:
+            continue
+        prof = profile(r)
+        lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.0f} | "
+                     f"{prof['encode'] * 1e3:.0f} | {prof['decode'] * 1e3:.0f} | {prof['merge'] * 1e3:.0f} | "
+                     f"{prof['codec'] * 1e3:.0f} | {prof['wire'] * 1e3:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def link_bytes_per_s(rate):
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * scale / 8
+    return float(rate) / 8
+
+
+def profile(r):
+    """Seconds per iteration, averaged over the agents."""
+    out = {}
+    for stage in ("encode", "decode", "merge"):
+        out[stage] = sum(m.get(f"gcagent_{stage}_seconds_sum", 0) / max(1, m.get("gcagent_iterations_completed_total", 1))
+                         for m in r["metrics"]) / len(r["metrics"])
+    out["codec"] = out["encode"] + out["decode"] + out["merge"]
+    out["wire"] = r["wire_bytes"] / link_bytes_per_s(r["rate"])
+    return out
 
 
 def goals(rows):
@@ -54,8 +86,9 @@ def goals(rows):
         out.append(f"- {text} ({model}, {rate}): {ratio:.2f}x, goal {target}x: {verdict}")
 
     for rate in sorted({r["rate"] for r in rows}):
-        check("gcagent 2bit vs DDP gloo", _best(rows, "vgg16", rate, "gcagent 2bit"), _baseline(rows, "vgg16", rate),
-              8.0, "vgg16", rate)
+        if any(r["model"] == "vgg16" and r["rate"] == rate for r in rows):
+            check("gcagent 2bit vs DDP gloo", _best(rows, "vgg16", rate, "gcagent 2bit"), _baseline(rows, "vgg16", rate),
+                  8.0, "vgg16", rate)
         for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
             check("gcagent dgc 0.1% vs PowerSGD rank 1", _best(rows, model, rate, "gcagent dgc"),
                   _find(rows, model, rate, "powersgd1"), 1.5, model, rate)

@@ -43,6 +43,7 @@ import report  # noqa: E402
 
 CACHE = Path(os.environ.get("GCAGENT_CACHE", Path.home() / ".cache" / "gcagent"))
 TORCH_PY = Path(os.environ.get("GCAGENT_TORCH_PYTHON", CACHE / "venv-torch" / "bin" / "python"))
+BENCH_PY = Path(os.environ.get("GCAGENT_BENCH_PYTHON", CACHE / "venv-bench" / "bin" / "python"))
 HOROVOD_PY = Path(os.environ.get("GCAGENT_HOROVOD_PYTHON", CACHE / "venv-horovod" / "bin" / "python"))
 WORKER = Path(__file__).resolve().parent / "ddp_worker.py"
 
@@ -233,6 +234,11 @@ def main():
                             log(f"  sync {res['sync_s'] * 1e3:.1f} ms, wire {res['wire_bytes'] / 1e6:.1f} MB/node")
     (out / "e2e.md").write_text(report.markdown(rows))
     print(report.markdown(rows))
+    # the plots need matplotlib, which lives in the bench venv (scripts/setup.sh)
+    if BENCH_PY.exists():
+        subprocess.run([str(BENCH_PY), str(Path(__file__).resolve().parent / "report.py"), str(raw), str(out)])
+    else:
+        log(f"no {BENCH_PY}: plots skipped (scripts/setup.sh makes it)")
 
 
 if __name__ == "__main__":
