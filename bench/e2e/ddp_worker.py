@@ -86,13 +86,14 @@ def gradset(a, rank):
     for _ in range(a.warmup):
         step()
     dist.barrier()
-    times, tx0 = [], wire_tx()
+    times, tx0, cpu0 = [], wire_tx(), time.process_time()
     for _ in range(a.iterations):
         dist.barrier()
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
     tx = (wire_tx() - tx0) / a.iterations
+    cpu = (time.process_time() - cpu0) / a.iterations
     local = []
     with ddp.no_sync():
         for _ in range(a.iterations):
@@ -101,7 +102,7 @@ def gradset(a, rank):
             local.append(time.perf_counter() - t)
     elements = sum(p.numel() for p in model.params)
     return {"iteration_s": times, "local_s": statistics.median(local),
-            "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx,
+            "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
             "grad_bytes": elements * 4}
 
 

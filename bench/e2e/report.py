@@ -44,15 +44,22 @@ def markdown(rows):
               "seconds, and the time the node's bytes on the wire need at the shaped rate. What the sync "
               "time has beyond the larger of codec and wire is queueing and waiting on the slowest peer.", "",
               "| workload | link | system | scheduling | sync (ms) | encode (ms) | decode (ms) | merge (ms) | "
-              "codec busy (ms) | wire at link rate (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "codec busy (ms) | wire at link rate (ms) | agent CPU (ms) | agents' CPU share (cores) | load |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "metrics" not in r or "sync_s" not in r:
             continue
         prof = profile(r)
         lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.0f} | "
                      f"{prof['encode'] * 1e3:.0f} | {prof['decode'] * 1e3:.0f} | {prof['merge'] * 1e3:.0f} | "
-                     f"{prof['codec'] * 1e3:.0f} | {prof['wire'] * 1e3:.0f} |")
+                     f"{prof['codec'] * 1e3:.0f} | {prof['wire'] * 1e3:.0f} | {_cpu(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _cpu(r):
+    if "agent_cpu_s" not in r:
+        return "n/a | n/a | n/a"
+    return f"{r['agent_cpu_s'] * 1e3:.0f} | {r['agent_cpu_share']:.2f} of {r['cores']} | {r['loadavg']:.0f}"
 
 
 def link_bytes_per_s(rate):

@@ -72,6 +72,12 @@ def scrape(c, ns, rank):
     return r.stdout
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process, all threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def profile_from_metrics(text):
     """Seconds spent per stage (histogram _sum) and counters, summed over label sets."""
     out = {}
@@ -100,9 +106,10 @@ def run_gcagent(ns, model_csv, codec, scheduling, iterations, timeout):
         args += ["--param", p]
     with tempfile.TemporaryDirectory() as tmp:
         with Cluster(tmp, len(ns.names), SCHEDULING[scheduling], namespaces=ns) as c:
-            before = host_rx(ns)
+            before, cpu0, started = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time()
             results = c.trainers(1, args, timeout=timeout)
-            after = host_rx(ns)
+            after, cpu1, wall = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time() - started
+            load = os.getloadavg()[0]
             for rc, out in results:
                 if rc != 0:
                     raise RuntimeError(f"trainer failed (rc {rc}):\n{out[-2000:]}\n{c.log(0)[-3000:]}")
@@ -112,7 +119,13 @@ def run_gcagent(ns, model_csv, codec, scheduling, iterations, timeout):
     slowest = lambda per: [max(t[i] for t in per) for i in range(1, iterations + 1)]  # noqa: E731
     wire = statistics.mean(a - b for a, b in zip(after, before)) / (iterations + 1)
     return {"sync_s": statistics.median(slowest(whole)) / 1e3, "iteration_s": [v / 1e3 for v in slowest(whole)], "wire_bytes": wire, "grad_bytes": grad_bytes,
-            "metrics": metrics}
+            "metrics": metrics,
+            # the agents' CPU time per iteration (mean over agents), the CPU share they got
+            # (CPU seconds / wall seconds, summed over agents: at most the machine's cores),
+            # and the 1-minute load average at the end: on a small shared machine the agents
+            # wait for a core
+            "agent_cpu_s": statistics.mean(b - a for a, b in zip(cpu0, cpu1)) / (iterations + 1),
+            "agent_cpu_share": sum(b - a for a, b in zip(cpu0, cpu1)) / wall, "loadavg": load, "cores": os.cpu_count()}
 
 
 def free_port():
@@ -167,6 +180,8 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     per_iter = [max(r["iteration_s"][i] for r in res) for i in range(len(res[0]["iteration_s"]))]
     out = {"sync_s": max(r["sync_s"] for r in res), "iteration_s": per_iter,
            "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"]}
+    if "cpu_s" in res[0]:
+        out["worker_cpu_s"] = statistics.mean(r["cpu_s"] for r in res)
     if "loss" in res[0]:
         out["loss"] = res[0]["loss"]
     return out
