@@ -26,12 +26,31 @@ def _best(rows, model, rate, system):
     return min(found, key=lambda r: r["sync_s"]) if found else None
 
 
+ORDER = ["ddp", "ddp-fp16", "powersgd1", "powersgd4", "horovod"] + [
+    f"gcagent {c}" for c in ("none", "fp16", "2bit", "onebit", "dgc", "threshold")]
+MODEL_ORDER = ["vgg16", "resnet50", "bert_base", "mlp"]
+
+
+def ordered(rows):
+    """Baselines first, then gcagent's codecs; P3 before FIFO."""
+    def key(r):
+        system = ORDER.index(r["system"]) if r["system"] in ORDER else len(ORDER)
+        model = MODEL_ORDER.index(r["model"]) if r["model"] in MODEL_ORDER else len(MODEL_ORDER)
+        return (model, r["model"], r["rate"], system, r["scheduling"] != "P3")
+    return sorted(rows, key=key)
+
+
 def markdown(rows):
-    lines = ["| workload | link | system | scheduling | sync per iteration (ms) | goodput (Gbit/s) | "
+    rows = ordered(rows)
+    commands = sorted({r["command"] for r in rows if "command" in r})
+    lines = ["Produced by (as root, GCAGENT_BUILD_DIR pointing at a release build): " +
+             "; ".join(f"`{c}`" for c in commands), ""] if commands else []
+    lines += ["| workload | link | system | scheduling | sync per iteration (ms) | goodput (Gbit/s) | "
              "wire per node per iteration (MB) | speedup vs DDP gloo |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "sync_s" not in r:
-            lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | failed | | | |")
+            why = r.get("error", "").splitlines()[0][:100] if r.get("error") else "failed"
+            lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {why} | | | |")
             continue
         base = _baseline(rows, r["model"], r["rate"])
         speed = f"{base['sync_s'] / r['sync_s']:.2f}x" if base else "n/a"
@@ -109,6 +128,7 @@ def plots(rows, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     written = []
+    rows = ordered(rows)
     for model, rate in sorted({(r["model"], r["rate"]) for r in rows}):
         sel = [r for r in rows if (r["model"], r["rate"]) == (model, rate) and "sync_s" in r]
         base = _baseline(rows, model, rate)
