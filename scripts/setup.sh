@@ -57,3 +57,4 @@ setup_venv dev requirements-dev.txt
 setup_venv torch requirements-torch.txt
 setup_venv tensorflow requirements-tensorflow.txt
 setup_venv mxnet requirements-mxnet.txt
+setup_venv bench requirements-bench.txt

@@ -1,0 +1,165 @@
+"""One rank of the PyTorch side of bench/e2e: runs inside a node's network namespace and prints
+one line "result: {json}".
+
+Workloads:
+- gradset: a model whose parameters have the shapes of a gradient set (bench/models/*.csv).
+  Each iteration multiplies every parameter by a fixed random tensor and sums (the backward
+  pass then writes that tensor into every gradient), under DDP. The gradient-sync time is the
+  DDP iteration minus the same iteration under `model.no_sync()` (no communication), both as
+  medians over the timed iterations.
+- mlp: a real small training loop (an MLP on scikit-learn's digits, batch 32 per rank, SGD);
+  the number is the median time of a whole training step (forward, backward with sync, step).
+
+Hooks (--hook): allreduce (DDP's default gloo allreduce), fp16 (default_hooks.fp16_compress_hook),
+powersgd1 / powersgd4 (powerSGD_hook at that rank, from the second iteration on: DDP needs two
+iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC).
+Bytes on the wire are the namespace's non-loopback tx bytes over the timed iterations."""
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from models import read_shapes
+
+
+class GradientSet(nn.Module):
+    def __init__(self, shapes):
+        super().__init__()
+        gen = torch.Generator().manual_seed(dist.get_rank())
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for _, s in shapes])
+        # the gradient each backward pass produces: values in [-1/16, 1/16), like the C trainer's
+        self.grads = [torch.rand(s, generator=gen) / 8 - 1 / 16 for _, s in shapes]
+
+    def forward(self, x):
+        return sum((p * g).sum() for p, g in zip(self.params, self.grads)) * x
+
+
+def wire_tx():
+    total = 0
+    for dev in Path("/sys/class/net").iterdir():
+        if dev.name != "lo":
+            total += int((dev / "statistics" / "tx_bytes").read_text())
+    return total
+
+
+def register(model, hook, rank):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    if hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook.startswith("powersgd"):
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=int(hook[len("powersgd"):]),
+                                   start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+        model.register_comm_hook(state, psgd.powerSGD_hook)
+    elif hook == "gcagent":
+        import gcagent.torch
+        state = gcagent.torch.State()
+        model.register_comm_hook(state, gcagent.torch.hook)
+        return state
+    elif hook != "allreduce":
+        raise SystemExit(f"ddp_worker: unknown hook {hook!r}")
+    return None
+
+
+def gradset(a, rank):
+    model = GradientSet(read_shapes(a.model))
+    # PowerSGD issues its second and third allreduce of a bucket from future callbacks: with
+    # several buckets those interleave with the next buckets' in a different order on each
+    # rank, and gloo fails ("Received data size doesn't match expected size"). One bucket
+    # keeps the order; the others keep DDP's default 25 MB buckets.
+    cap = {"bucket_cap_mb": 1e5} if a.hook.startswith("powersgd") else {}
+    ddp = DDP(model, gradient_as_bucket_view=True, **cap)
+    register(ddp, a.hook, rank)
+    x = torch.ones(())
+
+    def step():
+        ddp(x).backward()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    times, tx0, cpu0 = [], wire_tx(), time.process_time()
+    for _ in range(a.iterations):
+        dist.barrier()
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    tx = (wire_tx() - tx0) / a.iterations
+    cpu = (time.process_time() - cpu0) / a.iterations
+    local = []
+    with ddp.no_sync():
+        for _ in range(a.iterations):
+            t = time.perf_counter()
+            step()
+            local.append(time.perf_counter() - t)
+    elements = sum(p.numel() for p in model.params)
+    return {"iteration_s": times, "local_s": statistics.median(local),
+            "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
+            "grad_bytes": elements * 4}
+
+
+def mlp(a, rank):
+    import numpy as np
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x = torch.from_numpy((x / 16.0).astype(np.float32))[rank::dist.get_world_size()]
+    y = torch.from_numpy(y)[rank::dist.get_world_size()]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    ddp = DDP(model)
+    state = register(ddp, a.hook, rank)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+
+    def step():
+        idx = torch.randint(0, len(x), (32,), generator=gen)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    times, tx0 = [], wire_tx()
+    for _ in range(a.iterations):
+        t = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t)
+    tx = (wire_tx() - tx0) / a.iterations
+    out = {"iteration_s": times, "sync_s": statistics.median(times), "wire_bytes": tx, "loss": loss,
+           "grad_bytes": sum(p.numel() for p in model.parameters()) * 4}
+    if state is not None:
+        out["agent_buckets"] = state.agent_buckets
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=["gradset", "mlp"], required=True)
+    ap.add_argument("--model", help="bench/models/*.csv for gradset")
+    ap.add_argument("--hook", default="allreduce")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    result = gradset(a, rank) if a.workload == "gradset" else mlp(a, rank)
+    dist.barrier()
+    print("result: " + json.dumps(result), flush=True)
+    # destroy_process_group can hang in gloo teardown once every rank is done; nothing is left to do
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

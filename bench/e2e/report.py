@@ -1,0 +1,165 @@
+"""Turns bench/e2e results (a list of run dicts, bench/results/e2e.json) into the markdown
+table, the goal checks and, with matplotlib, the plots."""
+
+import json
+import sys
+from pathlib import Path
+
+GBIT = 1e9 / 8
+
+
+def _baseline(rows, model, rate):
+    return next((r for r in rows if r["model"] == model and r["rate"] == rate and r["system"] == "ddp"
+                 and "sync_s" in r), None)
+
+
+def _find(rows, model, rate, system, scheduling=None):
+    for r in rows:
+        if (r["model"], r["rate"], r["system"]) == (model, rate, system) and "sync_s" in r and \
+                (scheduling is None or r["scheduling"] == scheduling):
+            return r
+    return None
+
+
+def _best(rows, model, rate, system):
+    found = [r for r in rows if (r["model"], r["rate"], r["system"]) == (model, rate, system) and "sync_s" in r]
+    return min(found, key=lambda r: r["sync_s"]) if found else None
+
+
+ORDER = ["ddp", "ddp-fp16", "powersgd1", "powersgd4", "horovod"] + [
+    f"gcagent {c}" for c in ("none", "fp16", "2bit", "onebit", "dgc", "threshold")]
+MODEL_ORDER = ["vgg16", "resnet50", "bert_base", "mlp"]
+
+
+def ordered(rows):
+    """Baselines first, then gcagent's codecs; P3 before FIFO."""
+    def key(r):
+        system = ORDER.index(r["system"]) if r["system"] in ORDER else len(ORDER)
+        model = MODEL_ORDER.index(r["model"]) if r["model"] in MODEL_ORDER else len(MODEL_ORDER)
+        return (model, r["model"], r["rate"], system, r["scheduling"] != "P3")
+    return sorted(rows, key=key)
+
+
+def markdown(rows):
+    rows = ordered(rows)
+    commands = sorted({r["command"] for r in rows if "command" in r})
+    lines = ["Produced by (as root, GCAGENT_BUILD_DIR pointing at a release build): " +
+             "; ".join(f"`{c}`" for c in commands), ""] if commands else []
+    lines += ["| workload | link | system | scheduling | sync per iteration (ms) | goodput (Gbit/s) | "
+             "wire per node per iteration (MB) | speedup vs DDP gloo |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "sync_s" not in r:
+            why = r.get("error", "").splitlines()[0][:100] if r.get("error") else "failed"
+            lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {why} | | | |")
+            continue
+        base = _baseline(rows, r["model"], r["rate"])
+        speed = f"{base['sync_s'] / r['sync_s']:.2f}x" if base else "n/a"
+        lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.1f} | "
+                     f"{r['grad_bytes'] / r['sync_s'] / GBIT:.2f} | {r['wire_bytes'] / 1e6:.1f} | {speed} |")
+    checks = goals(rows)
+    if checks:
+        lines += ["", "Goals (best of P3/FIFO for gcagent):", ""] + checks
+    lines += ["", "Where gcagent's time goes, per iteration, mean over agents (from each agent's Prometheus "
+              "histograms; the warm-up iteration included): the codec thread's encode, decode and merge "
+              "seconds, and the time the node's bytes on the wire need at the shaped rate. What the sync "
+              "time has beyond the larger of codec and wire is queueing and waiting on the slowest peer.", "",
+              "| workload | link | system | scheduling | sync (ms) | encode (ms) | decode (ms) | merge (ms) | "
+              "codec busy (ms) | wire at link rate (ms) | agent CPU (ms) | agents' CPU share (cores) | load |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "metrics" not in r or "sync_s" not in r:
+            continue
+        prof = profile(r)
+        lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.0f} | "
+                     f"{prof['encode'] * 1e3:.0f} | {prof['decode'] * 1e3:.0f} | {prof['merge'] * 1e3:.0f} | "
+                     f"{prof['codec'] * 1e3:.0f} | {prof['wire'] * 1e3:.0f} | {_cpu(r)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cpu(r):
+    if "agent_cpu_s" not in r:
+        return "n/a | n/a | n/a"
+    return f"{r['agent_cpu_s'] * 1e3:.0f} | {r['agent_cpu_share']:.2f} of {r['cores']} | {r['loadavg']:.0f}"
+
+
+def link_bytes_per_s(rate):
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * scale / 8
+    return float(rate) / 8
+
+
+def profile(r):
+    """Seconds per iteration, averaged over the agents."""
+    out = {}
+    for stage in ("encode", "decode", "merge"):
+        out[stage] = sum(m.get(f"gcagent_{stage}_seconds_sum", 0) / max(1, m.get("gcagent_iterations_completed_total", 1))
+                         for m in r["metrics"]) / len(r["metrics"])
+    out["codec"] = out["encode"] + out["decode"] + out["merge"]
+    out["wire"] = r["wire_bytes"] / link_bytes_per_s(r["rate"])
+    return out
+
+
+def goals(rows):
+    out = []
+
+    def check(text, num, den, target, model, rate):
+        if num is None or den is None:
+            return
+        ratio = den["sync_s"] / num["sync_s"]
+        verdict = "met" if ratio >= target else "MISSED"
+        out.append(f"- {text} ({model}, {rate}): {ratio:.2f}x, goal {target}x: {verdict}")
+
+    for rate in sorted({r["rate"] for r in rows}):
+        if any(r["model"] == "vgg16" and r["rate"] == rate for r in rows):
+            check("gcagent 2bit vs DDP gloo", _best(rows, "vgg16", rate, "gcagent 2bit"), _baseline(rows, "vgg16", rate),
+                  8.0, "vgg16", rate)
+        for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
+            check("gcagent dgc 0.1% vs PowerSGD rank 1", _best(rows, model, rate, "gcagent dgc"),
+                  _find(rows, model, rate, "powersgd1"), 1.5, model, rate)
+            check("gcagent none vs DDP gloo", _best(rows, model, rate, "gcagent none"), _baseline(rows, model, rate),
+                  1.0, model, rate)
+    return out
+
+
+def plots(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    written = []
+    rows = ordered(rows)
+    for model, rate in sorted({(r["model"], r["rate"]) for r in rows}):
+        sel = [r for r in rows if (r["model"], r["rate"]) == (model, rate) and "sync_s" in r]
+        base = _baseline(rows, model, rate)
+        if not sel:
+            continue
+        labels = [r["system"] + ("" if r["scheduling"] == "-" else f" ({r['scheduling']})") for r in sel]
+        fig, axes = plt.subplots(1, 2, figsize=(13, 0.35 * len(sel) + 1.8))
+        colors = ["tab:gray" if not r["system"].startswith("gcagent") else "tab:blue" for r in sel]
+        axes[0].barh(labels, [r["sync_s"] * 1e3 for r in sel], color=colors)
+        axes[0].set_xlabel("gradient sync per iteration (ms)")
+        axes[0].invert_yaxis()
+        if base:
+            axes[0].axvline(base["sync_s"] * 1e3, color="k", ls="--", lw=0.8)
+        axes[1].barh(labels, [r["wire_bytes"] / 1e6 for r in sel], color=colors)
+        axes[1].set_xlabel("bytes on the wire per node per iteration (MB)")
+        axes[1].set_xscale("log")
+        axes[1].invert_yaxis()
+        axes[1].set_yticklabels([])
+        fig.suptitle(f"{model}, {sel[0]['nodes']} nodes, links shaped to {rate}")
+        fig.tight_layout()
+        path = Path(out) / f"e2e_{model}_{rate}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    # report.py RESULTS.json [OUT_DIR]: rewrites the markdown and the plots
+    data = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else Path(sys.argv[1]).parent)
+    (out / "e2e.md").write_text(markdown(data))
+    for p in plots(data, out):
+        print(p)

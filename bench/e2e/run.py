@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark: gcagent against torch.distributed DDP (gloo; fp16 and PowerSGD hooks)
+and, where it builds, Horovod, on an emulated cluster of N nodes. Each node is a network
+namespace joined to the others by a veth through a bridge, its link shaped by tc tbf to the
+given rate both ways (the kernel has no netem: no delay). Every system runs in the same
+namespaces, one after the other, in one run of this script.
+
+Workloads:
+- gradient sets (bench/models/{vgg16,resnet50,bert_base}.csv): gcagent's C test trainer hands
+  every layer to its agent (one tensor per layer, priority -layer) and waits for all;
+  DDP syncs a model whose parameters have those shapes (bench/e2e/ddp_worker.py);
+- mlp: a real small PyTorch training loop (digits MLP), DDP with each hook and with gcagent's
+  DDP comm hook.
+
+Numbers: the gradient-sync time per iteration (median over the timed iterations, slowest
+rank), goodput = fp32 gradient bytes / sync time, bytes on the wire per node and iteration
+(veth counters: TCP/IP headers included), speedup = DDP gloo's sync time / the system's, both
+measured in this run. Needs root (ip netns, tc).
+
+    bench/e2e/run.py [--rates 1gbit,10gbit] [--models vgg16,resnet50,bert_base,mlp]
+        [--systems ddp,fp16,powersgd1,powersgd4,horovod,none,fp16,2bit,onebit,dgc,threshold]
+        [--iterations 2] [--out bench/results]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster  # noqa: E402
+from cluster import Cluster, Namespaces  # noqa: E402
+import report  # noqa: E402
+
+CACHE = Path(os.environ.get("GCAGENT_CACHE", Path.home() / ".cache" / "gcagent"))
+TORCH_PY = Path(os.environ.get("GCAGENT_TORCH_PYTHON", CACHE / "venv-torch" / "bin" / "python"))
+BENCH_PY = Path(os.environ.get("GCAGENT_BENCH_PYTHON", CACHE / "venv-bench" / "bin" / "python"))
+WORKER = Path(__file__).resolve().parent / "ddp_worker.py"
+
+DDP_SYSTEMS = {"ddp": "allreduce", "ddp-fp16": "fp16", "powersgd1": "powersgd1", "powersgd4": "powersgd4"}
+# codec label -> (codec, params)
+CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "onebit": ("onebit", []),
+          "dgc": ("dgc", ["ratio=0.001"]), "threshold": ("threshold", ["drop=0.99"])}
+SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"], "FIFO": ["--scheduler.inflight_per_peer", "4096"]}
+
+
+def log(msg):
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def host_rx(ns):
+    """Bytes each node has sent: the rx counter of its veth's host end."""
+    return [int(Path(f"/sys/class/net/gca{ns.tag}h{r}/statistics/rx_bytes").read_text()) for r in range(len(ns.names))]
+
+
+def tbf_counters(ns):
+    """(packets sent, packets the token buckets dropped), summed over both ends of every link."""
+    sent, dropped = 0, 0
+    for r, name in enumerate(ns.names):
+        for cmd in (["tc", "-s", "qdisc", "show", "dev", f"gca{ns.tag}h{r}"],
+                    ["tc", "-n", name, "-s", "qdisc", "show", "dev", f"gca{ns.tag}v{r}"]):
+            text = subprocess.run(cmd, capture_output=True, text=True).stdout
+            for m in re.finditer(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", text):
+                sent, dropped = sent + int(m.group(1)), dropped + int(m.group(2))
+    return sent, dropped
+
+
+def scrape(c, ns, rank):
+    """The agent's Prometheus exposition, fetched from inside its namespace."""
+    addr = c.metrics_address(rank)
+    code = f"import urllib.request;print(urllib.request.urlopen('http://{addr}/metrics',timeout=10).read().decode())"
+    r = subprocess.run(ns.prefix(rank) + [sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    return r.stdout
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process, all threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile_from_metrics(text):
+    """Seconds spent per stage (histogram _sum) and counters, summed over label sets."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^(gcagent_[a-z0-9_]+?)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN|\+Inf)$", line)
+        if not m:
+            continue
+        name, value = m.group(1), m.group(2)
+        if name.endswith("_bucket") or value in ("NaN", "+Inf"):
+            continue
+        if name.endswith(("_seconds_sum", "_seconds_count", "_total")):
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def run_gcagent(ns, model_csv, codec, scheduling, iterations, timeout):
+    name, params = CODECS[codec]
+    # Every layer submitted at once, then one blocking wait, as DDP's sync after a backward pass
+    # whose cost is measured apart. (The trainer's --backward-ms mode polls every key every
+    # 50 us: on a small shared machine that polling takes the CPU the agents need.)
+    args = ["--model", str(model_csv), "--iterations", str(iterations + 1), "--check", "none", "--report",
+            "--codec", name]
+    for p in params:
+        args += ["--param", p]
+    with tempfile.TemporaryDirectory() as tmp:
+        with Cluster(tmp, len(ns.names), SCHEDULING[scheduling], namespaces=ns) as c:
+            before, cpu0, started = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time()
+            results = c.trainers(1, args, timeout=timeout)
+            after, cpu1, wall = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time() - started
+            load = os.getloadavg()[0]
+            for rc, out in results:
+                if rc != 0:
+                    raise RuntimeError(f"trainer failed (rc {rc}):\n{out[-2000:]}\n{c.log(0)[-3000:]}")
+            metrics = [profile_from_metrics(scrape(c, ns, r)) for r in range(c.n)]
+    whole = [[float(v) for v in re.findall(r"^iteration=\d+ ms=([\d.]+)", out, re.M)] for _, out in results]
+    grad_bytes = int(re.search(r"bytes=(\d+)", results[0][1]).group(1))
+    slowest = lambda per: [max(t[i] for t in per) for i in range(1, iterations + 1)]  # noqa: E731
+    wire = statistics.mean(a - b for a, b in zip(after, before)) / (iterations + 1)
+    return {"sync_s": statistics.median(slowest(whole)) / 1e3, "iteration_s": [v / 1e3 for v in slowest(whole)], "wire_bytes": wire, "grad_bytes": grad_bytes,
+            "metrics": metrics,
+            # the agents' CPU time per iteration (mean over agents), the CPU share they got
+            # (CPU seconds / wall seconds, summed over agents: at most the machine's cores),
+            # and the 1-minute load average at the end: on a small shared machine the agents
+            # wait for a core
+            "agent_cpu_s": statistics.mean(b - a for a, b in zip(cpu0, cpu1)) / (iterations + 1),
+            "agent_cpu_share": sum(b - a for a, b in zip(cpu0, cpu1)) / wall, "loadavg": load, "cores": os.cpu_count()}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=None, python=TORCH_PY):
+    n = len(ns.names)
+    port = 29500 + (os.getpid() + int(time.time())) % 2000
+    base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT / "clients" / "python")}
+    args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations),
+            "--warmup", "3" if workload == "gradset" else "20"]
+    if model_csv:
+        args += ["--model", str(model_csv)]
+    if workload == "mlp":
+        args[args.index("--iterations") + 1] = str(max(iterations, 50))
+
+    def launch(c):
+        procs = []
+        for r in range(n):
+            env = dict(os.environ, **base, RANK=str(r), GLOO_SOCKET_IFNAME=f"gca{ns.tag}v{r}")
+            if c is not None:
+                build = cluster.BUILD
+                name, params = CODECS[gcagent_codec]
+                env.update(GCAGENT_SOCKET=c.sockets[r], GCAGENT_JOB="e2e", GCAGENT_LOCAL_RANK="0",
+                           GCAGENT_LOCAL_SIZE="1", GCAGENT_CODEC=name, GCAGENT_CODEC_PARAMS=",".join(params),
+                           GCAGENT_CLIENT_LIB=str(build / "clients" / "libgcagent_client.so.1"))
+            procs.append(subprocess.Popen(ns.prefix(r) + [str(python), str(WORKER), *args], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=timeout)[0])
+            except subprocess.TimeoutExpired:
+                p.kill()
+                outs.append(p.communicate()[0] + "\n(timed out)")
+        if any(p.returncode for p in procs):
+            raise RuntimeError("a torch worker failed:\n" + "\n".join(o[-1500:] for o in outs))
+        return [json.loads([ln for ln in o.splitlines() if ln.startswith("result: ")][-1][8:]) for o in outs]
+
+    if gcagent_codec is None:
+        res = launch(None)
+    else:
+        with tempfile.TemporaryDirectory() as tmp, Cluster(tmp, n, [], namespaces=ns) as c:
+            res = launch(c)
+    per_iter = [max(r["iteration_s"][i] for r in res) for i in range(len(res[0]["iteration_s"]))]
+    out = {"sync_s": max(r["sync_s"] for r in res), "iteration_s": per_iter,
+           "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"]}
+    if "cpu_s" in res[0]:
+        out["worker_cpu_s"] = statistics.mean(r["cpu_s"] for r in res)
+    if "loss" in res[0]:
+        out["loss"] = res[0]["loss"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--rates", default="1gbit")
+    ap.add_argument("--models", default="vgg16")
+    ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS))
+    ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority)")
+    ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args()
+    ok, why = Namespaces.available()
+    if not ok:
+        raise SystemExit(f"e2e: {why}")
+    # SIGTERM unwinds like Ctrl-C, so the namespaces and agents are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("e2e: terminated"))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "e2e.json"
+    rows = json.loads(raw.read_text()) if raw.exists() else []
+    systems = a.systems.split(",")
+    command = "bench/e2e/run.py " + " ".join(sys.argv[1:])
+    with Namespaces(a.nodes) as ns:
+        for rate in a.rates.split(","):
+            ns.shape(rate)
+            for model in a.models.split(","):
+                workload = "mlp" if model == "mlp" else "gradset"
+                csv = None if workload == "mlp" else ROOT / "bench" / "models" / f"{model}.csv"
+                for system in systems:
+                    runs = []
+                    if system in DDP_SYSTEMS:
+                        runs.append((system, "-", lambda s=system: run_torch(ns, workload, csv, DDP_SYSTEMS[s],
+                                                                              a.iterations, a.timeout)))
+                    elif system == "horovod":
+                        # `pip install horovod` (0.28.1, the newest on PyPI) with HOROVOD_WITH_GLOO=1
+                        # HOROVOD_WITH_PYTORCH=1 against torch 2.15 did not finish building within
+                        # 15 minutes on the 2-core machine this was written on: recorded as not run
+                        log("horovod: not built here (README.md, End-to-end benchmark); skipped")
+                        rows = [r for r in rows if (r["model"], r["rate"], r["system"]) != (model, rate, system)]
+                        rows.append({"model": model, "rate": rate, "system": system, "scheduling": "-",
+                                     "nodes": a.nodes, "error": "not run: horovod did not build from PyPI here"})
+                        continue
+                    elif system in CODECS:
+                        if workload == "mlp":
+                            runs.append((f"gcagent {system}", "P3", lambda s=system: run_torch(
+                                ns, workload, None, "gcagent", a.iterations, a.timeout, gcagent_codec=s)))
+                        else:
+                            for sched in a.scheduling.split(","):
+                                runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
+                                    ns, csv, s, q, a.iterations, a.timeout)))
+                    else:
+                        raise SystemExit(f"e2e: unknown system {system!r}")
+                    for label, sched, fn in runs:
+                        log(f"{model} {rate} {label} {sched}")
+                        started, tbf0 = time.time(), tbf_counters(ns)
+                        try:
+                            res = fn()
+                        except RuntimeError as e:
+                            log(f"{label} failed: {str(e)[:3000]}")
+                            res = {"error": str(e)[:500]}
+                        tbf1 = tbf_counters(ns)
+                        # whole run, warm-up included: drops make TCP back off
+                        res.update(tbf_packets=tbf1[0] - tbf0[0], tbf_drops=tbf1[1] - tbf0[1])
+                        res.update(model=model, rate=rate, system=label, scheduling=sched, nodes=a.nodes,
+                                   wall_s=round(time.time() - started, 1), command=command)
+                        rows = [r for r in rows if (r["model"], r["rate"], r["system"], r["scheduling"]) !=
+                                (model, rate, label, sched)] + [res]
+                        raw.write_text(json.dumps(rows, indent=1))
+                        if "sync_s" in res:
+                            log(f"  sync {res['sync_s'] * 1e3:.1f} ms, wire {res['wire_bytes'] / 1e6:.1f} MB/node")
+    (out / "e2e.md").write_text(report.markdown(rows))
+    print(report.markdown(rows))
+    # the plots need matplotlib, which lives in the bench venv (scripts/setup.sh)
+    if BENCH_PY.exists():
+        subprocess.run([str(BENCH_PY), str(Path(__file__).resolve().parent / "report.py"), str(raw), str(out)])
+    else:
+        log(f"no {BENCH_PY}: plots skipped (scripts/setup.sh makes it)")
+
+
+if __name__ == "__main__":
+    main()

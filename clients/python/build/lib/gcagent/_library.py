@@ -1,0 +1,87 @@
+"""Finds and loads libgcagent_client.so.1 and declares its C signatures (gcagent_client.h)."""
+
+import ctypes
+import os
+
+LIB_NAME = "libgcagent_client.so.1"
+ABI_VERSION = 1
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_uint64),
+        ("elements", ctypes.c_uint64),
+        ("priority", ctypes.c_int32),
+        ("codec", ctypes.c_char_p),
+        ("param_keys", ctypes.POINTER(ctypes.c_char_p)),
+        ("param_values", ctypes.POINTER(ctypes.c_char_p)),
+        ("param_count", ctypes.c_size_t),
+    ]
+
+
+def _candidates():
+    """Where the library is looked for, in order: GCAGENT_CLIENT_LIB, the path baked in at
+    pip-install time, then the system loader (LD_LIBRARY_PATH, ldconfig)."""
+    explicit = os.environ.get("GCAGENT_CLIENT_LIB")
+    if explicit:
+        return [("GCAGENT_CLIENT_LIB", explicit)]
+    found = []
+    try:
+        from gcagent._installed_path import LIBRARY
+        if LIBRARY:
+            found.append(("the path recorded at install time", LIBRARY))
+    except ImportError:
+        pass
+    found.append(("the system loader", LIB_NAME))
+    return found
+
+
+def _declare(lib):
+    u32, u64, sz = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t
+    client_p, keys_p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+    sigs = {
+        "gcagent_abi_version": (u32, []),
+        "gcagent_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+        "gcagent_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, u32, u32, ctypes.c_int,
+                                           ctypes.POINTER(ctypes.c_void_p)]),
+        "gcagent_declare": (ctypes.c_int, [client_p, ctypes.POINTER(Tensor), sz]),
+        "gcagent_buffer": (ctypes.POINTER(ctypes.c_float), [client_p, u64]),
+        "gcagent_buffer_elements": (u64, [client_p, u64]),
+        "gcagent_submit": (ctypes.c_int, [client_p, u64, keys_p, sz]),
+        "gcagent_wait": (ctypes.c_int, [client_p, u64, keys_p, sz, ctypes.c_int]),
+        "gcagent_poll": (ctypes.c_int, [client_p, u64, keys_p, sz]),
+        "gcagent_set_reply_timeout": (ctypes.c_int, [client_p, ctypes.c_int]),
+        "gcagent_last_error": (ctypes.c_char_p, [client_p]),
+        "gcagent_trainer_id": (u32, [client_p]),
+        "gcagent_node_rank": (u32, [client_p]),
+        "gcagent_node_count": (u32, [client_p]),
+        "gcagent_close": (None, [client_p]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+_lib = None
+
+
+def load():
+    """The loaded library; raises OSError naming every place tried when none works."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = []
+    for where, path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{where} ({path}): {e}")
+            continue
+        version = lib.gcagent_abi_version()
+        if version != ABI_VERSION:
+            raise OSError(f"gcagent: {path} has C ABI version {version}, this package needs {ABI_VERSION}")
+        _lib = _declare(lib)
+        return _lib
+    raise OSError("gcagent: cannot load " + LIB_NAME + "; tried " + "; ".join(tried) +
+                  ". Set GCAGENT_CLIENT_LIB to the library built in the build tree (clients/" + LIB_NAME + ")")

@@ -1,0 +1,188 @@
+"""A trainer's connection to its node's gcagent (the C client, through ctypes), and Reducer,
+the synchronous "average these arrays over every trainer" that the shims share."""
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from gcagent import _library
+
+OK, ERR_TIMEOUT = 0, 3
+DEFAULT_SOCKET = "/run/gcagent/control.sock"
+
+
+class GcagentError(RuntimeError):
+    """A failed gcagent call: `code` is the gcagent_status value, the message says why."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class TensorSpec:
+    key: int
+    elements: int
+    priority: int = 0           # higher is sent first: minus the layer index
+    codec: Optional[str] = None  # None: the agent's default
+    params: Dict[str, str] = field(default_factory=dict)
+
+
+def _env_int(names: Sequence[str], default: int) -> int:
+    for name in names:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return default
+
+
+def codec_from_env() -> Tuple[Optional[str], Dict[str, str]]:
+    """GCAGENT_CODEC and GCAGENT_CODEC_PARAMS ("threshold=0.5,error_feedback=false")."""
+    params = {}
+    for item in filter(None, os.environ.get("GCAGENT_CODEC_PARAMS", "").split(",")):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ValueError(f"GCAGENT_CODEC_PARAMS: '{item}' is not key=value")
+        params[k.strip()] = v.strip()
+    return os.environ.get("GCAGENT_CODEC") or None, params
+
+
+class Client:
+    """One connection. Defaults come from the environment: GCAGENT_SOCKET, GCAGENT_JOB,
+    GCAGENT_LOCAL_RANK (or LOCAL_RANK) and GCAGENT_LOCAL_SIZE (or LOCAL_WORLD_SIZE).
+    Not thread-safe, like the C client: callers serialise."""
+
+    def __init__(self, socket: Optional[str] = None, job: Optional[str] = None,
+                 local_rank: Optional[int] = None, local_size: Optional[int] = None,
+                 timeout_ms: int = 30000):
+        self._lib = _library.load()
+        self.socket = socket or os.environ.get("GCAGENT_SOCKET", DEFAULT_SOCKET)
+        self.job = job or os.environ.get("GCAGENT_JOB", "default")
+        self.local_rank = local_rank if local_rank is not None else _env_int(["GCAGENT_LOCAL_RANK", "LOCAL_RANK"], 0)
+        self.local_size = local_size if local_size is not None else _env_int(
+            ["GCAGENT_LOCAL_SIZE", "LOCAL_WORLD_SIZE"], 1)
+        handle = ctypes.c_void_p()
+        rc = self._lib.gcagent_connect(self.socket.encode(), self.job.encode(), self.local_rank, self.local_size,
+                                       timeout_ms, ctypes.byref(handle))
+        if rc != OK:
+            raise GcagentError(rc, f"gcagent: connect to {self.socket}: {self._lib.gcagent_last_error(None).decode()}")
+        self._handle = handle
+        self.node_rank = self._lib.gcagent_node_rank(handle)
+        self.node_count = self._lib.gcagent_node_count(handle)
+        self.world_rank = self.node_rank * self.local_size + self.local_rank
+        self.world_size = self.node_count * self.local_size
+        self._keep = []
+
+    def _check(self, rc: int, what: str):
+        if rc != OK:
+            detail = self._lib.gcagent_last_error(self._handle).decode()
+            raise GcagentError(rc, f"gcagent: {what}: {detail}")
+
+    def declare(self, tensors: Sequence[TensorSpec]):
+        arr = (_library.Tensor * len(tensors))()
+        keep = []
+        for i, t in enumerate(tensors):
+            codec = t.codec.encode() if t.codec else None
+            names = [k.encode() for k in t.params]
+            values = [str(v).encode() for v in t.params.values()]
+            pk = (ctypes.c_char_p * max(1, len(names)))(*names)
+            pv = (ctypes.c_char_p * max(1, len(values)))(*values)
+            keep += [codec, names, values, pk, pv]
+            arr[i] = _library.Tensor(t.key, t.elements, t.priority, codec, pk, pv, len(names))
+        self._check(self._lib.gcagent_declare(self._handle, arr, len(tensors)), f"declare {len(tensors)} tensors")
+        self._keep = keep
+
+    def buffer(self, key: int) -> np.ndarray:
+        """The shared slot of `key` as a float32 array (valid until the next declare)."""
+        n = self._lib.gcagent_buffer_elements(self._handle, key)
+        ptr = self._lib.gcagent_buffer(self._handle, key)
+        if not ptr or n == 0:
+            raise GcagentError(6, f"gcagent: tensor {key} is not declared")
+        return np.ctypeslib.as_array(ptr, shape=(n,))
+
+    @staticmethod
+    def _keys(keys: Iterable[int]):
+        keys = list(keys)
+        return (ctypes.c_uint64 * len(keys))(*keys), len(keys)
+
+    def submit(self, iteration: int, keys: Iterable[int]):
+        arr, n = self._keys(keys)
+        self._check(self._lib.gcagent_submit(self._handle, iteration, arr, n), f"submit iteration {iteration}")
+
+    def wait(self, iteration: int, keys: Iterable[int], timeout_ms: int = -1) -> bool:
+        """True when done, False on timeout; raises on an error."""
+        arr, n = self._keys(keys)
+        rc = self._lib.gcagent_wait(self._handle, iteration, arr, n, timeout_ms)
+        if rc == ERR_TIMEOUT:
+            return False
+        self._check(rc, f"wait for iteration {iteration}")
+        return True
+
+    def poll(self, iteration: int, keys: Iterable[int]) -> bool:
+        return self.wait(iteration, keys, 0)
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            self._lib.gcagent_close(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Reducer:
+    """Averages named float arrays over every trainer of the job, one call at a time.
+
+    Keys are declared on first use; a call with a new key or a new size re-declares (each
+    trainer of a node must then make the same calls in the same order, as synchronous data
+    parallelism does anyway). Each key counts its own iterations."""
+
+    def __init__(self, client: Optional[Client] = None, codec: Optional[str] = None,
+                 params: Optional[Dict[str, str]] = None, timeout_ms: int = 300000):
+        self.client = client or Client()
+        env_codec, env_params = codec_from_env()
+        self.codec = codec if codec is not None else env_codec
+        self.params = dict(params) if params is not None else env_params
+        self.timeout_ms = timeout_ms
+        self._specs: Dict[int, Tuple[int, int]] = {}  # key -> (elements, priority)
+        self._stale = False
+        self._iteration: Dict[int, int] = {}
+
+    def ensure_declared(self, specs: Sequence[Tuple[int, int, int]]):
+        """(key, elements, priority) triples, added to the declaration when missing or changed."""
+        changed = self._stale
+        for key, elements, priority in specs:
+            if self._specs.get(key) != (elements, priority):
+                self._specs[key] = (elements, priority)
+                changed = True
+        if changed:
+            self.client.declare([TensorSpec(k, n, p, self.codec, self.params) for k, (n, p) in sorted(self._specs.items())])
+            self._stale = False
+
+    def redeclare(self):
+        """Declares the known keys again, with the current codec, on the next reduce."""
+        self._stale = bool(self._specs)
+
+    def reduce(self, arrays: Sequence[Tuple[int, np.ndarray, int]]) -> List[np.ndarray]:
+        """(key, array, priority) -> the averaged arrays (new float32 arrays, same shapes)."""
+        self.ensure_declared([(k, int(a.size), p) for k, a, p in arrays])
+        groups: Dict[int, List[int]] = {}
+        for key, a, _ in arrays:
+            self.client.buffer(key)[:] = np.asarray(a, dtype=np.float32).reshape(-1)
+            it = self._iteration.get(key, 0) + 1
+            self._iteration[key] = it
+            groups.setdefault(it, []).append(key)
+        for it, keys in groups.items():
+            self.client.submit(it, keys)
+        for it, keys in groups.items():
+            if not self.client.wait(it, keys, self.timeout_ms):
+                raise GcagentError(ERR_TIMEOUT, f"gcagent: no result for iteration {it} within {self.timeout_ms} ms")
+        return [self.client.buffer(key).copy().reshape(np.shape(a)) for key, a, _ in arrays]

@@ -1,0 +1,171 @@
+"""PyTorch: a DDP communication hook and a Horovod-style DistributedOptimizer.
+
+    import gcagent.torch
+    model = DistributedDataParallel(model)
+    model.register_comm_hook(gcagent.torch.State(), gcagent.torch.hook)
+
+DDP rebuilds its buckets after the first iteration (and may again if the graph changes), so
+the hook first learns them: while the bucket list of an iteration differs from the one before,
+buckets go through the process group's allreduce; once two iterations agree, the hook declares
+one agent tensor per bucket (priority: minus the index of the bucket's first layer, so front
+layers go first) and from then on writes each bucket into its shared slot, submits it, and
+completes the future from a background thread. An agent error or a timeout completes the
+future with set_exception, which DDP raises from backward(); nothing waits forever."""
+
+import queue
+import threading
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gcagent.client import Client, GcagentError, Reducer, TensorSpec, codec_from_env
+
+
+class State:
+    """The hook's state: one agent connection and a completion thread per process."""
+
+    def __init__(self, client=None, codec=None, params=None, process_group=None, timeout_s=300.0):
+        self.client = client or Client()
+        env_codec, env_params = codec_from_env()
+        self.codec = codec if codec is not None else env_codec
+        self.params = dict(params) if params is not None else env_params
+        self.process_group = process_group
+        self.timeout_s = timeout_s
+        self.step = 1
+        self.declared = {}          # bucket index -> elements, once learned
+        self.seen, self.last_seen = {}, None
+        self.agent_buckets = 0      # buckets reduced through the agent
+        self.fallback_buckets = 0   # buckets reduced by the process group while learning
+        self._queue = queue.Queue()
+        self._pending = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._complete_loop, name="gcagent-hook", daemon=True)
+        self._thread.start()
+
+    # Runs in the hook (autograd) thread.
+    def on_bucket(self, bucket):
+        index, buf = bucket.index(), bucket.buffer()
+        self.seen[index] = buf.numel()
+        if self.declared.get(index) == buf.numel():
+            fut = torch.futures.Future()
+            slot = torch.from_numpy(self._slots[index])
+            slot.copy_(buf.reshape(-1))
+            self.agent_buckets += 1
+            self._queue.put((self.step, index, fut, buf, time.monotonic()))
+        else:
+            self.declared = {}
+            fut = self._fallback(buf)
+        if bucket.is_last():
+            self._end_iteration()
+        return fut
+
+    def _fallback(self, buf):
+        self.fallback_buckets += 1
+        world = dist.get_world_size(self.process_group)
+        work = dist.all_reduce(buf.div_(world), group=self.process_group, async_op=True)
+        return work.get_future().then(lambda f: f.value()[0])
+
+    def _end_iteration(self):
+        if not self.declared and self.seen == self.last_seen:
+            self._declare(self.seen)
+        self.last_seen, self.seen = self.seen, {}
+        self.step += 1
+
+    def _declare(self, buckets):
+        self._drain()
+        count = len(buckets)
+        specs = [TensorSpec(i, n, -(count - 1 - i), self.codec, self.params) for i, n in sorted(buckets.items())]
+        with self._lock:
+            self.client.declare(specs)
+            self._slots = {i: self.client.buffer(i) for i in buckets}
+        self.declared = dict(buckets)
+
+    def _drain(self):
+        while not self._queue.empty() or self._pending:
+            time.sleep(0.001)
+
+    # Runs in the completion thread: every client call after the declaration happens here.
+    def _complete_loop(self):
+        while True:
+            block = not self._pending
+            try:
+                while True:
+                    item = self._queue.get(block=block, timeout=None if block else 0.0005)
+                    block = False
+                    self._submit(item)
+            except queue.Empty:
+                pass
+            self._collect()
+
+    def _submit(self, item):
+        step, index, fut = item[:3]
+        try:
+            with self._lock:
+                self.client.submit(step, [index])
+            self._pending.append(item)
+        except Exception as e:  # noqa: BLE001 - every failure must reach the future
+            fut.set_exception(e)
+
+    def _collect(self):
+        still = []
+        for item in self._pending:
+            step, index, fut, buf, started = item
+            try:
+                with self._lock:
+                    done = self.client.wait(step, [index], 1 if item is self._pending[0] else 0)
+                if done:
+                    buf.copy_(torch.from_numpy(self._slots[index]).reshape(buf.shape))
+                    fut.set_result(buf)
+                elif time.monotonic() - started > self.timeout_s:
+                    fut.set_exception(GcagentError(3, f"gcagent: bucket {index} of iteration {step} "
+                                                      f"not reduced within {self.timeout_s} s"))
+                else:
+                    still.append(item)
+            except Exception as e:  # noqa: BLE001
+                fut.set_exception(e)
+        self._pending = still
+
+
+def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook: model.register_comm_hook(gcagent.torch.State(), gcagent.torch.hook)."""
+    return state.on_bucket(bucket)
+
+
+class DistributedOptimizer:
+    """Horovod-style wrapper for training without DDP: step() first replaces every gradient by
+    its average over all trainers (one agent tensor per parameter, front layers first)."""
+
+    def __init__(self, optimizer, reducer=None):
+        self.optimizer = optimizer
+        self.reducer = reducer or Reducer()
+
+    def synchronize(self):
+        params = [(i, p) for i, p in enumerate(p for g in self.optimizer.param_groups for p in g["params"])
+                  if p.grad is not None]
+        averaged = self.reducer.reduce([(i, p.grad.detach().to("cpu", torch.float32).numpy(), -i) for i, p in params])
+        for (_, p), a in zip(params, averaged):
+            p.grad.copy_(torch.from_numpy(a))
+
+    def step(self, closure=None):
+        self.synchronize()
+        return self.optimizer.step(closure)
+
+    def __getattr__(self, name):
+        return getattr(self.optimizer, name)
+
+
+def broadcast_parameters(params, reducer: Reducer, root: int = 0):
+    """Copies the root trainer's parameter values to every trainer, through the keys and
+    priorities that DistributedOptimizer uses for the gradients (one declaration for both).
+    Exact when the number of trainers is a power of two: the average of root's value times
+    N and zeros elsewhere."""
+    params = list(params)
+    world = reducer.client.world_size
+    mine = reducer.client.world_rank == root
+    arrays = [(i, p.detach().cpu().numpy() * world if mine else np.zeros(tuple(p.shape), np.float32), -i)
+              for i, p in enumerate(params)]
+    with torch.no_grad():
+        for p, a in zip(params, reducer.reduce(arrays)):
+            p.copy_(torch.from_numpy(a))
