@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "gcagent: %s needs a value\n", arg.c_str());
           return 2;
         }
-        flag += "=" + std::string(argv[++i]);
+        // Appended in two steps: "=" + std::string(...) trips GCC 12's -Wrestrict at -O3.
+        flag += '=';
+        flag += argv[++i];
       }
       inputs.overrides.push_back(flag);
     } else {
