@@ -7,6 +7,8 @@ set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
 export CCACHE_DIR="${CCACHE_DIR:-$CACHE_DIR/ccache}"
+# Paths relative to the checkout, so a fresh clone anywhere hits the cache of the last one.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$REPO_DIR}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 
 flavor="${1:-release}"
 case "$flavor" in
