@@ -7,6 +7,7 @@ set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CCACHE_DIR="${CCACHE_DIR:-${GCAGENT_CACHE:-$HOME/.cache/gcagent}/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$REPO_DIR}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 BUILD_DIR="${GCAGENT_FUZZ_BUILD_DIR:-$REPO_DIR/build/fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-10}"
 TARGETS=("$@")
