@@ -6,7 +6,7 @@
 set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$REPO_DIR/scripts/setup.sh"
+GCAGENT_VENVS="${GCAGENT_VENVS:-dev}" "$REPO_DIR/scripts/setup.sh"
 "$REPO_DIR/scripts/build.sh" release
 
 BIN="$REPO_DIR/build/release"

@@ -53,8 +53,7 @@ setup_venv() {
 }
 
 install_debian_packages
-setup_venv dev requirements-dev.txt
-setup_venv torch requirements-torch.txt
-setup_venv tensorflow requirements-tensorflow.txt
-setup_venv mxnet requirements-mxnet.txt
-setup_venv bench requirements-bench.txt
+# GCAGENT_VENVS picks the environments (the demo needs only dev; the tests need all but bench).
+for name in ${GCAGENT_VENVS:-dev torch tensorflow mxnet bench}; do
+  setup_venv "$name" "requirements-$name.txt"
+done
