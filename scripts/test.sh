@@ -4,7 +4,8 @@ set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
-"$REPO_DIR/scripts/setup.sh"
+# The bench venv (plots) is not needed here.
+GCAGENT_VENVS="${GCAGENT_VENVS:-dev torch tensorflow mxnet}" "$REPO_DIR/scripts/setup.sh"
 
 jobs=$(nproc)
 # halt_on_error: a sanitizer report fails the test (and the agents it starts) instead of
