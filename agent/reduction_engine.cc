@@ -338,7 +338,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
       // A reduction that failed meanwhile leaves its queued slices behind: drop them.
       if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
       bool compressed = false;
-      auto encoded = encodeContribution(*jobs_[item.job], *k, item.slice, compressed);
+      auto encoded = encodeContribution(*jobs_.at(item.job), *k, item.slice, compressed);  // k exists: so does its job
       if (!encoded.ok()) {
         completeKey(item.job, *k, encoded.status());
         continue;
