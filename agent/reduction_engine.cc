@@ -49,7 +49,7 @@ uint64_t jobIdOf(std::string_view name) {
 }
 
 struct ReductionEngine::Accumulator {
-  std::vector<float> sum;
+  FloatBuffer sum;
   std::vector<bool> seen;  // which nodes contributed
   uint32_t nodes = 0;
   uint32_t contributors = 0;
@@ -76,7 +76,7 @@ struct ReductionEngine::KeyState {
   uint64_t iteration = 0;
   std::vector<float*> outputs;
   uint32_t slices_left = 0;
-  std::vector<float> local_sum;
+  FloatBuffer local_sum;
   const float* source = nullptr;  // the node's sum of this iteration: local_sum or the only buffer
   uint32_t contributors = 0;
   bool completed_once = false;
@@ -93,7 +93,7 @@ struct ReductionEngine::Outgoing {
   uint64_t job, key, iteration;
   uint32_t slice;
   std::vector<std::byte> header;                    // results only
-  std::shared_ptr<std::vector<std::byte>> payload;  // results only
+  std::shared_ptr<ByteBuffer> payload;  // results only
 };
 
 struct ReductionEngine::Lane {
@@ -332,7 +332,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
     if (!lane.window.admits(estimate)) break;
     Outgoing item = std::move(*lane.queue.pop());
     KeyState* k = findKey(item.job, item.key);
-    std::shared_ptr<std::vector<std::byte>> payload = std::move(item.payload);
+    std::shared_ptr<ByteBuffer> payload = std::move(item.payload);
     std::vector<std::byte> header = std::move(item.header);
     if (item.kind == SliceKind::kContribution) {
       // A reduction that failed meanwhile leaves its queued slices behind: drop them.
@@ -385,7 +385,7 @@ void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, Clock::time_poi
   dispatch(to);
 }
 
-Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeContribution(JobState& js, KeyState& k,
+Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeContribution(JobState& js, KeyState& k,
                                                                                      uint32_t slice,
                                                                                      bool& compressed) {
   compressed = k.plan.compress && k.push_spec.name != "none";
@@ -394,7 +394,7 @@ Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeContribut
                      1);
 }
 
-Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeSlice(
+Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
     compress::ResidualStore& residuals, const compress::Codec& tensor_codec, metrics::CodecStats& tensor_stats,
     bool compressed, KeyState& k, uint32_t slice, uint64_t iteration, std::span<const float> values, uint32_t copies) {
   const uint64_t key = k.spec.key, n = values.size();
@@ -414,7 +414,7 @@ Result<std::shared_ptr<std::vector<std::byte>>> ReductionEngine::encodeSlice(
     }
     std::fill(old.begin(), old.end(), 0.0f);
   }
-  auto payload = std::make_shared<std::vector<std::byte>>(codec.maxEncodedBytes(n));
+  auto payload = std::make_shared<ByteBuffer>(codec.maxEncodedBytes(n));
   const auto start = Clock::now();
   GC_ASSIGN_OR_RETURN(size_t written, codec.encode(values, state, *payload, {key, slice, iteration}));
   const double took = secondsSince(start);
@@ -436,8 +436,9 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
                                       std::span<const std::byte> encoded, bool compressed) {
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   Accumulator& acc = k.accumulators[{slice, iteration}];
-  if (acc.seen.empty()) {
-    acc.sum.assign(e - b, 0.0f);
+  const bool first = acc.seen.empty();
+  if (first) {
+    acc.sum.resize(e - b);  // left uninitialised: the first contribution is copied in
     acc.seen.assign(transport_.size(), false);
   }
   if (acc.seen[from]) {
@@ -449,11 +450,21 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
   }
   const auto start = Clock::now();
   if (local != nullptr) {
-    for (uint64_t i = 0; i < e - b; ++i) acc.sum[i] += local[i];
+    if (first) {
+      std::memcpy(acc.sum.data(), local, (e - b) * sizeof(float));
+    } else {
+      for (uint64_t i = 0; i < e - b; ++i) acc.sum[i] += local[i];
+    }
     stats_->merge().Observe(secondsSince(start));
   } else {
     const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
-    Status s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
+    Status s;
+    if (first && !compressed && encoded.size() == acc.sum.size() * sizeof(float)) {
+      std::memcpy(acc.sum.data(), encoded.data(), encoded.size());  // an uncompressed slice is the sum so far
+    } else {
+      if (first) std::fill(acc.sum.begin(), acc.sum.end(), 0.0f);
+      s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
+    }
     const double took = secondsSince(start);
     (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
     planner_.recordDecode(codec.name(), encoded.size(), took);
@@ -462,6 +473,7 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
                                      " rejected: ", s.message());
       badMessage(why);
       GC_LOG(kWarn, "agent", why);
+      if (first) k.accumulators.erase({slice, iteration});  // nothing valid in it yet
       return;
     }
   }
@@ -505,10 +517,25 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
-  std::fill(dst.begin(), dst.end(), 0.0f);
+  const float scale = 1.0f / static_cast<float>(contributors);
   const auto decode_start = Clock::now();
   const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
-  Status s = codec.decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+  Status s;
+  if (!compressed && encoded.size() == dst.size() * sizeof(float)) {
+    // Uncompressed: decode and average in one pass. Every node takes this path for the same
+    // bytes, so all of them still see identical results.
+    const std::byte* sum = encoded.data();
+    for (uint64_t i = 0; i < dst.size(); ++i) {
+      float v;
+      std::memcpy(&v, sum + 4 * i, 4);
+      out[i] = v * scale;
+    }
+  } else {
+    std::fill(dst.begin(), dst.end(), 0.0f);
+    s = codec.decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+    if (s.ok())
+      for (float& v : dst) v *= scale;
+  }
   const double took = secondsSince(decode_start);
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
   planner_.recordDecode(codec.name(), encoded.size(), took);
@@ -517,8 +544,6 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
     completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
     return;
   }
-  const float scale = 1.0f / static_cast<float>(contributors);
-  for (float& v : dst) v *= scale;
   for (size_t t = 1; t < k.outputs.size(); ++t) std::memcpy(k.outputs[t] + b, out, (e - b) * sizeof(float));
   if (--k.slices_left == 0) completeKey(job, k, {});
 }

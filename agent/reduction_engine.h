@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/default_init.h"
 #include "common/status.h"
 #include "compress/codec.h"
 #include "compress/residual_store.h"
@@ -125,11 +126,11 @@ class ReductionEngine {
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
-  Result<std::shared_ptr<std::vector<std::byte>>> encodeContribution(JobState& js, KeyState& k, uint32_t slice,
+  Result<std::shared_ptr<ByteBuffer>> encodeContribution(JobState& js, KeyState& k, uint32_t slice,
                                                                       bool& compressed);
   // Encodes one slice with the tensor's codec and its residual, or uncompressed with the
   // residual flushed into it; counts `copies` sends of it.
-  Result<std::shared_ptr<std::vector<std::byte>>> encodeSlice(compress::ResidualStore& residuals,
+  Result<std::shared_ptr<ByteBuffer>> encodeSlice(compress::ResidualStore& residuals,
                                                                const compress::Codec& tensor_codec,
                                                                metrics::CodecStats& tensor_stats, bool compressed,
                                                                KeyState& k, uint32_t slice, uint64_t iteration,
