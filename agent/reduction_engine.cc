@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "agent/slice_math.h"
 #include "agent/slice_message.h"
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -276,7 +277,11 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       for (size_t b = 1; b < k.outputs.size(); ++b) {
         const float* in = k.outputs[b];
         const bool last = b + 1 == k.outputs.size();
-        for (uint64_t i = 0; i < n; ++i) out[i] = last ? (out[i] + in[i]) * scale : out[i] + in[i];
+        if (last) {
+          addAndScale(out, in, n, scale);
+        } else {
+          addInto(out, in, n);
+        }
       }
       for (size_t b = 1; b < k.outputs.size(); ++b) std::memcpy(k.outputs[b], out, n * sizeof(float));
     }
@@ -288,9 +293,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     const auto merge_start = Clock::now();
     k.local_sum.assign(k.outputs[0], k.outputs[0] + n);
     for (size_t b = 1; b < k.outputs.size(); ++b) {
-      const float* in = k.outputs[b];
-      float* acc = k.local_sum.data();
-      for (uint64_t i = 0; i < n; ++i) acc[i] += in[i];
+      addInto(k.local_sum.data(), k.outputs[b], n);
     }
     stats_->merge().Observe(secondsSince(merge_start));
     k.source = k.local_sum.data();
@@ -453,7 +456,7 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     if (first) {
       std::memcpy(acc.sum.data(), local, (e - b) * sizeof(float));
     } else {
-      for (uint64_t i = 0; i < e - b; ++i) acc.sum[i] += local[i];
+      addInto(acc.sum.data(), local, e - b);
     }
     stats_->merge().Observe(secondsSince(start));
   } else {
@@ -524,17 +527,11 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   if (!compressed && encoded.size() == dst.size() * sizeof(float)) {
     // Uncompressed: decode and average in one pass. Every node takes this path for the same
     // bytes, so all of them still see identical results.
-    const std::byte* sum = encoded.data();
-    for (uint64_t i = 0; i < dst.size(); ++i) {
-      float v;
-      std::memcpy(&v, sum + 4 * i, 4);
-      out[i] = v * scale;
-    }
+    scaledFromBytes(out, encoded.data(), dst.size(), scale);
   } else {
     std::fill(dst.begin(), dst.end(), 0.0f);
     s = codec.decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
-    if (s.ok())
-      for (float& v : dst) v *= scale;
+    if (s.ok()) scaleInPlace(out, dst.size(), scale);
   }
   const double took = secondsSince(decode_start);
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
