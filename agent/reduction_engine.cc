@@ -464,8 +464,9 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     Status s;
     if (first && !compressed && encoded.size() == acc.sum.size() * sizeof(float)) {
       std::memcpy(acc.sum.data(), encoded.data(), encoded.size());  // an uncompressed slice is the sum so far
+    } else if (first) {
+      s = codec.decode(encoded, acc.sum, {k.spec.key, slice, iteration});
     } else {
-      if (first) std::fill(acc.sum.begin(), acc.sum.end(), 0.0f);
       s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
     }
     const double took = secondsSince(start);
@@ -529,8 +530,7 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
     // bytes, so all of them still see identical results.
     scaledFromBytes(out, encoded.data(), dst.size(), scale);
   } else {
-    std::fill(dst.begin(), dst.end(), 0.0f);
-    s = codec.decodeAdd(encoded, dst, {k.spec.key, slice, iteration});
+    s = codec.decode(encoded, dst, {k.spec.key, slice, iteration});
     if (s.ok()) scaleInPlace(out, dst.size(), scale);
   }
   const double took = secondsSince(decode_start);

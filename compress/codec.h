@@ -2,6 +2,7 @@
 // decode bytes back, adding into an fp32 accumulator (the aggregation primitive).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -71,6 +72,14 @@ class Codec {
   // validated completely before `acc` is touched, so a corrupt buffer changes nothing.
   virtual Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
                            const SliceId& id) const = 0;
+
+  // Decodes `in` into `out`, overwriting it: bit for bit what decodeAdd() adds to zeros.
+  // After an error `out`'s contents are unspecified. Dense codecs override this to skip
+  // the zero fill and the read of `out`.
+  virtual Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId& id) const {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return decodeAdd(in, out, id);
+  }
 };
 
 }  // namespace gcagent::compress

@@ -19,6 +19,14 @@ GC_TARGET_AVX2 void f32DecodeAdd(const std::byte* src, float* acc, size_t begin,
   f32DecodeAddLoop(src, acc, begin, end);
 }
 
+GC_TARGET_AVX2 void f32Decode(const std::byte* src, float* out, size_t begin, size_t end) {
+  f32DecodeLoop(src, out, begin, end);
+}
+
+GC_TARGET_AVX2 void bf16Decode(const std::byte* src, float* out, size_t begin, size_t end) {
+  castDecodeLoop<Bf16Format>(src, out, begin, end);
+}
+
 GC_TARGET_AVX2 void bf16Encode(const float* g, float* r, std::byte* dst, size_t begin, size_t end) {
   castEncodeLoop<Bf16Format>(g, r, dst, begin, end);
 }
@@ -70,12 +78,20 @@ GC_TARGET_AVX2 void fp16DecodeAdd(const std::byte* src, float* acc, size_t begin
   castDecodeAddLoop<Fp16Format>(src, acc, i, end);
 }
 
+GC_TARGET_AVX2 void fp16Decode(const std::byte* src, float* out, size_t begin, size_t end) {
+  size_t i = begin;
+  const __m256 zero = _mm256_setzero_ps();
+  for (; i + 8 <= end; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_add_ps(zero, _mm256_cvtph_ps(loadHalves(src + 2 * i))));
+  castDecodeLoop<Fp16Format>(src, out, i, end);
+}
+
 }  // namespace
 
 namespace detail {
-const CastKernels kF32Avx2Kernels = {f32Encode, f32DecodeAdd};
-const CastKernels kFp16Avx2Kernels = {fp16Encode, fp16DecodeAdd};
-const CastKernels kBf16Avx2Kernels = {bf16Encode, bf16DecodeAdd};
+const CastKernels kF32Avx2Kernels = {f32Encode, f32DecodeAdd, f32Decode};
+const CastKernels kFp16Avx2Kernels = {fp16Encode, fp16DecodeAdd, fp16Decode};
+const CastKernels kBf16Avx2Kernels = {bf16Encode, bf16DecodeAdd, bf16Decode};
 }  // namespace detail
 
 }  // namespace gcagent::compress

@@ -13,6 +13,10 @@ void f32DecodeAdd(const std::byte* src, float* acc, size_t begin, size_t end) {
   f32DecodeAddLoop(src, acc, begin, end);
 }
 
+void f32Decode(const std::byte* src, float* out, size_t begin, size_t end) {
+  f32DecodeLoop(src, out, begin, end);
+}
+
 template <class Format>
 void encode(const float* g, float* r, std::byte* dst, size_t begin, size_t end) {
   castEncodeLoop<Format>(g, r, dst, begin, end);
@@ -23,9 +27,14 @@ void decodeAdd(const std::byte* src, float* acc, size_t begin, size_t end) {
   castDecodeAddLoop<Format>(src, acc, begin, end);
 }
 
-constexpr CastKernels kF32Generic = {f32Encode, f32DecodeAdd};
-constexpr CastKernels kFp16Generic = {encode<Fp16Format>, decodeAdd<Fp16Format>};
-constexpr CastKernels kBf16Generic = {encode<Bf16Format>, decodeAdd<Bf16Format>};
+template <class Format>
+void decode(const std::byte* src, float* out, size_t begin, size_t end) {
+  castDecodeLoop<Format>(src, out, begin, end);
+}
+
+constexpr CastKernels kF32Generic = {f32Encode, f32DecodeAdd, f32Decode};
+constexpr CastKernels kFp16Generic = {encode<Fp16Format>, decodeAdd<Fp16Format>, decode<Fp16Format>};
+constexpr CastKernels kBf16Generic = {encode<Bf16Format>, decodeAdd<Bf16Format>, decode<Bf16Format>};
 
 }  // namespace
 

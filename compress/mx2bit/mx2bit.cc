@@ -21,7 +21,11 @@ void decodeAddGeneric(const uint8_t* src, float* acc, size_t begin, size_t end, 
   for (size_t i = begin; i < end; ++i) acc[i] += dequantize((src[i >> 2] >> shiftOf(i)) & 3u, t);
 }
 
-constexpr Kernels kGenericKernels = {encodeGeneric, decodeAddGeneric};
+void decodeGeneric(const uint8_t* src, float* out, size_t begin, size_t end, float t) {
+  for (size_t i = begin; i < end; ++i) out[i] = dequantize((src[i >> 2] >> shiftOf(i)) & 3u, t);
+}
+
+constexpr Kernels kGenericKernels = {encodeGeneric, decodeAddGeneric, decodeGeneric};
 
 }  // namespace
 
@@ -71,6 +75,17 @@ class Mx2bitCodec final : public Codec {
     const auto decode_add = mx2bit::kernels().decode_add;
     forChunks(env_, n, 16,
               [&](size_t begin, size_t end) { decode_add(src, dst, begin, end, t); });
+    return {};
+  }
+
+  Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId&) const override {
+    const size_t n = out.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), mx2bit::encodedBytes(n)));
+    const auto* src = reinterpret_cast<const uint8_t*>(in.data());
+    float* dst = out.data();
+    const float t = t_;
+    const auto decode = mx2bit::kernels().decode;
+    forChunks(env_, n, 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end, t); });
     return {};
   }
 

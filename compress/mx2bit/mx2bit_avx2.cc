@@ -90,9 +90,22 @@ GC_TARGET_AVX2 void decodeAddAvx2(const uint8_t* src, float* acc, size_t begin, 
   for (; i < end; ++i) acc[i] += dequantize((src[i >> 2] >> shiftOf(i)) & 3u, t);
 }
 
+GC_TARGET_AVX2 void decodeAvx2(const uint8_t* src, float* out, size_t begin, size_t end, float t) {
+  const __m256 vt = _mm256_set1_ps(t);
+  const __m256 neg_t = _mm256_set1_ps(-t);
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    uint32_t word;
+    std::memcpy(&word, src + i / 4, 4);
+    _mm256_storeu_ps(out + i, decode8(word & 0xffffu, vt, neg_t));
+    _mm256_storeu_ps(out + i + 8, decode8(word >> 16, vt, neg_t));
+  }
+  for (; i < end; ++i) out[i] = dequantize((src[i >> 2] >> shiftOf(i)) & 3u, t);
+}
+
 }  // namespace
 
-const Kernels kAvx2Kernels = {encodeAvx2, decodeAddAvx2};
+const Kernels kAvx2Kernels = {encodeAvx2, decodeAddAvx2, decodeAvx2};
 
 }  // namespace gcagent::compress::mx2bit
 

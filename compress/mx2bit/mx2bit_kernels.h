@@ -16,6 +16,8 @@ struct Kernels {
   void (*encode)(const float* g, float* r, uint8_t* dst, size_t begin, size_t end, float t);
   // acc[i] += the value of element i's code.
   void (*decode_add)(const uint8_t* src, float* acc, size_t begin, size_t end, float t);
+  // out[i] = the value of element i's code.
+  void (*decode)(const uint8_t* src, float* out, size_t begin, size_t end, float t);
 };
 
 // The kernels for the active ISA.
