@@ -119,6 +119,40 @@ size_t collectChunks(const CodecEnv& env, size_t n, uint32_t* idx, Pass&& pass) 
   return count;
 }
 
+// The k-th largest of keys[0, count) (1 <= k <= count), and how many keys exceed it.
+// Reorders keys.
+struct KthKey {
+  uint32_t key;
+  size_t greater;
+};
+
+inline KthKey kthLargestKey(uint32_t* keys, size_t count, size_t k) {
+  // A large candidate set (a relaxed DGC cut can let many through) is first counted by the
+  // keys' top 12 bits (exponent and 4 mantissa bits; keys are below 2^31): introselect
+  // then runs only within the bucket holding the k-th, not over every candidate.
+  constexpr size_t kBucketFrom = 2048;
+  constexpr int kShift = 19;
+  size_t above = 0;
+  if (count >= kBucketFrom) {
+    thread_local std::vector<uint32_t> histogram;
+    histogram.assign(size_t{1} << (31 - kShift), 0);
+    for (size_t j = 0; j < count; ++j) ++histogram[keys[j] >> kShift];
+    size_t bucket = histogram.size() - 1;
+    for (; above + histogram[bucket] < k; --bucket) above += histogram[bucket];
+    size_t inside = 0;
+    for (size_t j = 0; j < count; ++j)
+      if ((keys[j] >> kShift) == bucket) keys[inside++] = keys[j];
+    count = inside;
+    k -= above;
+  }
+  // Introselect: afterwards keys[k-1] is the k-th largest, everything before it >= it.
+  std::nth_element(keys, keys + (k - 1), keys + count, std::greater<>());
+  const uint32_t kth = keys[k - 1];
+  const auto greater = static_cast<size_t>(
+      std::count_if(keys, keys + (k - 1), [kth](uint32_t key) { return key > kth; }));
+  return {kth, above + greater};
+}
+
 // Keeps the k candidates of idx[0, count) (ascending indices into x) with the largest
 // magnitudes; equal magnitudes go to the lower index, so the choice is reproducible. The
 // kept ones stay ascending at the front of idx; returns min(count, k).
@@ -127,18 +161,15 @@ inline size_t keepLargest(std::span<const float> x, uint32_t* idx, size_t count,
   if (k == 0) return 0;
   uint32_t* keys = keyScratch(count);
   for (size_t j = 0; j < count; ++j) keys[j] = magnitudeKey(x[idx[j]]);
-  // Introselect: afterwards keys[k-1] is the k-th largest, everything before it >= it.
-  std::nth_element(keys, keys + (k - 1), keys + count, std::greater<>());
-  const uint32_t kth = keys[k - 1];
-  size_t ties =
-      k - static_cast<size_t>(std::count_if(keys, keys + (k - 1), [kth](uint32_t key) { return key > kth; }));
+  const KthKey kth = kthLargestKey(keys, count, k);
+  size_t ties = k - kth.greater;  // how many equal to the k-th still go, lowest index first
   size_t kept = 0;
   for (size_t j = 0; j < count; ++j) {
     const uint32_t i = idx[j];
     const uint32_t key = magnitudeKey(x[i]);
-    if (key > kth) {
+    if (key > kth.key) {
       idx[kept++] = i;
-    } else if (key == kth && ties > 0) {
+    } else if (key == kth.key && ties > 0) {
       idx[kept++] = i;
       --ties;
     }
