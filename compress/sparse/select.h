@@ -127,24 +127,26 @@ struct KthKey {
 };
 
 inline KthKey kthLargestKey(uint32_t* keys, size_t count, size_t k) {
-  // A large candidate set (a relaxed DGC cut can let many through) is first counted by the
-  // keys' top 12 bits (exponent and 4 mantissa bits; keys are below 2^31): introselect
-  // then runs only within the bucket holding the k-th, not over every candidate.
-  constexpr size_t kBucketFrom = 2048;
-  constexpr int kShift = 19;
+  // A large candidate set (a relaxed DGC cut can let many through) is first counted by 12
+  // bits of the keys at a time, top bits first (keys are below 2^31), keeping only the
+  // bucket that holds the k-th: introselect then runs over that bucket, not over every
+  // candidate.
+  constexpr size_t kBucketFrom = 1024;
+  constexpr uint32_t kBuckets = 1u << 12;
   size_t above = 0;
-  if (count >= kBucketFrom) {
+  for (int shift = 19; shift >= 7 && count >= kBucketFrom; shift -= 12) {
     thread_local std::vector<uint32_t> histogram;
-    histogram.assign(size_t{1} << (31 - kShift), 0);
-    for (size_t j = 0; j < count; ++j) ++histogram[keys[j] >> kShift];
-    size_t bucket = histogram.size() - 1;
+    histogram.assign(kBuckets, 0);
+    // Every key left shares the bits above `shift`, so the next 12 tell them apart.
+    for (size_t j = 0; j < count; ++j) ++histogram[(keys[j] >> shift) & (kBuckets - 1)];
+    uint32_t bucket = kBuckets - 1;
     for (; above + histogram[bucket] < k; --bucket) above += histogram[bucket];
     size_t inside = 0;
     for (size_t j = 0; j < count; ++j)
-      if ((keys[j] >> kShift) == bucket) keys[inside++] = keys[j];
+      if (((keys[j] >> shift) & (kBuckets - 1)) == bucket) keys[inside++] = keys[j];
     count = inside;
-    k -= above;
   }
+  k -= above;
   // Introselect: afterwards keys[k-1] is the k-th largest, everything before it >= it.
   std::nth_element(keys, keys + (k - 1), keys + count, std::greater<>());
   const uint32_t kth = keys[k - 1];

@@ -144,12 +144,16 @@ TEST(SelectKernelsTest, Avx2MomentumCollectMatchesGeneric) {
 
 TEST(SelectTest, KthLargestKeyMatchesASortBelowAndAboveTheBucketPath) {
   std::mt19937_64 rng(9);
-  for (size_t count : {1, 2, 17, 300, 2047, 2048, 5000, 40000}) {
-    for (int spread : {0, 1}) {  // spread 0: few distinct keys, many ties
+  for (size_t count : {1, 2, 17, 300, 1023, 1024, 2048, 5000, 40000}) {
+    // 0: few distinct keys, many ties; 1: any keys; 2: keys that differ in the low bits only.
+    for (int spread : {0, 1, 2}) {
       std::vector<uint32_t> keys(count);
-      for (auto& key : keys)
-        key = spread ? static_cast<uint32_t>(rng()) & 0x7fffffffu
-                     : 0x3f000000u + static_cast<uint32_t>(rng() % 5) * 0x80000u;
+      for (auto& key : keys) {
+        const auto bits = static_cast<uint32_t>(rng());
+        key = spread == 0 ? 0x3f000000u + bits % 5 * 0x80000u
+              : spread == 1 ? bits & 0x7fffffffu
+                            : 0x3f000000u + bits % 3000;
+      }
       auto sorted = keys;
       std::sort(sorted.begin(), sorted.end(), std::greater<>());
       for (size_t k : {size_t{1}, count / 3 + 1, count}) {
