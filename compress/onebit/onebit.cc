@@ -63,9 +63,19 @@ void encodeGeneric(const float* __restrict g, float* __restrict e, uint8_t* __re
   if (end % 8 != 0) bits[end / 8] = encodeByte(g, e, end / 8, end % 8, scale);
 }
 
+// Byte by byte, so every shift is a constant the compiler can vectorize with.
+void decodeAddGeneric(const uint8_t* __restrict bits, float* __restrict acc, size_t begin,
+                      size_t end, float scale) {
+  for (size_t b = begin / 8; b < end / 8; ++b)
+    for (uint32_t j = 0; j < 8; ++j)
+      acc[8 * b + j] += dequantize((bits[b] >> (7u - j)) & 1u, scale);
+  for (size_t i = std::max(begin, end / 8 * 8); i < end; ++i)
+    acc[i] += dequantize(bitAt(bits, i), scale);
+}
+
 }  // namespace
 
-const Kernels kGenericKernels = {blockSumsGeneric, encodeGeneric};
+const Kernels kGenericKernels = {blockSumsGeneric, encodeGeneric, decodeAddGeneric};
 
 const Kernels& kernels() {
 #if GC_CPU_X86
@@ -77,16 +87,6 @@ const Kernels& kernels() {
 }  // namespace onebit
 
 namespace {
-
-// Byte by byte, so every shift is a constant the compiler can vectorize with.
-void decodeAddLoop(const uint8_t* __restrict bits, float* __restrict acc, size_t begin,
-                   size_t end, float scale) {
-  for (size_t b = begin / 8; b < end / 8; ++b)
-    for (uint32_t j = 0; j < 8; ++j)
-      acc[8 * b + j] += onebit::dequantize((bits[b] >> (7u - j)) & 1u, scale);
-  for (size_t i = std::max(begin, end / 8 * 8); i < end; ++i)
-    acc[i] += onebit::dequantize(onebit::bitAt(bits, i), scale);
-}
 
 // True when no bit at or past element n is set in the packed bits.
 bool paddingIsClear(const uint8_t* bits, size_t n, size_t bit_bytes) {
@@ -135,8 +135,9 @@ class OnebitCodec final : public Codec {
     if (!paddingIsClear(bits, n, bytes - onebit::kHeaderBytes))
       return Status::dataLoss(strCat("onebit: padding bits past element ", n, " are set"));
     float* dst = acc.data();
+    const auto decode_add = onebit::kernels().decode_add;
     forChunks(env_, n, 32,
-              [&](size_t begin, size_t end) { decodeAddLoop(bits, dst, begin, end, scale); });
+              [&](size_t begin, size_t end) { decode_add(bits, dst, begin, end, scale); });
     return {};
   }
 

@@ -5,7 +5,7 @@
 // four blocks summed side by side keep the adder busy without reordering any chain.
 // Encoding takes eight elements at a time: the same fp32 addition, comparison and
 // subtraction as onebit::encodeByte, and a 256-entry table turns the LSB-first comparison
-// mask into the MSB-first byte.
+// mask into the MSB-first byte. Decoding adds the same +-scale as onebit::dequantize.
 #include "compress/onebit/onebit_kernels.h"
 
 #if GC_CPU_X86
@@ -97,9 +97,26 @@ GC_TARGET_AVX2 void encodeAvx2(const float* g, float* e, uint8_t* bits, size_t b
   if (i < end) bits[i / 8] = encodeByte(g, e, i / 8, end - i, scale);
 }
 
+// Element j of a byte sits under 0x80 >> j: each lane tests its own bit.
+GC_TARGET_AVX2 void decodeAddAvx2(const uint8_t* bits, float* acc, size_t begin, size_t end,
+                                  float scale) {
+  const __m256i lane_bit = _mm256_setr_epi32(0x80, 0x40, 0x20, 0x10, 0x08, 0x04, 0x02, 0x01);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256i byte = _mm256_set1_epi32(bits[i / 8]);
+    const __m256 set = _mm256_castsi256_ps(
+        _mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
+    const __m256 value = _mm256_xor_ps(vscale, _mm256_and_ps(set, sign));
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), value));
+  }
+  for (; i < end; ++i) acc[i] += dequantize(bitAt(bits, i), scale);
+}
+
 }  // namespace
 
-const Kernels kAvx2Kernels = {blockSumsAvx2, encodeAvx2};
+const Kernels kAvx2Kernels = {blockSumsAvx2, encodeAvx2, decodeAddAvx2};
 
 }  // namespace gcagent::compress::onebit
 

@@ -22,6 +22,8 @@ struct Kernels {
   // The sign bits of x = g + e for elements [begin, end) (begin a multiple of 8) into
   // bits[begin/8 ..], and e = x - decoded.
   void (*encode)(const float* g, float* e, uint8_t* bits, size_t begin, size_t end, float scale);
+  // acc[i] += the value of element i's bit, for elements [begin, end) (begin a multiple of 8).
+  void (*decode_add)(const uint8_t* bits, float* acc, size_t begin, size_t end, float scale);
 };
 
 const Kernels& kernels();

@@ -1,4 +1,4 @@
-// onebit's loops: the AVX2 block sums and encoding against the portable ones bit for bit,
+// onebit's loops: the AVX2 block sums, encoding and decoding against the portable ones bit for bit,
 // on random bit patterns (NaNs, infinities, subnormals, signed zeros) and ordinary values,
 // over lengths and block counts that leave partial blocks, groups and bytes.
 #include "compress/onebit/onebit_kernels.h"
@@ -93,6 +93,23 @@ TEST(OnebitKernelsTest, Avx2EncodeMatchesGeneric) {
           ASSERT_EQ(a, b) << begin << ".." << end << " scale " << scale;
           ASSERT_TRUE(sameFloats(e_generic, e_avx2)) << begin << ".." << end << " scale " << scale;
         }
+      }
+    }
+  }
+}
+TEST(OnebitKernelsTest, Avx2DecodeAddMatchesGeneric) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 rng(6);
+  std::vector<uint8_t> bits(700);
+  for (auto& b : bits) b = static_cast<uint8_t>(rng());
+  const auto acc0 = values(5600, 7, true);  // NaNs, infinities, subnormals, signed zeros
+  for (float scale : {0.0f, 0.75f, std::numeric_limits<float>::denorm_min()}) {
+    for (size_t begin : {size_t{0}, size_t{8}, size_t{32}}) {
+      for (size_t end : {begin, begin + 1, begin + 7, begin + 8, begin + 33, size_t{5555}}) {
+        auto a = acc0, b = acc0;
+        kGenericKernels.decode_add(bits.data(), a.data(), begin, end, scale);
+        kAvx2Kernels.decode_add(bits.data(), b.data(), begin, end, scale);
+        ASSERT_TRUE(sameFloats(a, b)) << begin << ".." << end << " scale " << scale;
       }
     }
   }
