@@ -35,9 +35,34 @@
 #include "compress/cpu/chunks.h"
 #include "compress/params.h"
 #include "compress/random_math.h"
+#include "compress/terngrad/terngrad_kernels.h"
 #include "compress/terngrad/terngrad_math.h"
 
 namespace gcagent::compress {
+namespace terngrad {
+namespace {
+
+// Bytes begin/4 .. of the codes; begin is a multiple of 4, end a multiple of 4 or n.
+template <bool kFeedback>
+void encodeGeneric(const float* __restrict g, float* __restrict r, uint8_t* __restrict codes,
+                   size_t begin, size_t end, Scaler q, uint64_t stream) {
+  for (size_t b = begin / 4; b < end / 4; ++b) codes[b] = encodeByte<kFeedback>(g, r, b, 4, q, stream);
+  if (end % 4 != 0) codes[end / 4] = encodeByte<kFeedback>(g, r, end / 4, end % 4, q, stream);
+}
+
+}  // namespace
+
+const Kernels kGenericKernels = {encodeGeneric<false>, encodeGeneric<true>};
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace terngrad
+
 namespace {
 
 constexpr double kClipSigmas = 2.5;
@@ -79,16 +104,6 @@ BlockStats statsOf(const float* __restrict g, const float* __restrict r, size_t 
   }
   return {(squares[0] + squares[1]) + (squares[2] + squares[3]),
           *std::max_element(largest, largest + 4)};
-}
-
-// Bytes begin/4 .. of the codes; begin is a multiple of 4, end a multiple of 4 or n.
-template <bool kFeedback>
-void encodeLoop(const float* __restrict g, float* __restrict r, uint8_t* __restrict codes,
-                size_t begin, size_t end, terngrad::Scaler q, uint64_t stream) {
-  for (size_t b = begin / 4; b < end / 4; ++b)
-    codes[b] = terngrad::encodeByte<kFeedback>(g, r, b, 4, q, stream);
-  if (end % 4 != 0)
-    codes[end / 4] = terngrad::encodeByte<kFeedback>(g, r, end / 4, end % 4, q, stream);
 }
 
 // Byte by byte, so every shift is a constant the compiler can vectorize with.
@@ -155,9 +170,10 @@ class TerngradCodec final : public Codec {
     storeLe(out, q.s);
     const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     auto* codes = reinterpret_cast<uint8_t*>(out + terngrad::kHeaderBytes);
-    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
-      encodeLoop<kFeedback>(g, r, codes, begin, end, q, stream);
-    });
+    const auto encode =
+        kFeedback ? terngrad::kernels().encode_feedback : terngrad::kernels().encode;
+    forChunks(env_, n, 16,
+              [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, q, stream); });
     const size_t bytes = terngrad::encodedBytes(n);
     const size_t used = (n + 3) / 4;
     std::memset(codes + used, 0, bytes - terngrad::kHeaderBytes - used);

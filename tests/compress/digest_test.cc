@@ -123,6 +123,8 @@ std::vector<Case> cases() {
       {"onebit_unscaled", "onebit", {{"scaled", "false"}}, "1128f36f25c2b19e"},
       {"terngrad", "terngrad", {}, "c6b6f919209a1b0d"},
       {"terngrad_noclip", "terngrad", {{"clip", "false"}}, "5c5da278c8658547"},
+      {"terngrad_feedback", "terngrad", {{"error_feedback", "true"}}, "815e97207a7f071c"},
+      {"qsgd_feedback", "qsgd", {{"error_feedback", "true"}}, "347b866543ea4aa1"},
       {"qsgd", "qsgd", {}, "7279d38be9e9d12b"},
       {"randomk", "randomk", {}, "d98fe4d944b692ee"},
       {"topk", "topk", {}, "20498f2ca724a1ae"},
