@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -97,9 +98,67 @@ GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* codes, size_t 
     codes[b] = encodeByte<kFeedback>(g, r, b, std::min<size_t>(4, end - 4 * b), q, stream);
 }
 
+// x of 4 elements.
+template <bool kFeedback>
+GC_TARGET_AVX2 inline __m128 input4(const float* g, const float* r) {
+  const __m128 x = _mm_loadu_ps(g);
+  if constexpr (kFeedback) return _mm_add_ps(x, _mm_loadu_ps(r));  // g + r
+  return x;
+}
+
+// Four blocks side by side, as onebit's block sums: each lane's sum of squares is a chain
+// of dependent double additions that must keep its order.
+template <bool kFeedback>
+GC_TARGET_AVX2 void blockStatsAvx2(const float* g, const float* r, size_t begin, size_t end,
+                                   BlockStats* out) {
+  constexpr size_t kSide = 4;
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  const size_t last = (end + kStatsBlock - 1) / kStatsBlock;
+  for (size_t b = begin / kStatsBlock; b < last; b += kSide) {
+    const size_t group = std::min(kSide, last - b);
+    // A short group repeats its last block in the spare places; those results are dropped.
+    size_t start[kSide], length[kSide];
+    for (size_t j = 0; j < kSide; ++j) {
+      start[j] = (b + std::min(j, group - 1)) * kStatsBlock;
+      length[j] = std::min(end, start[j] + kStatsBlock) - start[j];
+    }
+    const size_t common = *std::min_element(length, length + kSide) / 4 * 4;
+    __m256d squares[kSide];
+    __m128 largest[kSide];
+    for (size_t j = 0; j < kSide; ++j) {
+      squares[j] = _mm256_setzero_pd();
+      largest[j] = _mm_setzero_ps();
+    }
+    auto step = [&](size_t j, size_t i) GC_TARGET_AVX2 {
+      const __m128 x = input4<kFeedback>(g + start[j] + i, kFeedback ? r + start[j] + i : nullptr);
+      const __m256d wide = _mm256_cvtps_pd(x);
+      squares[j] = _mm256_add_pd(squares[j], _mm256_mul_pd(wide, wide));
+      // max_ps(a, l) is a > l ? a : l, the scalar loop's choice.
+      largest[j] = _mm_max_ps(_mm_and_ps(x, abs_mask), largest[j]);
+    };
+    for (size_t i = 0; i < common; i += 4)
+      for (size_t j = 0; j < kSide; ++j) step(j, i);
+    for (size_t j = 0; j < group; ++j) {
+      size_t i = common;
+      for (; i + 4 <= length[j]; i += 4) step(j, i);
+      double sq[4];
+      float big[4];
+      _mm256_storeu_pd(sq, squares[j]);
+      _mm_storeu_ps(big, largest[j]);
+      for (; i < length[j]; ++i) {
+        const float x = inputAt<kFeedback>(g, r, start[j] + i);
+        sq[0] += static_cast<double>(x) * x;
+        big[0] = std::max(big[0], magnitude(x));
+      }
+      out[b + j] = {(sq[0] + sq[1]) + (sq[2] + sq[3]), *std::max_element(big, big + 4)};
+    }
+  }
+}
+
 }  // namespace
 
-const Kernels kAvx2Kernels = {encodeAvx2<false>, encodeAvx2<true>};
+const Kernels kAvx2Kernels = {encodeAvx2<false>, encodeAvx2<true>, blockStatsAvx2<false>,
+                              blockStatsAvx2<true>};
 
 }  // namespace gcagent::compress::terngrad
 

@@ -16,9 +16,27 @@ namespace gcagent::compress::terngrad {
 using EncodeFn = void (*)(const float* g, float* r, uint8_t* codes, size_t begin, size_t end,
                           Scaler q, uint64_t stream);
 
+// The slice statistics sum fixed blocks and then combine the blocks in order, so s does not
+// depend on how the slice is split over threads.
+inline constexpr size_t kStatsBlock = 4096;
+
+struct BlockStats {
+  double sum_squares = 0.0;
+  float max_magnitude = 0.0f;
+};
+
+// out[b] = the statistics of x over block b, for the blocks of [begin, end) (begin a
+// multiple of kStatsBlock, end one too or the slice's end). Four lanes, lane j taking
+// elements 4m + j in order and the block's last n % 4 going to lane 0; the squares sum as
+// (lane0 + lane1) + (lane2 + lane3).
+using BlockStatsFn = void (*)(const float* g, const float* r, size_t begin, size_t end,
+                              BlockStats* out);
+
 struct Kernels {
   EncodeFn encode;           // x = g
   EncodeFn encode_feedback;  // x = g + r
+  BlockStatsFn block_stats;
+  BlockStatsFn block_stats_feedback;
 };
 
 const Kernels& kernels();

@@ -1,5 +1,5 @@
-// terngrad's encoding loop: the AVX2 one (vector splitmix64 draws, clipping, the keep test,
-// the residual) against the portable one bit for bit, over random values with signed
+// terngrad's loops: the AVX2 encoding (vector splitmix64 draws, clipping, the keep test,
+// the residual) and block statistics against the portable ones bit for bit, over random values with signed
 // zeros, subnormals and values beyond the clipping bound, at lengths and offsets that are
 // not multiples of 8.
 #include "compress/terngrad/terngrad_kernels.h"
@@ -53,6 +53,38 @@ TEST(TerngradKernelsTest, Avx2EncodeMatchesGeneric) {
             ASSERT_TRUE(sameFloats(r_generic, r_avx2)) << begin << ".." << end;
           }
         }
+      }
+    }
+  }
+}
+TEST(TerngradKernelsTest, Avx2BlockStatsMatchGeneric) {
+  if (!cpu::cpuSupports(cpu::Isa::kAvx2)) GTEST_SKIP() << "this CPU lacks AVX2";
+  const auto g = values(10 * kStatsBlock, 3);
+  const auto r = values(10 * kStatsBlock, 4);
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 20; ++n) lengths.push_back(n);
+  for (size_t blocks = 1; blocks <= 9; ++blocks)
+    for (size_t extra : {size_t{0}, size_t{3}, size_t{4}, size_t{1001}})
+      lengths.push_back(blocks * kStatsBlock + extra);
+  for (size_t n : lengths) {
+    for (bool feedback : {false, true}) {
+      const size_t count = (n + kStatsBlock - 1) / kStatsBlock;
+      std::vector<BlockStats> a(count + 1, {-1.0, -1.0f}), b(count + 1, {-1.0, -1.0f});
+      const auto generic = feedback ? kGenericKernels.block_stats_feedback : kGenericKernels.block_stats;
+      const auto avx2 = feedback ? kAvx2Kernels.block_stats_feedback : kAvx2Kernels.block_stats;
+      generic(g.data(), r.data(), 0, n, a.data());
+      avx2(g.data(), r.data(), 0, n, b.data());
+      for (size_t k = 0; k < a.size(); ++k) {
+        ASSERT_EQ(std::memcmp(&a[k].sum_squares, &b[k].sum_squares, 8), 0)
+            << "n=" << n << " block " << k << ": " << a[k].sum_squares << " vs " << b[k].sum_squares;
+        ASSERT_EQ(a[k].max_magnitude, b[k].max_magnitude) << "n=" << n << " block " << k;
+      }
+      if (count > 2) {  // from block 2, as a pool chunk starts
+        std::vector<BlockStats> c(count), d(count);
+        generic(g.data(), r.data(), 2 * kStatsBlock, n, c.data());
+        avx2(g.data(), r.data(), 2 * kStatsBlock, n, d.data());
+        for (size_t k = 2; k < count; ++k)
+          ASSERT_EQ(std::memcmp(&c[k].sum_squares, &d[k].sum_squares, 8), 0) << "n=" << n;
       }
     }
   }
