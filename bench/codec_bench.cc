@@ -5,7 +5,8 @@
 //
 // For every codec in the registry: encode (its error-feedback state kept across iterations,
 // as in training, the step number advancing) and decodeAdd, at 1M and 64M fp32 elements on
-// one thread, or at the sizes --elements lists (40000 is the agent's default slice). Rates are GB/s of fp32 input: 4n bytes per call, whatever the codec writes.
+// one thread, or at the sizes --elements lists (40000 is the agent's default slice). Rates
+// are GB/s of fp32 input: 4n bytes per call, whatever the codec writes.
 //
 // The baseline is a streaming copy of the same bytes: memcpy of the n input floats into
 // another buffer (the C library's fastest copy, non-temporal stores at 64M). A read-modify-

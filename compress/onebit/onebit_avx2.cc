@@ -88,7 +88,8 @@ GC_TARGET_AVX2 void encodeAvx2(const float* g, float* e, uint8_t* bits, size_t b
   const __m256 vscale = _mm256_set1_ps(scale);
   size_t i = begin;
   for (; i + 32 <= end; i += 32) {
-    const uint32_t word = encode8(g + i, e + i, vscale) | (encode8(g + i + 8, e + i + 8, vscale) << 8) |
+    const uint32_t word = encode8(g + i, e + i, vscale) |
+                          (encode8(g + i + 8, e + i + 8, vscale) << 8) |
                           (encode8(g + i + 16, e + i + 16, vscale) << 16) |
                           (encode8(g + i + 24, e + i + 24, vscale) << 24);
     std::memcpy(bits + i / 8, &word, 4);
@@ -106,8 +107,8 @@ GC_TARGET_AVX2 void decodeAddAvx2(const uint8_t* bits, float* acc, size_t begin,
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
     const __m256i byte = _mm256_set1_epi32(bits[i / 8]);
-    const __m256 set = _mm256_castsi256_ps(
-        _mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
+    const __m256 set =
+        _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
     const __m256 value = _mm256_xor_ps(vscale, _mm256_and_ps(set, sign));
     _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), value));
   }

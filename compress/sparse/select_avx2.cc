@@ -43,7 +43,8 @@ GC_TARGET_AVX2 inline uint32_t passMask(__m256 x, __m256i below) {
 
 // Stores the indices first + lane of the set lanes at out (8 entries written), returns how many.
 GC_TARGET_AVX2 inline size_t pack(uint32_t mask, size_t first, uint32_t* out) {
-  const __m256i lanes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kPacks[mask].lanes)));
+  const __m256i lanes =
+      _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kPacks[mask].lanes)));
   const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first)),
                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(idx, lanes));
@@ -110,8 +111,8 @@ GC_TARGET_AVX2 size_t momentumCollectAvx2(const float* g, float* u, float* v, si
       begin, end, key, out,
       [g, u, v, vm](size_t i) GC_TARGET_AVX2 {
         // u = m u + g, rounded twice as dgc::momentumStep is (no fused multiply-add).
-        const __m256 un = _mm256_add_ps(_mm256_mul_ps(vm, _mm256_loadu_ps(u + i)),
-                                        _mm256_loadu_ps(g + i));
+        const __m256 un =
+            _mm256_add_ps(_mm256_mul_ps(vm, _mm256_loadu_ps(u + i)), _mm256_loadu_ps(g + i));
         const __m256 vn = _mm256_add_ps(_mm256_loadu_ps(v + i), un);
         _mm256_storeu_ps(u + i, un);
         _mm256_storeu_ps(v + i, vn);

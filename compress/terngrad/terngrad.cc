@@ -46,7 +46,8 @@ namespace {
 template <bool kFeedback>
 void encodeGeneric(const float* __restrict g, float* __restrict r, uint8_t* __restrict codes,
                    size_t begin, size_t end, Scaler q, uint64_t stream) {
-  for (size_t b = begin / 4; b < end / 4; ++b) codes[b] = encodeByte<kFeedback>(g, r, b, 4, q, stream);
+  for (size_t b = begin / 4; b < end / 4; ++b)
+    codes[b] = encodeByte<kFeedback>(g, r, b, 4, q, stream);
   if (end % 4 != 0) codes[end / 4] = encodeByte<kFeedback>(g, r, end / 4, end % 4, q, stream);
 }
 
@@ -88,8 +89,8 @@ void blockStatsGeneric(const float* g, const float* r, size_t begin, size_t end,
 
 }  // namespace
 
-const Kernels kGenericKernels = {encodeGeneric<false>, encodeGeneric<true>, blockStatsGeneric<false>,
-                                 blockStatsGeneric<true>};
+const Kernels kGenericKernels = {encodeGeneric<false>, encodeGeneric<true>,
+                                 blockStatsGeneric<false>, blockStatsGeneric<true>};
 
 const Kernels& kernels() {
 #if GC_CPU_X86

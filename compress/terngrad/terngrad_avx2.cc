@@ -1,8 +1,7 @@
-// terngrad's encoding loop for AVX2, eight elements at a time. The draws are splitmix64
-// evaluated in four 64-bit lanes (AVX2 has no 64-bit multiply: each product is put together
-// from three 32-bit ones, exact modulo 2^64); clipping, the keep test (the same fp32
-// division and comparison) and the residual follow terngrad::encodeElement, and the codes
-// are placed with mx2bit's table layout.
+// terngrad's loops for AVX2. Encoding takes eight elements at a time: the draws come from
+// compress/cpu/random_avx2.h; clipping, the keep test (the same fp32 division and
+// comparison) and the residual follow terngrad::encodeElement, and the codes are placed
+// with mx2bit's table layout.
 #include "compress/terngrad/terngrad_kernels.h"
 
 #if GC_CPU_X86
@@ -13,37 +12,10 @@
 #include <array>
 #include <cstring>
 
+#include "compress/cpu/random_avx2.h"
+
 namespace gcagent::compress::terngrad {
 namespace {
-
-// a * c modulo 2^64 in each lane, for a constant c = (c_high << 32) | c_low.
-GC_TARGET_AVX2 inline __m256i mul64(__m256i a, __m256i c_low, __m256i c_high) {
-  const __m256i low = _mm256_mul_epu32(a, c_low);
-  const __m256i cross =
-      _mm256_add_epi64(_mm256_mul_epu32(a, c_high), _mm256_mul_epu32(_mm256_srli_epi64(a, 32), c_low));
-  return _mm256_add_epi64(low, _mm256_slli_epi64(cross, 32));
-}
-
-// rng::mix64 in four lanes.
-GC_TARGET_AVX2 inline __m256i mix64(__m256i z) {
-  const __m256i c1_low = _mm256_set1_epi64x(0x1ce4e5b9ll), c1_high = _mm256_set1_epi64x(0xbf58476dll);
-  const __m256i c2_low = _mm256_set1_epi64x(0x133111ebll), c2_high = _mm256_set1_epi64x(0x94d049bbll);
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1_low, c1_high);
-  z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2_low, c2_high);
-  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
-}
-
-// rng::uniform01 of eight consecutive draws whose splitmix64 states are `first` (draws
-// 0..3) and `second` (4..7).
-GC_TARGET_AVX2 inline __m256 uniform8(__m256i first, __m256i second) {
-  const __m256i a = _mm256_srli_epi64(mix64(first), 40);   // 24 bits in the low half
-  const __m256i b = _mm256_srli_epi64(mix64(second), 40);
-  // a0 b0 a1 b1 ... as 32-bit lanes, then back in order.
-  const __m256i mixed = _mm256_or_si256(a, _mm256_slli_epi64(b, 32));
-  const __m256i ordered =
-      _mm256_permutevar8x32_epi32(mixed, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(ordered), _mm256_set1_ps(0x1p-24f));
-}
 
 // For a mask of 8 consecutive elements (bit j: element j), the low code bit of each set
 // element at its place in two bytes: element j goes to byte j>>2 at shift 6 - 2*(j&3).
@@ -58,19 +30,14 @@ constexpr std::array<uint16_t, 256> makeLowBits() {
 constexpr std::array<uint16_t, 256> kLowBits = makeLowBits();
 
 template <bool kFeedback>
-GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* codes, size_t begin,
-                               size_t end, Scaler q, uint64_t stream) {
+GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* codes, size_t begin, size_t end,
+                               Scaler q, uint64_t stream) {
   const __m256 bound = _mm256_set1_ps(q.bound);
   const __m256 neg_bound = _mm256_set1_ps(-q.bound);
   const __m256 s = _mm256_set1_ps(q.s);
   const __m256 divisor = _mm256_set1_ps(q.s > 0.0f ? q.s : 1.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(8 * rng::kGolden));
-  // Draw i's state is stream + (i + 1) * golden (rng::bits64).
-  alignas(32) uint64_t lanes[8];
-  for (uint64_t j = 0; j < 8; ++j) lanes[j] = stream + (begin + j + 1) * rng::kGolden;
-  __m256i first = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  __m256i second = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 4));
+  cpu::Uniform8 uniform(stream, begin);
   size_t i = begin;
   for (; i + 8 <= end; i += 8) {
     __m256 x = _mm256_loadu_ps(g + i);
@@ -79,11 +46,12 @@ GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* codes, size_t 
     __m256 xc = _mm256_blendv_ps(x, bound, _mm256_cmp_ps(x, bound, _CMP_GT_OQ));
     xc = _mm256_blendv_ps(xc, neg_bound, _mm256_cmp_ps(x, neg_bound, _CMP_LT_OQ));
     const __m256 ratio = _mm256_div_ps(_mm256_andnot_ps(sign, xc), divisor);
-    const __m256 keep = _mm256_cmp_ps(uniform8(first, second), ratio, _CMP_LT_OQ);
+    const __m256 keep = _mm256_cmp_ps(uniform.next(), ratio, _CMP_LT_OQ);
     const __m256 negative = _mm256_cmp_ps(xc, _mm256_setzero_ps(), _CMP_LT_OQ);
     if constexpr (kFeedback) {
       // dequantize: s where kept, with the sign bit where also negative; +0 where dropped.
-      const __m256 sent = _mm256_or_ps(_mm256_and_ps(keep, s), _mm256_and_ps(_mm256_and_ps(keep, negative), sign));
+      const __m256 sent =
+          _mm256_or_ps(_mm256_and_ps(keep, s), _mm256_and_ps(_mm256_and_ps(keep, negative), sign));
       _mm256_storeu_ps(r + i, _mm256_sub_ps(x, sent));
     }
     const auto kept = static_cast<uint32_t>(_mm256_movemask_ps(keep));
@@ -91,8 +59,6 @@ GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* codes, size_t 
     // Code 11 (+s) or 10 (-s) where kept: the high bit for every kept one, the low for +s.
     const uint16_t two = static_cast<uint16_t>(kLowBits[positive] | (kLowBits[kept] << 1));
     std::memcpy(codes + i / 4, &two, 2);
-    first = _mm256_add_epi64(first, step);
-    second = _mm256_add_epi64(second, step);
   }
   for (size_t b = i / 4; b < (end + 3) / 4; ++b)
     codes[b] = encodeByte<kFeedback>(g, r, b, std::min<size_t>(4, end - 4 * b), q, stream);

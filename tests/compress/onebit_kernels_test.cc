@@ -26,8 +26,12 @@ std::vector<float> values(size_t n, uint64_t seed, bool arbitrary_bits) {
       x = gauss(rng);
     }
   }
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(),
-                            -std::numeric_limits<float>::denorm_min(), 1e30f, -1e-30f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            1e30f,
+                            -1e-30f};
   for (size_t i = 0; i < n; i += 5) v[i] = specials[(i / 5) % 6];
   return v;
 }

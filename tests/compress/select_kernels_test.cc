@@ -27,9 +27,14 @@ std::vector<float> randomBits(size_t n, uint64_t seed) {
     if (bits & 1) bits = (bits & 0x807fffffu) | (static_cast<uint32_t>(120 + rng() % 16) << 23);
     std::memcpy(&x, &bits, 4);
   }
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), std::nanf(""),
-                            std::numeric_limits<float>::denorm_min(), 1.0f, -1.0f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::nanf(""),
+                            std::numeric_limits<float>::denorm_min(),
+                            1.0f,
+                            -1.0f};
   for (size_t i = 0; i < n; i += 7) v[i] = specials[(i / 7) % 8];
   return v;
 }
@@ -49,8 +54,8 @@ std::vector<uint32_t> byDefinition(const std::vector<float>& x, size_t begin, si
   return out;
 }
 
-const uint32_t kKeys[] = {0u, 1u, 0x3f000000u, 0x3f800000u, 0x43000000u, 0x7f800000u, 0x7fc00000u,
-                          0x7fffffffu};
+const uint32_t kKeys[] = {0u,          1u,          0x3f000000u, 0x3f800000u,
+                          0x43000000u, 0x7f800000u, 0x7fc00000u, 0x7fffffffu};
 
 struct Span {
   size_t begin, end;
@@ -80,8 +85,8 @@ TEST(SelectKernelsTest, GenericCollectMatchesTheDefinition) {
 }
 
 #if GC_CPU_X86
-#define SKIP_WITHOUT_AVX2()                    \
-  if (!cpu::cpuSupports(cpu::Isa::kAvx2))      \
+#define SKIP_WITHOUT_AVX2()               \
+  if (!cpu::cpuSupports(cpu::Isa::kAvx2)) \
   GTEST_SKIP() << "this CPU lacks AVX2: only the generic loops can run here"
 
 TEST(SelectKernelsTest, Avx2CollectMatchesGeneric) {
@@ -103,7 +108,8 @@ TEST(SelectKernelsTest, Avx2AccumulateCollectMatchesGeneric) {
       std::vector<uint32_t> a(s.end - s.begin), b(s.end - s.begin);
       a.resize(kGenericKernels.accumulate_collect(g.data(), r_generic.data(), s.begin, s.end, key,
                                                   a.data()));
-      b.resize(kAvx2Kernels.accumulate_collect(g.data(), r_avx2.data(), s.begin, s.end, key, b.data()));
+      b.resize(
+          kAvx2Kernels.accumulate_collect(g.data(), r_avx2.data(), s.begin, s.end, key, b.data()));
       ASSERT_EQ(a, b) << s.begin << ".." << s.end << " key " << key;
       ASSERT_TRUE(sameBits(r_generic, r_avx2)) << s.begin << ".." << s.end;
       ASSERT_EQ(a, byDefinition(r_generic, s.begin, s.end, key));
@@ -150,7 +156,7 @@ TEST(SelectTest, KthLargestKeyMatchesASortBelowAndAboveTheBucketPath) {
       std::vector<uint32_t> keys(count);
       for (auto& key : keys) {
         const auto bits = static_cast<uint32_t>(rng());
-        key = spread == 0 ? 0x3f000000u + bits % 5 * 0x80000u
+        key = spread == 0   ? 0x3f000000u + bits % 5 * 0x80000u
               : spread == 1 ? bits & 0x7fffffffu
                             : 0x3f000000u + bits % 3000;
       }

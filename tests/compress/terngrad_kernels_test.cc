@@ -1,6 +1,6 @@
 // terngrad's loops: the AVX2 encoding (vector splitmix64 draws, clipping, the keep test,
-// the residual) and block statistics against the portable ones bit for bit, over random values with signed
-// zeros, subnormals and values beyond the clipping bound, at lengths and offsets that are
+// the residual) and block statistics against the portable ones bit for bit, over random values with
+// signed zeros, subnormals and values beyond the clipping bound, at lengths and offsets that are
 // not multiples of 8.
 #include "compress/terngrad/terngrad_kernels.h"
 
@@ -21,8 +21,8 @@ std::vector<float> values(size_t n, uint64_t seed) {
   std::normal_distribution<float> gauss(0.0f, 1.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = gauss(rng);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -3.0f, 3.0f,
-                            2.5f, -2.5f, 1e-30f};
+  const float specials[] = {
+      0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -3.0f, 3.0f, 2.5f, -2.5f, 1e-30f};
   for (size_t i = 0; i < n; i += 3) v[i] = specials[(i / 3) % 8];
   return v;
 }
@@ -44,9 +44,11 @@ TEST(TerngradKernelsTest, Avx2EncodeMatchesGeneric) {
           for (bool feedback : {false, true}) {
             auto r_generic = r0, r_avx2 = r0;
             std::vector<uint8_t> a(760, 0x5a), b(760, 0x5a);
-            const auto generic = feedback ? kGenericKernels.encode_feedback : kGenericKernels.encode;
+            const auto generic =
+                feedback ? kGenericKernels.encode_feedback : kGenericKernels.encode;
             const auto avx2 = feedback ? kAvx2Kernels.encode_feedback : kAvx2Kernels.encode;
-            generic(g.data(), feedback ? r_generic.data() : nullptr, a.data(), begin, end, q, stream);
+            generic(g.data(), feedback ? r_generic.data() : nullptr, a.data(), begin, end, q,
+                    stream);
             avx2(g.data(), feedback ? r_avx2.data() : nullptr, b.data(), begin, end, q, stream);
             ASSERT_EQ(a, b) << begin << ".." << end << " bound " << q.bound << " s " << q.s
                             << " stream " << stream << " feedback " << feedback;
@@ -70,13 +72,15 @@ TEST(TerngradKernelsTest, Avx2BlockStatsMatchGeneric) {
     for (bool feedback : {false, true}) {
       const size_t count = (n + kStatsBlock - 1) / kStatsBlock;
       std::vector<BlockStats> a(count + 1, {-1.0, -1.0f}), b(count + 1, {-1.0, -1.0f});
-      const auto generic = feedback ? kGenericKernels.block_stats_feedback : kGenericKernels.block_stats;
+      const auto generic =
+          feedback ? kGenericKernels.block_stats_feedback : kGenericKernels.block_stats;
       const auto avx2 = feedback ? kAvx2Kernels.block_stats_feedback : kAvx2Kernels.block_stats;
       generic(g.data(), r.data(), 0, n, a.data());
       avx2(g.data(), r.data(), 0, n, b.data());
       for (size_t k = 0; k < a.size(); ++k) {
         ASSERT_EQ(std::memcmp(&a[k].sum_squares, &b[k].sum_squares, 8), 0)
-            << "n=" << n << " block " << k << ": " << a[k].sum_squares << " vs " << b[k].sum_squares;
+            << "n=" << n << " block " << k << ": " << a[k].sum_squares << " vs "
+            << b[k].sum_squares;
         ASSERT_EQ(a[k].max_magnitude, b[k].max_magnitude) << "n=" << n << " block " << k;
       }
       if (count > 2) {  // from block 2, as a pool chunk starts
