@@ -1,10 +1,12 @@
 // Codec throughput against this machine's memory bandwidth, measured in the same run.
 //
-//   gcagent_codec_bench [--quick] [--mt] [--isa=generic|avx2] [--benchmark_* flags]
+//   gcagent_codec_bench [--quick] [--mt] [--isa=generic|avx2] [--elements=N[,N...]]
+//                       [--benchmark_* flags]
 //
 // For every codec in the registry: encode (its error-feedback state kept across iterations,
 // as in training, the step number advancing) and decodeAdd, at 1M and 64M fp32 elements on
-// one thread. Rates are GB/s of fp32 input: 4n bytes per call, whatever the codec writes.
+// one thread, or at the sizes --elements lists (40000 is the agent's default slice). Rates
+// are GB/s of fp32 input: 4n bytes per call, whatever the codec writes.
 //
 // The baseline is a streaming copy of the same bytes: memcpy of the n input floats into
 // another buffer (the C library's fastest copy, non-temporal stores at 64M). A read-modify-
@@ -318,8 +320,27 @@ struct Options {
   bool quick = false;
   bool multi_thread = false;
   std::string isa;     // empty: as the codecs choose
+  std::vector<size_t> elements;  // --elements; empty: 1M, and 64M unless quick
   std::string filter;  // --benchmark_filter, also left for the library to see
 };
+
+// "40000,1048576" -> {40000, 1048576}; exits on anything but positive integers.
+std::vector<size_t> parseSizes(std::string_view list) {
+  std::vector<size_t> sizes;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string item(list.substr(0, comma));
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n == 0) {
+      std::fprintf(stderr, "--elements: '%s' is not a positive element count\n", item.c_str());
+      std::exit(1);
+    }
+    sizes.push_back(static_cast<size_t>(n));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  return sizes;
+}
 
 // Takes this program's own flags out of argv; the rest goes to the benchmark library.
 Options takeOwnFlags(int& argc, char** argv) {
@@ -335,6 +356,8 @@ Options takeOwnFlags(int& argc, char** argv) {
       opt.multi_thread = true;
     } else if (arg.starts_with("--isa=")) {
       opt.isa = arg.substr(6);
+    } else if (arg.starts_with("--elements=")) {
+      opt.elements = parseSizes(arg.substr(11));
     } else {
       if (arg.starts_with("--benchmark_filter=")) opt.filter = arg.substr(19);
       argv[kept++] = argv[i];
@@ -396,8 +419,11 @@ int run(int argc, char** argv) {
 
   std::unique_ptr<ThreadPool> pool;
   if (opt.multi_thread) pool = std::make_unique<ThreadPool>(0);
-  std::vector<size_t> sizes = {size_t{1} << 20};
-  if (!opt.quick) sizes.push_back(size_t{64} << 20);
+  std::vector<size_t> sizes = opt.elements;
+  if (sizes.empty()) {
+    sizes.push_back(size_t{1} << 20);
+    if (!opt.quick) sizes.push_back(size_t{64} << 20);
+  }
 
   TableReporter reporter;
   for (size_t n : sizes) {

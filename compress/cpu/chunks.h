@@ -10,9 +10,15 @@
 
 namespace gcagent::compress {
 
+// Whether forChunks splits a slice of n elements; a small slice runs on the caller, where
+// handing it to the pool would cost more than it saves.
+inline bool splitsOverPool(const CodecEnv& env, size_t n) {
+  return env.pool != nullptr && env.pool->size() > 1 && n >= 2 * env.parallel_min_elements;
+}
+
 template <class Fn>
 void forChunks(const CodecEnv& env, size_t n, size_t align, Fn&& fn) {
-  if (env.pool == nullptr || env.pool->size() == 1 || n < 2 * env.parallel_min_elements) {
+  if (!splitsOverPool(env, n)) {
     fn(size_t{0}, n);
     return;
   }

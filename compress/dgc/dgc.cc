@@ -56,20 +56,38 @@ class DgcCodec final : public Codec {
         checkEncodeSpans(name(), n, state.size(), 2 * n, out.size(), maxEncodedBytes(n)));
     const std::span<float> v = state.first(n);
     const std::span<float> u = state.subspan(n, n);
-    accumulateVelocity(in, u, v);
-    std::vector<uint32_t> idx;
-    if (n != 0) {
-      const size_t k = sparse::countFor(ratio_, n);
-      const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
-      uint32_t cut = sparse::estimateThreshold(v, ratio_, sparse::sampleCount(sample_, n), stream);
-      cut = sparse::relaxThreshold(v, cut, (4 * k + 4) / 5, kLowerBy, kMaxLowerings);
-      sparse::collectAtLeast(v, cut, idx);
-      if (idx.size() > mostPairs(k)) sparse::keepLargest(v, idx, k);
+    if (n == 0) return sparse::sendAndClear(v, {}, out);
+    const size_t k = sparse::countFor(ratio_, n);
+    const size_t samples = sparse::sampleCount(sample_, n);
+    const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
+    uint32_t* idx = sparse::indexScratch(n);
+    size_t count = 0;
+    if (samples < n) {
+      // The cut comes from v as the momentum step is about to leave it, computed at the
+      // sampled elements alone, so the step and the collect share one pass over the state.
+      const float* g = in.data();
+      const float m = momentum_;
+      const uint32_t cut = sparse::estimateThresholdOf(n, ratio_, samples, stream, [&](size_t i) {
+        float ui = u[i], vi = v[i];
+        dgc::momentumStep(g[i], ui, vi, m);
+        return vi;
+      });
+      const auto pass = sparse::kernels().momentum_collect;
+      count = sparse::collectChunks(env_, n, idx, [&](size_t begin, size_t end, uint32_t* into) {
+        return pass(g, u.data(), v.data(), begin, end, m, cut, into);
+      });
+      count = sparse::relaxCollected(v, cut, count, (4 * k + 4) / 5, kLowerBy, kMaxLowerings, idx);
+    } else {
+      accumulateVelocity(in, u, v);
+      const uint32_t cut = sparse::estimateThreshold(v, ratio_, samples, stream);
+      count = sparse::collectAtLeast(v, cut, idx);
+      count = sparse::relaxCollected(v, cut, count, (4 * k + 4) / 5, kLowerBy, kMaxLowerings, idx);
     }
+    if (count > mostPairs(k)) count = sparse::keepLargest(v, idx, count, k);
     // Momentum factor masking: a sent coordinate restarts, or its stale momentum would keep
     // pushing it after the update.
-    for (uint32_t i : idx) u[i] = 0.0f;
-    return sparse::sendAndClear(v, idx, out);
+    for (size_t j = 0; j < count; ++j) u[idx[j]] = 0.0f;
+    return sparse::sendAndClear(v, {idx, count}, out);
   }
 
   Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,

@@ -25,16 +25,14 @@
 #include "compress/bytes.h"
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
+#include "compress/onebit/onebit_kernels.h"
 #include "compress/onebit/onebit_math.h"
 #include "compress/params.h"
 #include "compress/without_feedback.h"
 
 namespace gcagent::compress {
+namespace onebit {
 namespace {
-
-// The scale sums fixed blocks and then adds the block sums in order, so it is the same
-// however the slice is split over threads.
-constexpr size_t kBlock = 4096;
 
 // The loops take restrict pointers: the packed bytes never alias the floats, and saying so
 // lets the compiler vectorize.
@@ -47,28 +45,48 @@ double absSum(const float* __restrict g, const float* __restrict e, size_t begin
   size_t i = begin;
   for (; i + 4 <= end; i += 4) {
 #pragma GCC unroll 1
-    for (size_t j = 0; j < 4; ++j) lane[j] += onebit::magnitude(g[i + j] + e[i + j]);
+    for (size_t j = 0; j < 4; ++j) lane[j] += magnitude(g[i + j] + e[i + j]);
   }
-  for (; i < end; ++i) lane[0] += onebit::magnitude(g[i] + e[i]);
+  for (; i < end; ++i) lane[0] += magnitude(g[i] + e[i]);
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
+void blockSumsGeneric(const float* g, const float* e, size_t begin, size_t end, double* partial) {
+  for (size_t b = begin / kSumBlock; b * kSumBlock < end; ++b)
+    partial[b] = absSum(g, e, b * kSumBlock, std::min(end, (b + 1) * kSumBlock));
+}
+
 // Bytes begin/8 .. of the bits; begin is a multiple of 8, end a multiple of 8 or n.
-void encodeLoop(const float* __restrict g, float* __restrict e, uint8_t* __restrict bits,
-                size_t begin, size_t end, float scale) {
-  for (size_t b = begin / 8; b < end / 8; ++b) bits[b] = onebit::encodeByte(g, e, b, 8, scale);
-  if (end % 8 != 0) bits[end / 8] = onebit::encodeByte(g, e, end / 8, end % 8, scale);
+void encodeGeneric(const float* __restrict g, float* __restrict e, uint8_t* __restrict bits,
+                   size_t begin, size_t end, float scale) {
+  for (size_t b = begin / 8; b < end / 8; ++b) bits[b] = encodeByte(g, e, b, 8, scale);
+  if (end % 8 != 0) bits[end / 8] = encodeByte(g, e, end / 8, end % 8, scale);
 }
 
 // Byte by byte, so every shift is a constant the compiler can vectorize with.
-void decodeAddLoop(const uint8_t* __restrict bits, float* __restrict acc, size_t begin,
-                   size_t end, float scale) {
+void decodeAddGeneric(const uint8_t* __restrict bits, float* __restrict acc, size_t begin,
+                      size_t end, float scale) {
   for (size_t b = begin / 8; b < end / 8; ++b)
     for (uint32_t j = 0; j < 8; ++j)
-      acc[8 * b + j] += onebit::dequantize((bits[b] >> (7u - j)) & 1u, scale);
+      acc[8 * b + j] += dequantize((bits[b] >> (7u - j)) & 1u, scale);
   for (size_t i = std::max(begin, end / 8 * 8); i < end; ++i)
-    acc[i] += onebit::dequantize(onebit::bitAt(bits, i), scale);
+    acc[i] += dequantize(bitAt(bits, i), scale);
 }
+
+}  // namespace
+
+const Kernels kGenericKernels = {blockSumsGeneric, encodeGeneric, decodeAddGeneric};
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace onebit
+
+namespace {
 
 // True when no bit at or past element n is set in the packed bits.
 bool paddingIsClear(const uint8_t* bits, size_t n, size_t bit_bytes) {
@@ -97,8 +115,9 @@ class OnebitCodec final : public Codec {
     }
     storeLe(out.data(), scale);
     auto* bits = reinterpret_cast<uint8_t*>(out.data() + onebit::kHeaderBytes);
+    const auto encode = onebit::kernels().encode;
     forChunks(env_, n, 32,
-              [&](size_t begin, size_t end) { encodeLoop(g, e, bits, begin, end, scale); });
+              [&](size_t begin, size_t end) { encode(g, e, bits, begin, end, scale); });
     const size_t used = (n + 7) / 8;
     std::memset(bits + used, 0, bytes - onebit::kHeaderBytes - used);
     return bytes;
@@ -116,8 +135,9 @@ class OnebitCodec final : public Codec {
     if (!paddingIsClear(bits, n, bytes - onebit::kHeaderBytes))
       return Status::dataLoss(strCat("onebit: padding bits past element ", n, " are set"));
     float* dst = acc.data();
+    const auto decode_add = onebit::kernels().decode_add;
     forChunks(env_, n, 32,
-              [&](size_t begin, size_t end) { decodeAddLoop(bits, dst, begin, end, scale); });
+              [&](size_t begin, size_t end) { decode_add(bits, dst, begin, end, scale); });
     return {};
   }
 
@@ -125,13 +145,16 @@ class OnebitCodec final : public Codec {
   // sum|g + e| / n, or an error when g + e holds an infinity or a NaN.
   Result<float> meanMagnitude(const float* g, const float* e, size_t n) const {
     if (n == 0) return 0.0f;
-    std::vector<double> partial((n + kBlock - 1) / kBlock);
-    forChunks(env_, n, kBlock, [&](size_t begin, size_t end) {
-      for (size_t b = begin / kBlock; b * kBlock < end; ++b)
-        partial[b] = absSum(g, e, b * kBlock, std::min(end, (b + 1) * kBlock));
-    });
+    // Per thread: encode is const and runs on several codec threads at once.
+    thread_local std::vector<double> partial;
+    const size_t blocks = (n + onebit::kSumBlock - 1) / onebit::kSumBlock;
+    if (partial.size() < blocks) partial.resize(blocks);
+    double* sums = partial.data();
+    const auto block_sums = onebit::kernels().block_sums;
+    forChunks(env_, n, onebit::kSumBlock,
+              [&](size_t begin, size_t end) { block_sums(g, e, begin, end, sums); });
     double sum = 0.0;
-    for (double p : partial) sum += p;
+    for (size_t b = 0; b < blocks; ++b) sum += sums[b];
     // A sum of fp32 magnitudes cannot overflow a double: non-finite means the input was.
     if (!std::isfinite(sum))
       return Status::invalidArgument("onebit: gradient plus residual holds a non-finite value");

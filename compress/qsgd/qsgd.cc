@@ -28,10 +28,36 @@
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
 #include "compress/params.h"
+#include "compress/qsgd/qsgd_kernels.h"
 #include "compress/qsgd/qsgd_math.h"
 #include "compress/random_math.h"
 
 namespace gcagent::compress {
+namespace qsgd {
+namespace {
+
+// Elements [begin, end) of one bucket.
+template <bool kFeedback>
+void encodeGeneric(const float* __restrict g, float* __restrict r, int8_t* __restrict level,
+                   size_t begin, size_t end, float norm, int32_t levels, uint64_t stream) {
+  const float unit = unitOf(norm, levels);
+  for (size_t i = begin; i < end; ++i)
+    level[i] = encodeElement<kFeedback>(g, r, i, norm, unit, levels, stream);
+}
+
+}  // namespace
+
+const Kernels kGenericKernels = {encodeGeneric<false>, encodeGeneric<true>};
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace qsgd
+
 namespace {
 
 // The loops take restrict pointers: the levels never alias the floats, and saying so lets
@@ -58,15 +84,6 @@ double squareSum(const float* __restrict g, const float* __restrict r, size_t be
     lane[0] += x * x;
   }
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);
-}
-
-// Elements [begin, end) of one bucket.
-template <bool kFeedback>
-void encodeLoop(const float* __restrict g, float* __restrict r, int8_t* __restrict level,
-                size_t begin, size_t end, float norm, int32_t levels, uint64_t stream) {
-  const float unit = qsgd::unitOf(norm, levels);
-  for (size_t i = begin; i < end; ++i)
-    level[i] = qsgd::encodeElement<kFeedback>(g, r, i, norm, unit, levels, stream);
 }
 
 void decodeAddLoop(const int8_t* __restrict level, float* __restrict acc, size_t begin,
@@ -155,10 +172,11 @@ class QsgdCodec final : public Codec {
     }
     const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     auto* level = reinterpret_cast<int8_t*>(out + 4 * buckets);
+    const auto encode = kFeedback ? qsgd::kernels().encode_feedback : qsgd::kernels().encode;
     forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
       for (size_t k = begin / bucket; k * bucket < end; ++k) {
-        encodeLoop<kFeedback>(g, r, level, k * bucket, std::min(end, (k + 1) * bucket),
-                              loadLe<float>(out + 4 * k), levels, stream);
+        encode(g, r, level, k * bucket, std::min(end, (k + 1) * bucket),
+               loadLe<float>(out + 4 * k), levels, stream);
       }
     });
     return qsgd::encodedBytes(n, bucket);

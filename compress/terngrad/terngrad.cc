@@ -35,21 +35,21 @@
 #include "compress/cpu/chunks.h"
 #include "compress/params.h"
 #include "compress/random_math.h"
+#include "compress/terngrad/terngrad_kernels.h"
 #include "compress/terngrad/terngrad_math.h"
 
 namespace gcagent::compress {
+namespace terngrad {
 namespace {
 
-constexpr double kClipSigmas = 2.5;
-
-// The slice statistics sum fixed blocks and then combine the blocks in order, so s does not
-// depend on how the slice is split over threads.
-constexpr size_t kBlock = 4096;
-
-struct BlockStats {
-  double sum_squares = 0.0;
-  float max_magnitude = 0.0f;
-};
+// Bytes begin/4 .. of the codes; begin is a multiple of 4, end a multiple of 4 or n.
+template <bool kFeedback>
+void encodeGeneric(const float* __restrict g, float* __restrict r, uint8_t* __restrict codes,
+                   size_t begin, size_t end, Scaler q, uint64_t stream) {
+  for (size_t b = begin / 4; b < end / 4; ++b)
+    codes[b] = encodeByte<kFeedback>(g, r, b, 4, q, stream);
+  if (end % 4 != 0) codes[end / 4] = encodeByte<kFeedback>(g, r, end / 4, end % 4, q, stream);
+}
 
 // The loops take restrict pointers: the packed bytes never alias the floats, and saying so
 // lets the compiler vectorize.
@@ -67,7 +67,7 @@ BlockStats statsOf(const float* __restrict g, const float* __restrict r, size_t 
 #pragma GCC unroll 1
     for (size_t j = 0; j < 4; ++j) {
       const float x = inputAt<kFeedback>(g, r, i + j);
-      const float a = terngrad::magnitude(x);
+      const float a = magnitude(x);
       squares[j] += static_cast<double>(x) * x;
       largest[j] = a > largest[j] ? a : largest[j];
     }
@@ -75,21 +75,35 @@ BlockStats statsOf(const float* __restrict g, const float* __restrict r, size_t 
   for (; i < end; ++i) {
     const float x = inputAt<kFeedback>(g, r, i);
     squares[0] += static_cast<double>(x) * x;
-    largest[0] = std::max(largest[0], terngrad::magnitude(x));
+    largest[0] = std::max(largest[0], magnitude(x));
   }
   return {(squares[0] + squares[1]) + (squares[2] + squares[3]),
           *std::max_element(largest, largest + 4)};
 }
 
-// Bytes begin/4 .. of the codes; begin is a multiple of 4, end a multiple of 4 or n.
 template <bool kFeedback>
-void encodeLoop(const float* __restrict g, float* __restrict r, uint8_t* __restrict codes,
-                size_t begin, size_t end, terngrad::Scaler q, uint64_t stream) {
-  for (size_t b = begin / 4; b < end / 4; ++b)
-    codes[b] = terngrad::encodeByte<kFeedback>(g, r, b, 4, q, stream);
-  if (end % 4 != 0)
-    codes[end / 4] = terngrad::encodeByte<kFeedback>(g, r, end / 4, end % 4, q, stream);
+void blockStatsGeneric(const float* g, const float* r, size_t begin, size_t end, BlockStats* out) {
+  for (size_t b = begin / kStatsBlock; b * kStatsBlock < end; ++b)
+    out[b] = statsOf<kFeedback>(g, r, b * kStatsBlock, std::min(end, (b + 1) * kStatsBlock));
 }
+
+}  // namespace
+
+const Kernels kGenericKernels = {encodeGeneric<false>, encodeGeneric<true>,
+                                 blockStatsGeneric<false>, blockStatsGeneric<true>};
+
+const Kernels& kernels() {
+#if GC_CPU_X86
+  if (cpu::useAvx2()) return kAvx2Kernels;
+#endif
+  return kGenericKernels;
+}
+
+}  // namespace terngrad
+
+namespace {
+
+constexpr double kClipSigmas = 2.5;
 
 // Byte by byte, so every shift is a constant the compiler can vectorize with.
 void decodeAddLoop(const uint8_t* __restrict codes, float* __restrict acc, size_t begin,
@@ -155,9 +169,10 @@ class TerngradCodec final : public Codec {
     storeLe(out, q.s);
     const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     auto* codes = reinterpret_cast<uint8_t*>(out + terngrad::kHeaderBytes);
-    forChunks(env_, n, 16, [&](size_t begin, size_t end) {
-      encodeLoop<kFeedback>(g, r, codes, begin, end, q, stream);
-    });
+    const auto encode =
+        kFeedback ? terngrad::kernels().encode_feedback : terngrad::kernels().encode;
+    forChunks(env_, n, 16,
+              [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, q, stream); });
     const size_t bytes = terngrad::encodedBytes(n);
     const size_t used = (n + 3) / 4;
     std::memset(codes + used, 0, bytes - terngrad::kHeaderBytes - used);
@@ -167,14 +182,18 @@ class TerngradCodec final : public Codec {
   // The clipping bound and s, or an error when x holds an infinity or a NaN.
   template <bool kFeedback>
   Result<terngrad::Scaler> scalerOf(const float* g, const float* r, size_t n) const {
-    std::vector<BlockStats> blocks((n + kBlock - 1) / kBlock);
-    forChunks(env_, n, kBlock, [&](size_t begin, size_t end) {
-      for (size_t b = begin / kBlock; b * kBlock < end; ++b)
-        blocks[b] = statsOf<kFeedback>(g, r, b * kBlock, std::min(end, (b + 1) * kBlock));
-    });
+    // Per thread: encode is const and runs on several codec threads at once.
+    thread_local std::vector<terngrad::BlockStats> blocks;
+    const size_t count = (n + terngrad::kStatsBlock - 1) / terngrad::kStatsBlock;
+    if (blocks.size() < count) blocks.resize(count);
+    terngrad::BlockStats* stats = blocks.data();
+    const auto block_stats =
+        kFeedback ? terngrad::kernels().block_stats_feedback : terngrad::kernels().block_stats;
+    forChunks(env_, n, terngrad::kStatsBlock,
+              [&](size_t begin, size_t end) { block_stats(g, r, begin, end, stats); });
     double sum_squares = 0.0;
     float max_magnitude = 0.0f;
-    for (const BlockStats& block : blocks) {
+    for (const terngrad::BlockStats& block : std::span(stats, count)) {
       sum_squares += block.sum_squares;
       max_magnitude = std::max(max_magnitude, block.max_magnitude);
     }

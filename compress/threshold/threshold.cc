@@ -42,16 +42,27 @@ class ThresholdCodec final : public Codec {
     GC_RETURN_IF_ERROR(
         checkEncodeSpans(name(), n, state.size(), n, out.size(), maxEncodedBytes(n)));
     const std::span<float> r = state.first(n);
-    sparse::accumulate(env_, in, r);
-    std::vector<uint32_t> idx;
-    if (n != 0) {
-      const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
-      const uint32_t cut =
-          sparse::estimateThreshold(r, keep_, sparse::sampleCount(sample_, n), stream);
-      sparse::collectAtLeast(r, cut, idx);
-      sparse::keepLargest(r, idx, sparse::countFor(keep_, n));
+    if (n == 0) return sparse::sendAndClear(r, {}, out);
+    const size_t samples = sparse::sampleCount(sample_, n);
+    const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
+    uint32_t* idx = sparse::indexScratch(n);
+    size_t count = 0;
+    if (samples < n) {
+      // The cut comes from r + g at the sampled elements, before r is updated, so the
+      // accumulation and the collect share one pass.
+      const float* g = in.data();
+      const uint32_t cut = sparse::estimateThresholdOf(
+          n, keep_, samples, stream, [&](size_t i) { return r[i] + g[i]; });
+      const auto pass = sparse::kernels().accumulate_collect;
+      count = sparse::collectChunks(env_, n, idx, [&](size_t begin, size_t end, uint32_t* into) {
+        return pass(g, r.data(), begin, end, cut, into);
+      });
+    } else {
+      sparse::accumulate(env_, in, r);
+      count = sparse::collectAtLeast(r, sparse::estimateThreshold(r, keep_, samples, stream), idx);
     }
-    return sparse::sendAndClear(r, idx, out);
+    count = sparse::keepLargest(r, idx, count, sparse::countFor(keep_, n));
+    return sparse::sendAndClear(r, {idx, count}, out);
   }
 
   Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,

@@ -30,11 +30,29 @@ class TopkCodec final : public Codec {
     GC_RETURN_IF_ERROR(
         checkEncodeSpans(name(), n, state.size(), n, out.size(), maxEncodedBytes(n)));
     const std::span<float> r = state.first(n);
-    sparse::accumulate(env_, in, r);
-    // The stream only steers the candidate prefilter; the chosen set does not depend on it.
-    const auto idx = sparse::largest(r, sparse::countFor(ratio_, n),
-                                     rng::streamSeed(0, id.key, id.slice, id.step));
-    return sparse::sendAndClear(r, idx, out);
+    if (n == 0) return sparse::sendAndClear(r, {}, out);
+    const size_t k = sparse::countFor(ratio_, n);
+    uint32_t* idx = sparse::indexScratch(n);
+    size_t count = 0;
+    const size_t samples = sparse::prefilterSamples(n);
+    if (const size_t rank = sparse::prefilterRank(n, k, samples); rank != 0) {
+      // The candidates' cut comes from r + g at the sampled elements, before r is updated,
+      // so the accumulation and the collect share one pass. The stream only steers this
+      // prefilter; the chosen set does not depend on it.
+      const float* g = in.data();
+      const uint32_t cut =
+          sparse::sampledKeyOf(n, samples, rank, rng::streamSeed(0, id.key, id.slice, id.step),
+                               [&](size_t i) { return r[i] + g[i]; });
+      const auto pass = sparse::kernels().accumulate_collect;
+      count = sparse::collectChunks(env_, n, idx, [&](size_t begin, size_t end, uint32_t* into) {
+        return pass(g, r.data(), begin, end, cut, into);
+      });
+    } else {
+      sparse::accumulate(env_, in, r);
+    }
+    if (count < k) count = sparse::collectAtLeast(r, 0, idx);
+    count = sparse::keepLargest(r, idx, count, k);
+    return sparse::sendAndClear(r, {idx, count}, out);
   }
 
   Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
