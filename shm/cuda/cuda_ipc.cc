@@ -183,46 +183,4 @@ Status SharedEvent::waitOn(CUstream stream) const {
   return {};
 }
 
-Status sendFd(int socket, int fd, std::span<const std::byte> payload) {
-  iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  const ssize_t sent = sendmsg(socket, &msg, MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(payload.size()))
-    return Status::unavailable(strCat("sending a file descriptor failed: ",
-                                      sent < 0 ? std::strerror(errno) : "short write"));
-  return {};
-}
-
-Result<int> receiveFd(int socket, std::span<std::byte> payload) {
-  iovec iov{payload.data(), payload.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t got = recvmsg(socket, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-  if (got != static_cast<ssize_t>(payload.size()))
-    return Status::unavailable(strCat("receiving a file descriptor failed: ",
-                                      got < 0 ? std::strerror(errno) : "short read"));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      return fd;
-    }
-  }
-  return Status::dataLoss("the message carried no file descriptor");
-}
-
 }  // namespace gcagent::shm::cuda

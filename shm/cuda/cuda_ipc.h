@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "shm/cuda/cuda_driver.h"
+#include "shm/fd_passing.h"
 
 namespace gcagent::shm::cuda {
 
@@ -92,9 +93,6 @@ class SharedEvent {
   CUevent event_ = nullptr;
 };
 
-// One fd and a small payload over a connected Unix socket (SCM_RIGHTS).
-Status sendFd(int socket, int fd, std::span<const std::byte> payload);
-// Receives exactly payload.size() bytes and the fd that came with them.
-Result<int> receiveFd(int socket, std::span<std::byte> payload);
+// sendFd and receiveFd (shm/fd_passing.h) carry the exported fd.
 
 }  // namespace gcagent::shm::cuda
