@@ -17,7 +17,10 @@ namespace {
 
 class UnavailableDevicePath : public DevicePath {
  public:
-  explicit UnavailableDevicePath(std::string why) : why_(std::move(why)) {}
+  // `why` may come from CudaDriver::load(), which says "no GPU: ..." itself.
+  explicit UnavailableDevicePath(std::string why) : why_(std::move(why)) {
+    if (why_.starts_with("no GPU: ")) why_.erase(0, 8);
+  }
 
   Result<std::unique_ptr<DeviceSlots>> allocate(const shm::protocol::GpuUuidBytes& trainer_gpu,
                                                 std::span<const uint64_t>) override {
