@@ -16,6 +16,12 @@ constexpr uint64_t kSlotAlign = 256;  // what cudaMalloc guarantees; kernels exp
 
 class CudaSlots : public DeviceSlots {
  public:
+  CudaSlots(const cuda::CudaDriver& d, CUcontext context, CUstream stream) : d_(d), context_(context), stream_(stream) {}
+  // Copies into or out of this memory may still be queued: they finish before it goes.
+  ~CudaSlots() override {
+    d_.ctxSetCurrent(context_);
+    d_.streamSynchronize(stream_);
+  }
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return memory.fd(); }
 
@@ -23,6 +29,11 @@ class CudaSlots : public DeviceSlots {
   cuda::SharedEvent ready;  // the trainer records it after writing its gradients
   cuda::SharedEvent done;   // recorded here after writing the averages
   protocol::DeclaredDevice offer_;
+
+ private:
+  const cuda::CudaDriver& d_;
+  CUcontext context_;
+  CUstream stream_;
 };
 
 class CudaDevicePath : public DevicePath {
@@ -43,7 +54,7 @@ class CudaDevicePath : public DevicePath {
                                                ", but this agent uses gpu ", ordinal_, " (", cuda::uuidText(uuid_),
                                                "); give the agent and the trainer the same GPU"));
     d_.ctxSetCurrent(context_);
-    auto slots = std::make_unique<CudaSlots>();
+    auto slots = std::make_unique<CudaSlots>(d_, context_, stream_);
     uint64_t total = 0;
     for (uint64_t bytes : slot_bytes) {
       slots->offer_.slot_offsets.push_back(total);
