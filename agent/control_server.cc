@@ -156,10 +156,10 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       // The descriptor goes with the first bytes; asio writes the rest.
       auto sent = shm::sendWithFd(socket_.native_handle(), front.fd, front.bytes);
       if (!sent.ok()) {
-        if (sent.status().message().find("would block") == std::string::npos) {
-          GC_LOG(kWarn, "control", "trainer ", id_, ": ", sent.status().message());
-          return close();
-        }
+        GC_LOG(kWarn, "control", "trainer ", id_, ": ", sent.status().message());
+        return close();
+      }
+      if (*sent == 0) {  // the socket is full
         socket_.async_wait(stream_protocol::socket::wait_write, [this, self](boost::system::error_code ec) {
           if (ec) return close();
           writeNext();

@@ -28,8 +28,7 @@ Result<size_t> sendWithFd(int socket, int fd, std::span<const std::byte> payload
     const ssize_t sent = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
     if (sent > 0) return static_cast<size_t>(sent);
     if (sent < 0 && errno == EINTR) continue;
-    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return Status::unavailable("sending a file descriptor: the socket would block");
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return size_t{0};
     return Status::unavailable(strCat("sending a file descriptor failed: ", sent < 0 ? std::strerror(errno) : "nothing sent"));
   }
 }
@@ -62,6 +61,7 @@ ssize_t receiveWithFds(int socket, std::span<std::byte> buffer, int flags, std::
 
 Status sendFd(int socket, int fd, std::span<const std::byte> payload) {
   GC_ASSIGN_OR_RETURN(size_t sent, sendWithFd(socket, fd, payload));
+  if (sent == 0) return Status::unavailable("sending a file descriptor: the socket is non-blocking and full");
   while (sent < payload.size()) {
     const ssize_t n = ::send(socket, payload.data() + sent, payload.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;

@@ -13,9 +13,9 @@
 
 namespace gcagent::shm {
 
-// Sends the start of `payload` with `fd` attached. Returns how many bytes went (at least 1);
-// the caller writes the rest as plain stream data. On a non-blocking socket that is full it
-// fails with unavailable("... would block") and sends nothing, fd included.
+// Sends the start of `payload` with `fd` attached. Returns how many bytes went; the caller
+// writes the rest as plain stream data. 0 means a non-blocking socket is full: nothing went,
+// fd included, and the caller retries once it is writable.
 Result<size_t> sendWithFd(int socket, int fd, std::span<const std::byte> payload);
 
 // recv(2) that keeps the descriptors that came with the bytes: appends them to `fds` (with

@@ -17,6 +17,9 @@ namespace cuda = shm::cuda;
 class DeviceMapping {
  public:
   const cuda::CudaDriver* driver = nullptr;
+  // The device's primary context (what the CUDA runtime uses), made current before each call:
+  // a shim may record and wait from a thread that never touched CUDA.
+  CUcontext context = nullptr;
   cuda::SharedDeviceMemory memory;
   cuda::SharedEvent ready;
   cuda::SharedEvent done;
@@ -73,6 +76,10 @@ Outcome mapDevice(const shm::protocol::DeclaredDevice& offer, int fd, std::share
                                              " GPU(s) this process sees (CUDA_VISIBLE_DEVICES?)"));
   auto mapping = std::make_shared<DeviceMapping>();
   mapping->driver = &drv;
+  CUdevice dev = 0;
+  CUresult r = drv.deviceGet(&dev, ordinal);
+  if (r == CUDA_SUCCESS) r = drv.primaryCtxRetain(&mapping->context, dev);
+  if (r != CUDA_SUCCESS) return failure(GCAGENT_ERR_UNSUPPORTED, drv.describe("primary context", r));
   auto memory = cuda::SharedDeviceMemory::import(drv, ordinal, fd, desc);
   if (!memory.ok()) return cudaFailure(memory.status());
   mapping->memory = std::move(memory).value();
@@ -92,11 +99,15 @@ Outcome mapDevice(const shm::protocol::DeclaredDevice& offer, int fd, std::share
 uint64_t deviceBase(const DeviceMapping& mapping) { return mapping.memory.address(); }
 
 Outcome recordReady(const DeviceMapping& mapping, void* stream) {
+  if (CUresult r = mapping.driver->ctxSetCurrent(mapping.context); r != CUDA_SUCCESS)
+    return failure(GCAGENT_ERR_UNSUPPORTED, mapping.driver->describe("cuCtxSetCurrent", r));
   Status s = mapping.ready.record(static_cast<CUstream>(stream));
   return s.ok() ? success() : failure(GCAGENT_ERR_UNSUPPORTED, s.message());
 }
 
 Outcome waitDone(const DeviceMapping& mapping, void* stream) {
+  if (CUresult r = mapping.driver->ctxSetCurrent(mapping.context); r != CUDA_SUCCESS)
+    return failure(GCAGENT_ERR_UNSUPPORTED, mapping.driver->describe("cuCtxSetCurrent", r));
   Status s = mapping.done.waitOn(static_cast<CUstream>(stream));
   return s.ok() ? success() : failure(GCAGENT_ERR_UNSUPPORTED, s.message());
 }

@@ -123,6 +123,33 @@ TEST(FdPassingTest, EmptyPayloadAndBadFdAreErrors) {
   ::close(mine);
 }
 
+TEST(FdPassingTest, FullNonBlockingSocketSendsNothing) {
+  SocketPair s;
+  ASSERT_EQ(::fcntl(s.fds[0], F_SETFL, O_NONBLOCK), 0);
+  std::vector<std::byte> filler(1 << 16);
+  while (::send(s.fds[0], filler.data(), filler.size(), MSG_DONTWAIT) > 0) {
+  }
+  const int mine = patternedMemfd(8);
+  const std::byte one{1};
+  auto sent = sendWithFd(s.fds[0], mine, std::span(&one, 1));
+  ASSERT_TRUE(sent.ok()) << sent.status().toString();
+  EXPECT_EQ(*sent, 0u);
+  // Drained, the socket takes the descriptor; the receiver finds it after the filler.
+  std::vector<int> fds;
+  std::vector<std::byte> sink(1 << 16);
+  while (::recv(s.fds[1], sink.data(), sink.size(), MSG_DONTWAIT) > 0) {
+  }
+  sent = sendWithFd(s.fds[0], mine, std::span(&one, 1));
+  ASSERT_TRUE(sent.ok());
+  EXPECT_EQ(*sent, 1u);
+  std::byte got{};
+  ASSERT_EQ(receiveWithFds(s.fds[1], std::span(&got, 1), 0, fds), 1);
+  EXPECT_EQ(got, one);
+  ASSERT_EQ(fds.size(), 1u);
+  ::close(fds[0]);
+  ::close(mine);
+}
+
 TEST(FdPassingTest, PeerGoneIsAnError) {
   SocketPair s;
   ::close(s.fds[1]);
