@@ -402,7 +402,7 @@ void ControlServer::badMessage(const Status& why) {
 }
 
 Status ControlServer::start() {
-  if (!device_path_) device_path_ = makeDevicePath(io_, 0);
+  if (!device_path_) device_path_ = makeDevicePath(io_);
   ::unlink(options_.socket_path.c_str());  // a stale socket from a crashed agent
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);

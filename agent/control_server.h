@@ -30,7 +30,7 @@ struct ServerOptions {
   // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
   // job's last iteration this node completed and the reason.
   std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
-  // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io, 0) at start().
+  // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io) at start().
   std::shared_ptr<DevicePath> device_path;
 };
 

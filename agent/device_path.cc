@@ -10,7 +10,7 @@ namespace gcagent::agent {
 
 #if GCAGENT_HAVE_CUDA
 // device_path_cuda.cc
-std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io, int ordinal);
+std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io);
 #endif
 
 namespace {
@@ -55,12 +55,11 @@ std::unique_ptr<DevicePath> makeUnavailableDevicePath(std::string why) {
   return std::make_unique<UnavailableDevicePath>(std::move(why));
 }
 
-std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io, int ordinal) {
+std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io) {
 #if GCAGENT_HAVE_CUDA
-  return makeCudaDevicePath(io, ordinal);
+  return makeCudaDevicePath(io);
 #else
   (void)io;
-  (void)ordinal;
   return makeUnavailableDevicePath("this agent was built without CUDA");
 #endif
 }

@@ -46,10 +46,10 @@ class DevicePath {
   virtual void stageOut(DeviceSlots& slots, size_t index, const float* host, uint64_t elements, Done done) = 0;
 };
 
-// The agent's GPU `ordinal` when this build has CUDA and the host a driver; otherwise a path
-// whose allocate() says "this agent has no GPU" and why. Never fails: the agent keeps
-// serving host jobs either way.
-std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io, int ordinal);
+// Every GPU the agent sees (a trainer's slots go on the GPU its tensors live on) when this
+// build has CUDA and the host a driver; otherwise a path whose allocate() says "this agent
+// has no GPU" and why. Never fails: the agent keeps serving host jobs either way.
+std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io);
 
 // "GPU-1a2b3c4d-...", as nvidia-smi -L prints it.
 std::string gpuUuidText(const shm::protocol::GpuUuidBytes& uuid);

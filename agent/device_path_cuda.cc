@@ -1,5 +1,6 @@
 // DevicePath on the agent's GPU, through the driver API loaded at run time.
 #include <cstring>
+#include <vector>
 
 #include "agent/device_path.h"
 #include "common/log.h"
@@ -14,13 +15,21 @@ namespace protocol = shm::protocol;
 
 constexpr uint64_t kSlotAlign = 256;  // what cudaMalloc guarantees; kernels expect it
 
+// One GPU the agent sees, with the stream its copies for that GPU's trainers run on.
+struct Device {
+  int ordinal = 0;
+  cuda::GpuUuid uuid{};
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+};
+
 class CudaSlots : public DeviceSlots {
  public:
-  CudaSlots(const cuda::CudaDriver& d, CUcontext context, CUstream stream) : d_(d), context_(context), stream_(stream) {}
+  CudaSlots(const cuda::CudaDriver& d, const Device& device) : device(device), d_(d) {}
   // Copies into or out of this memory may still be queued: they finish before it goes.
   ~CudaSlots() override {
-    d_.ctxSetCurrent(context_);
-    d_.streamSynchronize(stream_);
+    d_.ctxSetCurrent(device.context);
+    d_.streamSynchronize(device.stream);
   }
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return memory.fd(); }
@@ -29,32 +38,40 @@ class CudaSlots : public DeviceSlots {
   cuda::SharedEvent ready;  // the trainer records it after writing its gradients
   cuda::SharedEvent done;   // recorded here after writing the averages
   protocol::DeclaredDevice offer_;
+  const Device& device;
 
  private:
   const cuda::CudaDriver& d_;
-  CUcontext context_;
-  CUstream stream_;
 };
 
 class CudaDevicePath : public DevicePath {
  public:
-  CudaDevicePath(asio::io_context& io, const cuda::CudaDriver& driver, int ordinal, cuda::GpuUuid uuid,
-                 CUcontext context, CUstream stream)
-      : io_(io), d_(driver), ordinal_(ordinal), uuid_(uuid), context_(context), stream_(stream) {}
+  CudaDevicePath(asio::io_context& io, const cuda::CudaDriver& driver, std::vector<Device> devices)
+      : io_(io), d_(driver), devices_(std::move(devices)) {}
   ~CudaDevicePath() override {
-    d_.ctxSetCurrent(context_);
-    d_.streamSynchronize(stream_);
-    d_.streamDestroy(stream_);
+    for (const Device& dev : devices_) {
+      d_.ctxSetCurrent(dev.context);
+      d_.streamSynchronize(dev.stream);
+      d_.streamDestroy(dev.stream);
+    }
   }
 
   Result<std::unique_ptr<DeviceSlots>> allocate(const protocol::GpuUuidBytes& trainer_gpu,
                                                 std::span<const uint64_t> slot_bytes) override {
-    if (std::memcmp(trainer_gpu.data(), uuid_.data(), uuid_.size()) != 0)
+    const Device* found = nullptr;
+    for (const Device& dev : devices_)
+      if (std::memcmp(trainer_gpu.data(), dev.uuid.data(), dev.uuid.size()) == 0) found = &dev;
+    if (found == nullptr) {
+      std::string seen;
+      for (const Device& dev : devices_)
+        seen += strCat(seen.empty() ? "" : ", ", "gpu ", dev.ordinal, " (", cuda::uuidText(dev.uuid), ")");
       return Status::failedPrecondition(strCat("the trainer's tensors live on ", gpuUuidText(trainer_gpu),
-                                               ", but this agent uses gpu ", ordinal_, " (", cuda::uuidText(uuid_),
-                                               "); give the agent and the trainer the same GPU"));
-    d_.ctxSetCurrent(context_);
-    auto slots = std::make_unique<CudaSlots>(d_, context_, stream_);
+                                               ", which this agent does not see (it sees ", seen,
+                                               "); give the agent the trainer's GPU (CUDA_VISIBLE_DEVICES)"));
+    }
+    const Device& dev = *found;
+    d_.ctxSetCurrent(dev.context);
+    auto slots = std::make_unique<CudaSlots>(d_, dev);
     uint64_t total = 0;
     for (uint64_t bytes : slot_bytes) {
       slots->offer_.slot_offsets.push_back(total);
@@ -63,7 +80,7 @@ class CudaDevicePath : public DevicePath {
     if (total > protocol::kMaxDeviceBytes)
       return Status::resourceExhausted(strCat("the declared tensors need ", total, " bytes of GPU memory, more than ",
                                               protocol::kMaxDeviceBytes));
-    GC_ASSIGN_OR_RETURN(slots->memory, cuda::SharedDeviceMemory::create(d_, ordinal_, total));
+    GC_ASSIGN_OR_RETURN(slots->memory, cuda::SharedDeviceMemory::create(d_, dev.ordinal, total));
     GC_ASSIGN_OR_RETURN(slots->ready, cuda::SharedEvent::create(d_));
     GC_ASSIGN_OR_RETURN(slots->done, cuda::SharedEvent::create(d_));
     GC_ASSIGN_OR_RETURN(CUipcEventHandle ready, slots->ready.handle());
@@ -72,7 +89,7 @@ class CudaDevicePath : public DevicePath {
     protocol::DeclaredDevice& o = slots->offer_;
     o.kind = desc.kind == cuda::ExportKind::kPosixFd ? protocol::DeviceHandleKind::kPosixFd
                                                      : protocol::DeviceHandleKind::kLegacyIpc;
-    std::memcpy(o.gpu.data(), uuid_.data(), o.gpu.size());
+    std::memcpy(o.gpu.data(), dev.uuid.data(), o.gpu.size());
     o.allocation_bytes = desc.bytes;
     if (desc.kind == cuda::ExportKind::kLegacyIpc) std::memcpy(o.mem_handle.data(), desc.legacy.reserved, 64);
     std::memcpy(o.ready_event.data(), ready.reserved, 64);
@@ -82,24 +99,26 @@ class CudaDevicePath : public DevicePath {
 
   void stageIn(DeviceSlots& s, size_t index, float* host, uint64_t elements, Done done) override {
     auto& slots = static_cast<CudaSlots&>(s);
-    d_.ctxSetCurrent(context_);
-    Status st = slots.ready.waitOn(stream_);
+    const Device& dev = slots.device;
+    d_.ctxSetCurrent(dev.context);
+    Status st = slots.ready.waitOn(dev.stream);
     if (st.ok())
-      if (CUresult r = d_.memcpyDtoHAsync(host, address(slots, index), elements * sizeof(float), stream_);
+      if (CUresult r = d_.memcpyDtoHAsync(host, address(slots, index), elements * sizeof(float), dev.stream);
           r != CUDA_SUCCESS)
         st = Status::unavailable(d_.describe("cuMemcpyDtoHAsync", r));
-    finish(std::move(st), std::move(done));
+    finish(dev, std::move(st), std::move(done));
   }
 
   void stageOut(DeviceSlots& s, size_t index, const float* host, uint64_t elements, Done done) override {
     auto& slots = static_cast<CudaSlots&>(s);
-    d_.ctxSetCurrent(context_);
+    const Device& dev = slots.device;
+    d_.ctxSetCurrent(dev.context);
     Status st;
-    if (CUresult r = d_.memcpyHtoDAsync(address(slots, index), host, elements * sizeof(float), stream_);
+    if (CUresult r = d_.memcpyHtoDAsync(address(slots, index), host, elements * sizeof(float), dev.stream);
         r != CUDA_SUCCESS)
       st = Status::unavailable(d_.describe("cuMemcpyHtoDAsync", r));
-    if (st.ok()) st = slots.done.record(stream_);
-    finish(std::move(st), std::move(done));
+    if (st.ok()) st = slots.done.record(dev.stream);
+    finish(dev, std::move(st), std::move(done));
   }
 
  private:
@@ -113,11 +132,11 @@ class CudaDevicePath : public DevicePath {
   }
 
   // Runs `done` on the io thread once the stream has passed this point (or at once on error).
-  void finish(Status st, Done done) {
+  void finish(const Device& dev, Status st, Done done) {
     if (st.ok()) {
       auto* pending = new Pending{&io_, std::move(done)};
       CUresult r = d_.launchHostFunc(
-          stream_,
+          dev.stream,
           [](void* p) {
             std::unique_ptr<Pending> owned(static_cast<Pending*>(p));
             asio::post(*owned->io, [done = std::move(owned->done)] { done({}); });
@@ -133,29 +152,37 @@ class CudaDevicePath : public DevicePath {
 
   asio::io_context& io_;
   const cuda::CudaDriver& d_;
-  int ordinal_;
-  cuda::GpuUuid uuid_;
-  CUcontext context_;
-  CUstream stream_;
+  const std::vector<Device> devices_;  // fixed: slots point into it
 };
 
 }  // namespace
 
-std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io, int ordinal) {
+std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io) {
   auto driver = cuda::CudaDriver::load();
   if (!driver.ok()) return makeUnavailableDevicePath(driver.status().message());
   const cuda::CudaDriver& d = **driver;
-  auto uuid = cuda::useDevice(d, ordinal);
-  if (!uuid.ok()) return makeUnavailableDevicePath(uuid.status().message());
-  CUcontext context = nullptr;
-  CUstream stream = nullptr;
-  CUdevice dev = 0;
-  CUresult r = d.deviceGet(&dev, ordinal);
-  if (r == CUDA_SUCCESS) r = d.primaryCtxRetain(&context, dev);
-  if (r == CUDA_SUCCESS) r = d.streamCreate(&stream, CU_STREAM_NON_BLOCKING);
-  if (r != CUDA_SUCCESS) return makeUnavailableDevicePath(strCat("gpu ", ordinal, ": ", d.describe("stream setup", r)));
-  GC_LOG(kInfo, "device", "trainers' device tensors go through gpu ", ordinal, " (", cuda::uuidText(*uuid), ")");
-  return std::make_unique<CudaDevicePath>(io, d, ordinal, *uuid, context, stream);
+  int count = 0;
+  if (CUresult r = d.deviceGetCount(&count); r != CUDA_SUCCESS)
+    return makeUnavailableDevicePath(d.describe("cuDeviceGetCount", r));
+  if (count == 0) return makeUnavailableDevicePath("the driver sees no GPU");
+  std::vector<Device> devices;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    Device dev;
+    dev.ordinal = ordinal;
+    auto uuid = cuda::useDevice(d, ordinal);  // also makes its primary context current
+    if (!uuid.ok()) return makeUnavailableDevicePath(uuid.status().message());
+    dev.uuid = *uuid;
+    CUdevice handle = 0;
+    CUresult r = d.deviceGet(&handle, ordinal);
+    if (r == CUDA_SUCCESS) r = d.primaryCtxRetain(&dev.context, handle);
+    if (r == CUDA_SUCCESS) r = d.streamCreate(&dev.stream, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS)
+      return makeUnavailableDevicePath(strCat("gpu ", ordinal, ": ", d.describe("stream setup", r)));
+    GC_LOG(kInfo, "device", "device tensors of trainers on gpu ", ordinal, " (", cuda::uuidText(dev.uuid),
+           ") are served");
+    devices.push_back(dev);
+  }
+  return std::make_unique<CudaDevicePath>(io, d, std::move(devices));
 }
 
 }  // namespace gcagent::agent

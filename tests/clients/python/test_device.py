@@ -56,18 +56,20 @@ def test_device_declare_is_refused_with_the_gpu_named_and_host_jobs_go_on(tmp_pa
         with pytest.raises(GcagentError) as refused:
             trainer.declare_device([TensorSpec(1, 1000)], FOREIGN_GPU)
         assert refused.value.code == 5  # GCAGENT_ERR_AGENT
-        prefix = ("gcagent: declare 1 device tensors: the agent rejected the declare device: failed_precondition: "
-                  f"the trainer's tensors live on {FOREIGN_TEXT}, but this agent ")
+        head = ("gcagent: declare 1 device tensors: the agent rejected the declare device: failed_precondition: "
+                f"the trainer's tensors live on {FOREIGN_TEXT}")
         message = str(refused.value)
         if host_has_gpu():
-            assert re.fullmatch(re.escape(prefix) + r"uses gpu 0 \(GPU-[0-9a-f-]{36}\); "
-                                r"give the agent and the trainer the same GPU", message), message
+            assert re.fullmatch(re.escape(head + ", which this agent does not see (it sees ") +
+                                r"gpu 0 \(GPU-[0-9a-f-]{36}\).*\); give the agent the trainer's GPU "
+                                r"\(CUDA_VISIBLE_DEVICES\)", message), message
         else:
             no_gpu = [
                 "cannot load libcuda.so.1: libcuda.so.1: cannot open shared object file: No such file or directory",
                 "this agent was built without CUDA",
             ]
-            assert message in [f"{prefix}has no GPU ({why}); declare host tensors instead" for why in no_gpu], message
+            assert message in [f"{head}, but this agent has no GPU ({why}); declare host tensors instead"
+                               for why in no_gpu], message
         assert "device declare refused: the trainer's tensors live on " + FOREIGN_TEXT in c.log(0)
 
         # The refused trainer's connection still works: it reduces on the host instead.
