@@ -184,16 +184,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     Status s;
     if (auto* hello = std::get_if<protocol::Hello>(&m.body)) s = onHello(m.request_id, *hello);
     else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) s = onDeclare(m.request_id, *declare);
-    else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) {
-      s = onDeclareDevice(m.request_id, *device);
-      if (!s.ok()) {
-        // Not a malformed message: this agent cannot serve that GPU. Counted apart.
-        server_.deviceRefused(s);
-        GC_LOG(kWarn, "control", "trainer ", id_, ": device declare refused: ", s.message());
-        sendError(m.request_id, s);
-        return;
-      }
-    }
+    else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) s = onDeclareDevice(m.request_id, *device);
     else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
     else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                             "' is not one a trainer sends"));
@@ -276,10 +267,17 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     std::vector<uint64_t> bytes;
     for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
     // The GPU check comes first: a refused trainer must not disturb the job's declaration.
-    GC_ASSIGN_OR_RETURN(std::unique_ptr<DeviceSlots> device, server_.device_path_->allocate(d.gpu, bytes));
+    auto device = server_.device_path_->allocate(d.gpu, bytes);
+    if (!device.ok()) {
+      // Not a malformed message: this agent cannot serve that GPU. Counted apart.
+      server_.deviceRefused(device.status());
+      GC_LOG(kWarn, "control", "trainer ", id_, ": device declare refused: ", device.status().message());
+      sendError(request, device.status());
+      return {};
+    }
     GC_RETURN_IF_ERROR(declareTensors(d.tensors));
     forgetSlots();
-    device_ = std::move(device);
+    device_ = std::move(device).value();
     staging_.resize(d.tensors.size());
     for (size_t i = 0; i < d.tensors.size(); ++i) {
       staging_[i].assign(d.tensors[i].elements, 0.0f);
@@ -339,11 +337,15 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
                                     [this, self, device, iteration = s.iteration, key, request](const Status& st) {
                                       --staging_count_;
                                       if (closed_ || device_.get() != device || !job_) return;
-                                      if (st.ok()) return contribute(iteration, key);
+                                      Status why = st;
+                                      if (why.ok() && generation_ != job_->generation)
+                                        why = Status::failedPrecondition(
+                                            "the job's tensors were re-declared by another trainer: declare again");
+                                      if (why.ok()) return contribute(iteration, key);
                                       takeSubmit(iteration, key);
-                                      GC_LOG(kWarn, "control", "trainer ", id_, ": ", st.message());
-                                      sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ",
-                                                                                  iteration, ": ", st.message())));
+                                      GC_LOG(kWarn, "control", "trainer ", id_, ": ", why.message());
+                                      sendError(request, Status(why.code(), strCat("tensor ", key, " iteration ",
+                                                                                   iteration, ": ", why.message())));
                                     });
     }
     return {};

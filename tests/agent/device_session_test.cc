@@ -314,9 +314,16 @@ TEST_F(DeviceSessionTest, TrainerOnAnotherGpuIsRefusedAndTheJobGoesOn) {
   EXPECT_EQ(error.message, "the trainer's tensors live on GPU-90919293-9495-9697-9899-9a9b9c9d9e9f, this test's "
                            "agent uses GPU-40414243-4445-4647-4849-4a4b4c4d4e4f");
   EXPECT_TRUE(t.fds.empty());
-  const ServerCounters counters = agent.counters();
+  ServerCounters counters = agent.counters();
   EXPECT_EQ(counters.device_refused, 1u);
   EXPECT_EQ(counters.bad_messages, 0u);
+  // A device declaration out of turn is a bad message, not a GPU the agent lacks.
+  Trainer early(socket_);
+  early.send({1, protocol::DeclareDevice{kAgentGpu, tensors()}});
+  EXPECT_EQ(early.expect<protocol::Error>(early.receive()).message, "declare before hello");
+  counters = agent.counters();
+  EXPECT_EQ(counters.device_refused, 1u);
+  EXPECT_EQ(counters.bad_messages, 1u);
   // Submitting before any accepted declaration is refused as before.
   t.send({6, protocol::Submit{1, {1}}});
   EXPECT_EQ(t.expect<protocol::Error>(t.receive()).message, "submit before declare");
