@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client_device.h"
+#include "device_trainer.h"
 #include "shm/cuda/cuda_ipc.h"
 #include "shm/protocol.h"
 
@@ -26,17 +27,6 @@ namespace {
 namespace cuda = shm::cuda;
 namespace protocol = shm::protocol;
 
-constexpr int kNoGpu = 77;
-constexpr size_t kFloats = 1 << 18;
-
-#define CHILD_CHECK(cond, ...)           \
-  do {                                   \
-    if (!(cond)) {                       \
-      std::fprintf(stderr, __VA_ARGS__); \
-      std::fprintf(stderr, "\n");        \
-      return 1;                          \
-    }                                    \
-  } while (0)
 
 int inChild(const std::function<int()>& body) {
   const pid_t pid = fork();
@@ -48,12 +38,6 @@ int inChild(const std::function<int()>& body) {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
-bool sendByte(int sock, char c) { return write(sock, &c, 1) == 1; }
-bool expectByte(int sock, char want) {
-  char c = 0;
-  return read(sock, &c, 1) == 1 && c == want;
 }
 
 // The agent's side: the allocation, the events, the offer.
@@ -110,55 +94,6 @@ int exporter(int sock, cuda::ExportKind kind) {
   return 0;
 }
 
-// The trainer's side, through the client library's device mapping.
-int trainer(int sock) {
-  auto loaded = cuda::CudaDriver::load();
-  if (!loaded.ok()) return kNoGpu;
-  const cuda::CudaDriver& d = **loaded;
-  std::vector<std::byte> in(64 * 1024);
-  std::vector<int> fds;
-  size_t got = 0;
-  for (;;) {
-    const ssize_t n = shm::receiveWithFds(sock, std::span(in).subspan(got), 0, fds);
-    CHILD_CHECK(n > 0, "trainer: receive");
-    got += static_cast<size_t>(n);
-    if (got < protocol::kHeaderBytes) continue;
-    auto header = protocol::parseHeader(std::span(in).first(protocol::kHeaderBytes));
-    CHILD_CHECK(header.ok(), "trainer: %s", header.status().toString().c_str());
-    if (got < protocol::kHeaderBytes + header->body_bytes) continue;
-    auto message = protocol::decode(*header, std::span(in).subspan(protocol::kHeaderBytes, header->body_bytes));
-    CHILD_CHECK(message.ok(), "trainer: %s", message.status().toString().c_str());
-    const auto& offer = std::get<protocol::DeclaredDevice>(message->body);
-    const int fd = fds.empty() ? -1 : fds.front();
-    CHILD_CHECK((offer.kind == protocol::DeviceHandleKind::kPosixFd) == (fd >= 0), "trainer: descriptor mismatch");
-    std::shared_ptr<DeviceMapping> mapping;
-    Outcome mapped = mapDevice(offer, fd, &mapping);
-    if (fd >= 0) close(fd);
-    CHILD_CHECK(mapped.ok(), "trainer: %s", mapped.message.c_str());
-    const CUdeviceptr slot = deviceBase(*mapping) + offer.slot_offsets[0];
-    CUstream stream = nullptr;
-    CHILD_CHECK(d.streamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS, "trainer: stream");
-    std::vector<float> host(kFloats);
-    for (size_t i = 0; i < kFloats; ++i) host[i] = static_cast<float>(i);
-    CHILD_CHECK(d.memcpyHtoDAsync(slot, host.data(), kFloats * sizeof(float), stream) == CUDA_SUCCESS,
-                "trainer: upload");
-    Outcome recorded = recordReady(*mapping, stream);
-    CHILD_CHECK(recorded.ok(), "trainer: %s", recorded.message.c_str());
-    CHILD_CHECK(sendByte(sock, 's'), "trainer: submit");
-    CHILD_CHECK(expectByte(sock, 'c'), "trainer: no completion");
-    Outcome waited = waitDone(*mapping, stream);
-    CHILD_CHECK(waited.ok(), "trainer: %s", waited.message.c_str());
-    CHILD_CHECK(d.memcpyDtoHAsync(host.data(), slot, kFloats * sizeof(float), stream) == CUDA_SUCCESS,
-                "trainer: download");
-    CHILD_CHECK(d.streamSynchronize(stream) == CUDA_SUCCESS, "trainer: sync");
-    for (size_t i = 0; i < kFloats; ++i)
-      CHILD_CHECK(host[i] == 0.5f * static_cast<float>(i), "trainer: average[%zu] is %f", i, host[i]);
-    CHILD_CHECK(sendByte(sock, 'v'), "trainer: verified");
-    d.streamDestroy(stream);
-    return 0;
-  }
-}
-
 class ClientDeviceTest : public ::testing::TestWithParam<cuda::ExportKind> {};
 
 TEST_P(ClientDeviceTest, TrainerMapsTheOfferAndEventsOrderBothWays) {
@@ -167,7 +102,7 @@ TEST_P(ClientDeviceTest, TrainerMapsTheOfferAndEventsOrderBothWays) {
   const pid_t t = fork();
   if (t == 0) {
     close(socks[0]);
-    const int code = trainer(socks[1]);
+    const int code = deviceTrainer(socks[1]);
     std::fflush(stderr);
     _exit(code);
   }
