@@ -233,7 +233,6 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void forgetSlots() {
     segment_.reset();  // a re-declaration replaces the old segment under the same name
     device_.reset();
-    staging_.clear();
     slots_.clear();
   }
 
@@ -278,11 +277,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     GC_RETURN_IF_ERROR(declareTensors(d.tensors));
     forgetSlots();
     device_ = std::move(device).value();
-    staging_.resize(d.tensors.size());
-    for (size_t i = 0; i < d.tensors.size(); ++i) {
-      staging_[i].assign(d.tensors[i].elements, 0.0f);
-      slots_[d.tensors[i].key] = {staging_[i].data(), d.tensors[i].elements, i};
-    }
+    for (size_t i = 0; i < d.tensors.size(); ++i)
+      slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i};
     generation_ = job_->generation;
     GC_LOG(kInfo, "control", "trainer ", id_, ": ", d.tensors.size(), " device tensors on ", gpuUuidText(d.gpu));
     send({request, device_->offer()}, device_->fd());
@@ -296,7 +292,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
     auto self = shared_from_this();
     DeviceSlots* device = device_.get();
-    server_.device_path_->stageOut(*device_, it->second.index, it->second.data, it->second.elements,
+    server_.device_path_->stageOut(*device_, it->second.index, it->second.elements,
                                    [this, self, device, request, iteration, key](const Status& st) {
                                      if (closed_ || device_.get() != device) return;
                                      if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
@@ -333,7 +329,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       auto self = shared_from_this();
       DeviceSlots* device = device_.get();
       ++staging_count_;
-      server_.device_path_->stageIn(*device_, slot.index, slot.data, slot.elements,
+      server_.device_path_->stageIn(*device_, slot.index, slot.elements,
                                     [this, self, device, iteration = s.iteration, key, request](const Status& st) {
                                       --staging_count_;
                                       if (closed_ || device_.get() != device || !job_) return;
@@ -374,7 +370,6 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   std::optional<uid_t> peer_uid_;
   std::optional<shm::Segment> segment_;
   std::unique_ptr<DeviceSlots> device_;       // instead of segment_ for a device declaration
-  std::vector<std::vector<float>> staging_;   // host buffers of device tensors, by declaration index
   size_t staging_count_ = 0;                  // copies from device slots not yet finished
   uint64_t generation_ = 0;
   std::unordered_map<uint64_t, Slot> slots_;

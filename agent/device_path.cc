@@ -28,10 +28,10 @@ class UnavailableDevicePath : public DevicePath {
                                              ", but this agent has no GPU (", why_,
                                              "); declare host tensors instead"));
   }
-  void stageIn(DeviceSlots&, size_t, float*, uint64_t, Done done) override {
+  void stageIn(DeviceSlots&, size_t, uint64_t, Done done) override {
     done(Status::internal("no device slots exist on an agent without a GPU"));
   }
-  void stageOut(DeviceSlots&, size_t, const float*, uint64_t, Done done) override {
+  void stageOut(DeviceSlots&, size_t, uint64_t, Done done) override {
     done(Status::internal("no device slots exist on an agent without a GPU"));
   }
 

@@ -28,6 +28,9 @@ class DeviceSlots {
   virtual const shm::protocol::DeclaredDevice& offer() const = 0;
   // The descriptor that travels with the offer (kPosixFd), or -1. Owned by this object.
   virtual int fd() const = 0;
+  // The host buffer of slot `index` that the engine reduces in (the slot's size, pinned where
+  // the device copies need it to run asynchronously).
+  virtual float* hostBuffer(size_t index) = 0;
 };
 
 class DevicePath {
@@ -40,10 +43,11 @@ class DevicePath {
   virtual Result<std::unique_ptr<DeviceSlots>> allocate(const shm::protocol::GpuUuidBytes& trainer_gpu,
                                                         std::span<const uint64_t> slot_bytes) = 0;
   // After the trainer's last ready-event record, copies slot `index` (`elements` floats)
-  // into `host`; `done` runs on the agent's io thread.
-  virtual void stageIn(DeviceSlots& slots, size_t index, float* host, uint64_t elements, Done done) = 0;
-  // Copies `host` into slot `index`, records the done event, then runs `done` on the io thread.
-  virtual void stageOut(DeviceSlots& slots, size_t index, const float* host, uint64_t elements, Done done) = 0;
+  // into its host buffer; `done` runs on the agent's io thread. Never blocks on the GPU.
+  virtual void stageIn(DeviceSlots& slots, size_t index, uint64_t elements, Done done) = 0;
+  // Copies the host buffer into slot `index`, records the done event, then runs `done` on
+  // the io thread.
+  virtual void stageOut(DeviceSlots& slots, size_t index, uint64_t elements, Done done) = 0;
 };
 
 // Every GPU the agent sees (a trainer's slots go on the GPU its tensors live on) when this

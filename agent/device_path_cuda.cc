@@ -1,4 +1,5 @@
 // DevicePath on the agent's GPU, through the driver API loaded at run time.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -30,13 +31,16 @@ class CudaSlots : public DeviceSlots {
   ~CudaSlots() override {
     d_.ctxSetCurrent(device.context);
     d_.streamSynchronize(device.stream);
+    for (float* h : host) d_.memFreeHost(h);
   }
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return memory.fd(); }
+  float* hostBuffer(size_t index) override { return host.at(index); }
 
   cuda::SharedDeviceMemory memory;
   cuda::SharedEvent ready;  // the trainer records it after writing its gradients
   cuda::SharedEvent done;   // recorded here after writing the averages
+  std::vector<float*> host;  // pinned, one per slot
   protocol::DeclaredDevice offer_;
   const Device& device;
 
@@ -81,6 +85,12 @@ class CudaDevicePath : public DevicePath {
       return Status::resourceExhausted(strCat("the declared tensors need ", total, " bytes of GPU memory, more than ",
                                               protocol::kMaxDeviceBytes));
     GC_ASSIGN_OR_RETURN(slots->memory, cuda::SharedDeviceMemory::create(d_, dev.ordinal, total));
+    for (uint64_t bytes : slot_bytes) {
+      void* h = nullptr;
+      if (CUresult r = d_.memHostAlloc(&h, std::max<uint64_t>(bytes, 1), 0); r != CUDA_SUCCESS)
+        return Status::resourceExhausted(strCat(bytes, " bytes of pinned host memory: ", d_.describe("cuMemHostAlloc", r)));
+      slots->host.push_back(static_cast<float*>(h));
+    }
     GC_ASSIGN_OR_RETURN(slots->ready, cuda::SharedEvent::create(d_));
     GC_ASSIGN_OR_RETURN(slots->done, cuda::SharedEvent::create(d_));
     GC_ASSIGN_OR_RETURN(CUipcEventHandle ready, slots->ready.handle());
@@ -97,24 +107,26 @@ class CudaDevicePath : public DevicePath {
     return std::unique_ptr<DeviceSlots>(std::move(slots));
   }
 
-  void stageIn(DeviceSlots& s, size_t index, float* host, uint64_t elements, Done done) override {
+  void stageIn(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
     auto& slots = static_cast<CudaSlots&>(s);
     const Device& dev = slots.device;
     d_.ctxSetCurrent(dev.context);
     Status st = slots.ready.waitOn(dev.stream);
     if (st.ok())
-      if (CUresult r = d_.memcpyDtoHAsync(host, address(slots, index), elements * sizeof(float), dev.stream);
+      if (CUresult r = d_.memcpyDtoHAsync(slots.host.at(index), address(slots, index), elements * sizeof(float),
+                                          dev.stream);
           r != CUDA_SUCCESS)
         st = Status::unavailable(d_.describe("cuMemcpyDtoHAsync", r));
     finish(dev, std::move(st), std::move(done));
   }
 
-  void stageOut(DeviceSlots& s, size_t index, const float* host, uint64_t elements, Done done) override {
+  void stageOut(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
     auto& slots = static_cast<CudaSlots&>(s);
     const Device& dev = slots.device;
     d_.ctxSetCurrent(dev.context);
     Status st;
-    if (CUresult r = d_.memcpyHtoDAsync(address(slots, index), host, elements * sizeof(float), dev.stream);
+    if (CUresult r = d_.memcpyHtoDAsync(address(slots, index), slots.host.at(index), elements * sizeof(float),
+                                        dev.stream);
         r != CUDA_SUCCESS)
       st = Status::unavailable(d_.describe("cuMemcpyHtoDAsync", r));
     if (st.ok()) st = slots.done.record(dev.stream);

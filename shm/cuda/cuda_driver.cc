@@ -73,6 +73,8 @@ Result<CudaDriver> open() {
   GC_RESOLVE(ipcCloseMemHandle, "cuIpcCloseMemHandle");
   GC_RESOLVE(launchHostFunc, "cuLaunchHostFunc");
   GC_RESOLVE(memcpyDtoDAsync, "cuMemcpyDtoDAsync");
+  GC_RESOLVE(memHostAlloc, "cuMemHostAlloc");
+  GC_RESOLVE(memFreeHost, "cuMemFreeHost");
 #undef GC_RESOLVE
   if (missing != nullptr) return Status::unavailable(strCat("no GPU: libcuda.so.1 lacks ", missing));
   if (const CUresult r = d.init(0); r != CUDA_SUCCESS)

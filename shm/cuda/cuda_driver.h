@@ -52,6 +52,8 @@ struct CudaDriver {
   // The agent's device data path: host callbacks on its stream, device-to-device copies.
   decltype(&cuLaunchHostFunc) launchHostFunc;
   decltype(&cuMemcpyDtoDAsync) memcpyDtoDAsync;
+  decltype(&cuMemHostAlloc) memHostAlloc;  // pinned: asynchronous copies stay asynchronous
+  decltype(&cuMemFreeHost) memFreeHost;
 
   // The driver, loaded and initialised once per process; unavailable("no GPU: ...") when
   // libcuda.so.1 is missing, lacks an entry point, or cuInit fails.

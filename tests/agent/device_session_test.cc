@@ -47,10 +47,12 @@ class MemfdSlots : public DeviceSlots {
   }
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return fd_; }
+  float* hostBuffer(size_t index) override { return host.at(index).data(); }
 
   int fd_ = -1;
   std::byte* base = nullptr;
   size_t bytes = 0;
+  std::vector<std::vector<float>> host;
   protocol::DeclaredDevice offer_;
 };
 
@@ -67,6 +69,7 @@ class MemfdDevicePath : public DevicePath {
     for (uint64_t b : slot_bytes) {
       slots->offer_.slot_offsets.push_back(slots->bytes);
       slots->bytes += (b + 255) / 256 * 256;
+      slots->host.emplace_back(b / sizeof(float), -1.0f);
     }
     slots->fd_ = ::memfd_create("gcagent-device-test", MFD_CLOEXEC);
     if (slots->fd_ < 0 || ::ftruncate(slots->fd_, static_cast<off_t>(slots->bytes)) != 0)
@@ -80,16 +83,16 @@ class MemfdDevicePath : public DevicePath {
     return std::unique_ptr<DeviceSlots>(std::move(slots));
   }
 
-  void stageIn(DeviceSlots& s, size_t index, float* host, uint64_t elements, Done done) override {
+  void stageIn(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
     auto& slots = static_cast<MemfdSlots&>(s);
-    std::memcpy(host, slots.base + slots.offer_.slot_offsets.at(index), elements * sizeof(float));
+    std::memcpy(slots.hostBuffer(index), slots.base + slots.offer_.slot_offsets.at(index), elements * sizeof(float));
     ++staged_in;
     asio::post(io_, [done = std::move(done)] { done({}); });  // later, as a GPU copy would finish
   }
 
-  void stageOut(DeviceSlots& s, size_t index, const float* host, uint64_t elements, Done done) override {
+  void stageOut(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
     auto& slots = static_cast<MemfdSlots&>(s);
-    std::memcpy(slots.base + slots.offer_.slot_offsets.at(index), host, elements * sizeof(float));
+    std::memcpy(slots.base + slots.offer_.slot_offsets.at(index), slots.hostBuffer(index), elements * sizeof(float));
     ++staged_out;
     asio::post(io_, [done = std::move(done)] { done({}); });
   }

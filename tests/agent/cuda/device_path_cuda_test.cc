@@ -76,13 +76,13 @@ int agentSide(int sock) {
     CHILD_CHECK(write(sock, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()), "agent: send");
   }
   CHILD_CHECK(expectByte(sock, 's'), "agent: no submit");
-  std::vector<float> host(kFloats, -1.0f);
-  Status in = runUntilDone(io, [&](DevicePath::Done done) { path->stageIn(s, 0, host.data(), kFloats, std::move(done)); });
+  float* host = s.hostBuffer(0);
+  Status in = runUntilDone(io, [&](DevicePath::Done done) { path->stageIn(s, 0, kFloats, std::move(done)); });
   CHILD_CHECK(in.ok(), "agent: stage in: %s", in.toString().c_str());
   for (size_t i = 0; i < kFloats; ++i)
     CHILD_CHECK(host[i] == static_cast<float>(i), "agent: gradient[%zu] is %f", i, host[i]);
   for (size_t i = 0; i < kFloats; ++i) host[i] = 0.5f * static_cast<float>(i);
-  Status out = runUntilDone(io, [&](DevicePath::Done done) { path->stageOut(s, 0, host.data(), kFloats, std::move(done)); });
+  Status out = runUntilDone(io, [&](DevicePath::Done done) { path->stageOut(s, 0, kFloats, std::move(done)); });
   CHILD_CHECK(out.ok(), "agent: stage out: %s", out.toString().c_str());
   CHILD_CHECK(sendByte(sock, 'c'), "agent: complete");
   CHILD_CHECK(expectByte(sock, 'v'), "agent: the trainer did not verify");
