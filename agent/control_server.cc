@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/str_cat.h"
+#include "shm/fd_passing.h"
 #include "shm/protocol.h"
 #include "shm/segment.h"
 
@@ -51,9 +52,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 
   void start() { readHeader(); }
 
-  void send(const protocol::Message& m) {
+  // `fd`, when given, rides on the frame's first byte (SCM_RIGHTS); it must stay open until
+  // the frame is written.
+  void send(const protocol::Message& m, int fd = -1) {
     if (closed_) return;
-    out_.push_back(protocol::encode(m));
+    out_.push_back({protocol::encode(m), fd});
     if (!writing_) writeNext();
   }
 
@@ -65,8 +68,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void flushAndClose() {
     boost::system::error_code ec;
     while (!out_.empty() && !ec) {
-      asio::write(socket_, asio::buffer(out_.front()), ec);
-      out_.pop_front();
+      if (out_.front().fd < 0) asio::write(socket_, asio::buffer(out_.front().bytes), ec);
+      out_.pop_front();  // a descriptor cannot be worth waiting for: the agent is stopping
     }
     close();
   }
@@ -100,6 +103,11 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   struct Slot {
     float* data;
     uint64_t elements;
+    size_t index;  // in the declaration
+  };
+  struct Outgoing {
+    std::vector<std::byte> bytes;
+    int fd = -1;
   };
 
   void readHeader() {
@@ -144,7 +152,28 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(out_.front()), [this, self](boost::system::error_code ec, size_t) {
+    if (Outgoing& front = out_.front(); front.fd >= 0) {
+      // The descriptor goes with the first bytes; asio writes the rest.
+      auto sent = shm::sendWithFd(socket_.native_handle(), front.fd, front.bytes);
+      if (!sent.ok()) {
+        GC_LOG(kWarn, "control", "trainer ", id_, ": ", sent.status().message());
+        return close();
+      }
+      if (*sent == 0) {  // the socket is full
+        socket_.async_wait(stream_protocol::socket::wait_write, [this, self](boost::system::error_code ec) {
+          if (ec) return close();
+          writeNext();
+        });
+        return;
+      }
+      front.bytes.erase(front.bytes.begin(), front.bytes.begin() + static_cast<std::ptrdiff_t>(*sent));
+      front.fd = -1;
+      if (front.bytes.empty()) {
+        out_.pop_front();
+        return writeNext();
+      }
+    }
+    asio::async_write(socket_, asio::buffer(out_.front().bytes), [this, self](boost::system::error_code ec, size_t) {
       out_.pop_front();
       if (ec) return close();
       writeNext();
@@ -155,6 +184,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     Status s;
     if (auto* hello = std::get_if<protocol::Hello>(&m.body)) s = onHello(m.request_id, *hello);
     else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) s = onDeclare(m.request_id, *declare);
+    else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) s = onDeclareDevice(m.request_id, *device);
     else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
     else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                             "' is not one a trainer sends"));
@@ -181,42 +211,100 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     return {};
   }
 
+  // Hands the job's declaration to the engine when it changed.
+  Status declareTensors(const std::vector<protocol::TensorDecl>& tensors) {
+    Job& job = *job_;
+    if (tensors == job.tensors) return {};
+    if (!job.pending.empty() || job.inFlight != 0)
+      return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
+    std::vector<TensorSpec> specs;
+    for (const auto& t : tensors) {
+      compress::Params params(t.params.begin(), t.params.end());
+      specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}});
+    }
+    GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
+    job.tensors = tensors;
+    ++job.generation;
+    GC_LOG(kInfo, "control", "job '", job.name, "': ", tensors.size(), " tensors declared (generation ",
+           job.generation, ")");
+    return {};
+  }
+
+  void forgetSlots() {
+    segment_.reset();  // a re-declaration replaces the old segment under the same name
+    device_.reset();
+    slots_.clear();
+  }
+
   Status onDeclare(uint32_t request, const protocol::Declare& d) {
     if (!job_) return Status::failedPrecondition("declare before hello");
-    Job& job = *job_;
-    if (d.tensors != job.tensors) {
-      if (!job.pending.empty() || job.inFlight != 0)
-        return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
-      std::vector<TensorSpec> specs;
-      for (const auto& t : d.tensors) {
-        compress::Params params(t.params.begin(), t.params.end());
-        specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}});
-      }
-      GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
-      job.tensors = d.tensors;
-      ++job.generation;
-      GC_LOG(kInfo, "control", "job '", job.name, "': ", d.tensors.size(), " tensors declared (generation ",
-             job.generation, ")");
-    }
+    if (staging_count_ != 0)
+      return Status::failedPrecondition("declare while device gradients are still being copied in");
+    GC_RETURN_IF_ERROR(declareTensors(d.tensors));
     std::vector<uint64_t> bytes;
     for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
     shm::SlotLayout layout = shm::layoutSlots(bytes);
-    segment_.reset();  // a re-declaration replaces the old segment under the same name
-    slots_.clear();
+    forgetSlots();
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
                                         server_.options_.mode, peer_uid_, server_.options_.group);
     if (!segment.ok()) return segment.status();
     segment_ = std::move(segment).value();
     for (size_t i = 0; i < d.tensors.size(); ++i)
       slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
-                                  d.tensors[i].elements};
-    generation_ = job.generation;
+                                  d.tensors[i].elements, i};
+    generation_ = job_->generation;
     send({request, protocol::Declared{segment_->name(), layout.total_bytes, layout.offsets}});
     return {};
   }
 
+  // The tensors live on the trainer's GPU: slots in device memory the agent exports, and
+  // host buffers the engine reduces in, filled from the slots after each submit.
+  Status onDeclareDevice(uint32_t request, const protocol::DeclareDevice& d) {
+    if (!job_) return Status::failedPrecondition("declare before hello");
+    if (staging_count_ != 0)
+      return Status::failedPrecondition("declare while device gradients are still being copied in");
+    std::vector<uint64_t> bytes;
+    for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
+    // The GPU check comes first: a refused trainer must not disturb the job's declaration.
+    auto device = server_.device_path_->allocate(d.gpu, bytes);
+    if (!device.ok()) {
+      // Not a malformed message: this agent cannot serve that GPU. Counted apart.
+      server_.deviceRefused(device.status());
+      GC_LOG(kWarn, "control", "trainer ", id_, ": device declare refused: ", device.status().message());
+      sendError(request, device.status());
+      return {};
+    }
+    GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+    forgetSlots();
+    device_ = std::move(device).value();
+    for (size_t i = 0; i < d.tensors.size(); ++i)
+      slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i};
+    generation_ = job_->generation;
+    GC_LOG(kInfo, "control", "trainer ", id_, ": ", d.tensors.size(), " device tensors on ", gpuUuidText(d.gpu));
+    send({request, device_->offer()}, device_->fd());
+    return {};
+  }
+
+ public:
+  // Completes (iteration, key) for this trainer: device slots get the average first.
+  void complete(uint32_t request, uint64_t iteration, uint64_t key) {
+    auto it = slots_.find(key);
+    if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
+    auto self = shared_from_this();
+    DeviceSlots* device = device_.get();
+    server_.device_path_->stageOut(*device_, it->second.index, it->second.elements,
+                                   [this, self, device, request, iteration, key](const Status& st) {
+                                     if (closed_ || device_.get() != device) return;
+                                     if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
+                                     GC_LOG(kWarn, "control", "trainer ", id_, ": ", st.message());
+                                     sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ",
+                                                                                 iteration, ": ", st.message())));
+                                   });
+  }
+
+ private:
   Status onSubmit(uint32_t request, const protocol::Submit& s) {
-    if (!job_ || !segment_) return Status::failedPrecondition("submit before declare");
+    if (!job_ || (!segment_ && !device_)) return Status::failedPrecondition("submit before declare");
     Job& job = *job_;
     if (!job.lost.ok() && s.iteration > job.lost_after)
       return Status(job.lost.code(), strCat("iteration ", s.iteration, " cannot complete: ", job.lost.message()));
@@ -232,17 +320,46 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     for (uint64_t key : s.keys) {
       last_iteration_[key] = s.iteration;
       submits_[{s.iteration, key}] = request;
-      auto& buffers = job.pending[{s.iteration, key}];
-      buffers.resize(job.local_size, nullptr);
-      buffers[local_rank_] = slots_[key].data;
-      if (std::find(buffers.begin(), buffers.end(), nullptr) != buffers.end()) continue;
-      std::vector<float*> ready = std::move(buffers);
-      job.pending.erase({s.iteration, key});
-      ++job.inFlight;
-      Status st = server_.engine_.reduce(job.id, s.iteration, key, std::move(ready));
-      if (!st.ok()) server_.onReduced(job.id, s.iteration, key, st);
+      if (!device_) {
+        contribute(s.iteration, key);
+        continue;
+      }
+      // The gradient is on the GPU: it joins the reduction once it is in the host buffer.
+      const Slot& slot = slots_[key];
+      auto self = shared_from_this();
+      DeviceSlots* device = device_.get();
+      ++staging_count_;
+      server_.device_path_->stageIn(*device_, slot.index, slot.elements,
+                                    [this, self, device, iteration = s.iteration, key, request](const Status& st) {
+                                      --staging_count_;
+                                      if (closed_ || device_.get() != device || !job_) return;
+                                      Status why = st;
+                                      if (why.ok() && generation_ != job_->generation)
+                                        why = Status::failedPrecondition(
+                                            "the job's tensors were re-declared by another trainer: declare again");
+                                      if (why.ok()) return contribute(iteration, key);
+                                      takeSubmit(iteration, key);
+                                      GC_LOG(kWarn, "control", "trainer ", id_, ": ", why.message());
+                                      sendError(request, Status(why.code(), strCat("tensor ", key, " iteration ",
+                                                                                   iteration, ": ", why.message())));
+                                    });
     }
     return {};
+  }
+
+  // This trainer's buffer of (iteration, key) is ready: starts the reduction once every
+  // local trainer's is.
+  void contribute(uint64_t iteration, uint64_t key) {
+    Job& job = *job_;
+    auto& buffers = job.pending[{iteration, key}];
+    buffers.resize(job.local_size, nullptr);
+    buffers[local_rank_] = slots_[key].data;
+    if (std::find(buffers.begin(), buffers.end(), nullptr) != buffers.end()) return;
+    std::vector<float*> ready = std::move(buffers);
+    job.pending.erase({iteration, key});
+    ++job.inFlight;
+    Status st = server_.engine_.reduce(job.id, iteration, key, std::move(ready));
+    if (!st.ok()) server_.onReduced(job.id, iteration, key, st);
   }
 
   ControlServer& server_;
@@ -252,22 +369,29 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   uint32_t local_rank_ = 0;
   std::optional<uid_t> peer_uid_;
   std::optional<shm::Segment> segment_;
+  std::unique_ptr<DeviceSlots> device_;       // instead of segment_ for a device declaration
+  size_t staging_count_ = 0;                  // copies from device slots not yet finished
   uint64_t generation_ = 0;
   std::unordered_map<uint64_t, Slot> slots_;
   std::unordered_map<uint64_t, uint64_t> last_iteration_;
   std::map<std::pair<uint64_t, uint64_t>, uint32_t> submits_;
   std::array<std::byte, protocol::kHeaderBytes> header_{};
   std::vector<std::byte> body_;
-  std::deque<std::vector<std::byte>> out_;
+  std::deque<Outgoing> out_;
   bool writing_ = false;
   bool close_after_write_ = false;
   bool closed_ = false;
 };
 
 ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options)
-    : io_(io), engine_(engine), options_(std::move(options)), acceptor_(io) {}
+    : io_(io), engine_(engine), options_(std::move(options)), acceptor_(io), device_path_(options_.device_path) {}
 
 ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
+
+void ControlServer::deviceRefused(const Status& why) {
+  ++counters_.device_refused;
+  engine_.stats().recordError(metrics::ErrorKind::kDeviceUnavailable, strCat("device declare: ", why.message()));
+}
 
 void ControlServer::badMessage(const Status& why) {
   ++counters_.bad_messages;
@@ -275,6 +399,7 @@ void ControlServer::badMessage(const Status& why) {
 }
 
 Status ControlServer::start() {
+  if (!device_path_) device_path_ = makeDevicePath(io_);
   ::unlink(options_.socket_path.c_str());  // a stale socket from a crashed agent
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);
@@ -358,7 +483,7 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
     auto request = member->takeSubmit(iteration, key);
     if (!request) continue;
     if (status.ok()) {
-      member->send({*request, protocol::Complete{iteration, {key}}});
+      member->complete(*request, iteration, key);
     } else {
       member->sendError(*request, Status(status.code(), strCat("tensor ", key, " iteration ", iteration, ": ",
                                                                status.message())));

@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "agent/device_path.h"
 #include "agent/io.h"
 #include "agent/reduction_engine.h"
 #include "common/status.h"
@@ -29,12 +30,15 @@ struct ServerOptions {
   // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
   // job's last iteration this node completed and the reason.
   std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
+  // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io) at start().
+  std::shared_ptr<DevicePath> device_path;
 };
 
 struct ServerCounters {
   uint64_t trainers_connected = 0;
   uint64_t bad_messages = 0;
   uint64_t iterations_completed = 0;  // (job, iteration) pairs whose every key completed
+  uint64_t device_refused = 0;        // device declarations this agent could not serve
 };
 
 class ControlServer {
@@ -64,6 +68,7 @@ class ControlServer {
 
   void accept();
   void badMessage(const Status& why);
+  void deviceRefused(const Status& why);
   void sessionClosed(Session* session);
   // Tells the job's trainers that submitted (iteration, key) how it ended.
   void notify(Job& job, uint64_t iteration, uint64_t key, const Status& status);
@@ -73,6 +78,7 @@ class ControlServer {
   ReductionEngine& engine_;
   ServerOptions options_;
   asio::local::stream_protocol::acceptor acceptor_;
+  std::shared_ptr<DevicePath> device_path_;
   std::map<Session*, std::shared_ptr<Session>> sessions_;
   std::unordered_map<uint64_t, std::shared_ptr<Job>> jobs_;
   uint32_t next_trainer_id_ = 1;

@@ -66,7 +66,7 @@ struct PeerStats {
   prometheus::Gauge* inflight;
 };
 
-enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed, kAuthFailed };
+enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed, kAuthFailed, kDeviceUnavailable };
 enum class SizeClass { kSmall, kMedium, kLarge };
 SizeClass sizeClassOf(uint64_t bytes);
 // The kind label of errors_total: "bad_message", "timeout", "peer_lost", "reduction_failed".
@@ -125,7 +125,7 @@ class Stats {
   prometheus::Counter* iterations_;
   prometheus::Counter* tensors_;
   prometheus::Counter* decisions_[2];
-  prometheus::Counter* errors_[5];
+  prometheus::Counter* errors_[6];
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
   Health health_;

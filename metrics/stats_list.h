@@ -7,7 +7,7 @@
 //   reductions) or None; labels: comma-separated, each with a bounded set of values:
 //   codec (registered codec names), direction (sent|received), peer (node rank),
 //   size_class (small|medium|large), decision (compressed|uncompressed),
-//   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed), step (encode|decode|wire|aggregate),
+//   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed|device_unavailable), step (encode|decode|wire|aggregate),
 //   term (w|b|overhead).
 #pragma once
 

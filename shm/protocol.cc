@@ -8,13 +8,34 @@
 namespace gcagent::shm::protocol {
 namespace {
 
-constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kError);
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kDeclaredDevice);
 
 MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
 
 void putKeys(ByteWriter& w, const std::vector<uint64_t>& keys) {
   w.put(static_cast<uint32_t>(keys.size()));
   for (uint64_t k : keys) w.put(k);
+}
+
+template <size_t N>
+void putBytes(ByteWriter& w, const std::array<uint8_t, N>& bytes) {
+  for (uint8_t b : bytes) w.put(b);
+}
+
+void putTensors(ByteWriter& w, const std::vector<TensorDecl>& tensors) {
+  w.put(static_cast<uint32_t>(tensors.size()));
+  for (const auto& t : tensors) {
+    w.put(t.key);
+    w.put(t.elements);
+    w.put(static_cast<uint8_t>(t.dtype));
+    w.put(t.priority);
+    w.putString(t.codec);
+    w.put(static_cast<uint16_t>(t.params.size()));
+    for (const auto& [k, v] : t.params) {
+      w.putString(k);
+      w.putString(v);
+    }
+  }
 }
 
 struct BodyWriter {
@@ -30,20 +51,19 @@ struct BodyWriter {
     w.put(m.node_rank);
     w.put(m.node_count);
   }
-  void operator()(const Declare& m) {
-    w.put(static_cast<uint32_t>(m.tensors.size()));
-    for (const auto& t : m.tensors) {
-      w.put(t.key);
-      w.put(t.elements);
-      w.put(static_cast<uint8_t>(t.dtype));
-      w.put(t.priority);
-      w.putString(t.codec);
-      w.put(static_cast<uint16_t>(t.params.size()));
-      for (const auto& [k, v] : t.params) {
-        w.putString(k);
-        w.putString(v);
-      }
-    }
+  void operator()(const Declare& m) { putTensors(w, m.tensors); }
+  void operator()(const DeclareDevice& m) {
+    putBytes(w, m.gpu);
+    putTensors(w, m.tensors);
+  }
+  void operator()(const DeclaredDevice& m) {
+    w.put(static_cast<uint8_t>(m.kind));
+    putBytes(w, m.gpu);
+    w.put(m.allocation_bytes);
+    putBytes(w, m.mem_handle);
+    putBytes(w, m.ready_event);
+    putBytes(w, m.done_event);
+    putKeys(w, m.slot_offsets);
   }
   void operator()(const Declared& m) {
     w.putString(m.segment);
@@ -130,6 +150,14 @@ class BodyParser {
 
   size_t remaining() const { return r_.remaining(); }
 
+  template <size_t N>
+  std::array<uint8_t, N> bytes() {
+    std::array<uint8_t, N> out{};
+    if (!r_.expect(N)) return out;
+    for (auto& b : out) r_.get(b);
+    return out;
+  }
+
  private:
   std::string prefix() const { return strCat("control message '", messageTypeName(type_), "': "); }
 
@@ -161,8 +189,8 @@ Welcome parseWelcome(BodyParser& p) {
   return m;
 }
 
-Declare parseDeclare(BodyParser& p) {
-  Declare m;
+std::vector<TensorDecl> parseTensors(BodyParser& p) {
+  std::vector<TensorDecl> m;
   uint32_t count = p.get<uint32_t>();
   if (p.ok() && (count == 0 || count > kMaxTensors)) {
     p.invalid(strCat("tensor count ", count, " is outside [1, ", kMaxTensors, "]"));
@@ -194,8 +222,53 @@ Declare parseDeclare(BodyParser& p) {
       std::string value = p.name(at + "parameter value", kMaxParamValue, false);
       t.params.emplace_back(std::move(key), std::move(value));
     }
-    m.tensors.push_back(std::move(t));
+    m.push_back(std::move(t));
   }
+  return m;
+}
+
+Declare parseDeclare(BodyParser& p) { return Declare{parseTensors(p)}; }
+
+template <size_t N>
+bool allZero(const std::array<uint8_t, N>& bytes) {
+  for (uint8_t b : bytes)
+    if (b != 0) return false;
+  return true;
+}
+
+DeclareDevice parseDeclareDevice(BodyParser& p) {
+  DeclareDevice m;
+  m.gpu = p.bytes<kGpuUuidBytes>();
+  if (p.ok() && allZero(m.gpu)) p.invalid("gpu uuid is all zeros");
+  m.tensors = parseTensors(p);
+  return m;
+}
+
+DeclaredDevice parseDeclaredDevice(BodyParser& p) {
+  DeclaredDevice m;
+  const uint8_t kind = p.get<uint8_t>();
+  m.gpu = p.bytes<kGpuUuidBytes>();
+  m.allocation_bytes = p.get<uint64_t>();
+  m.mem_handle = p.bytes<kIpcHandleBytes>();
+  m.ready_event = p.bytes<kIpcHandleBytes>();
+  m.done_event = p.bytes<kIpcHandleBytes>();
+  m.slot_offsets = p.keys("slot offset", false);
+  if (!p.ok()) return m;
+  m.kind = static_cast<DeviceHandleKind>(kind);
+  if (kind != static_cast<uint8_t>(DeviceHandleKind::kPosixFd) && kind != static_cast<uint8_t>(DeviceHandleKind::kLegacyIpc))
+    p.invalid(strCat("unknown device handle kind ", static_cast<int>(kind), " (1 = posix fd, 2 = legacy ipc)"));
+  else if (allZero(m.gpu))
+    p.invalid("gpu uuid is all zeros");
+  else if (m.allocation_bytes == 0 || m.allocation_bytes > kMaxDeviceBytes)
+    p.invalid(strCat("allocation of ", m.allocation_bytes, " bytes is outside [1, 2^42]"));
+  else if (m.kind == DeviceHandleKind::kPosixFd && !allZero(m.mem_handle))
+    p.invalid("a posix fd allocation carries a legacy memory handle");
+  else if (m.kind == DeviceHandleKind::kLegacyIpc && allZero(m.mem_handle))
+    p.invalid("legacy ipc memory handle is all zeros");
+  else if (m.slot_offsets.empty())
+    p.invalid("no slots");
+  for (uint64_t off : m.slot_offsets)
+    if (p.ok() && off >= m.allocation_bytes) p.invalid(strCat("slot offset ", off, " is beyond the allocation"));
   return m;
 }
 
@@ -239,6 +312,8 @@ std::string_view messageTypeName(MessageType type) {
     case MessageType::kSubmit: return "submit";
     case MessageType::kComplete: return "complete";
     case MessageType::kError: return "error";
+    case MessageType::kDeclareDevice: return "declare device";
+    case MessageType::kDeclaredDevice: return "declared device";
   }
   return "unknown";
 }
@@ -290,6 +365,8 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kSubmit: m.body = parseKeys<Submit>(p); break;
     case MessageType::kComplete: m.body = parseKeys<Complete>(p); break;
     case MessageType::kError: m.body = parseError(p); break;
+    case MessageType::kDeclareDevice: m.body = parseDeclareDevice(p); break;
+    case MessageType::kDeclaredDevice: m.body = parseDeclaredDevice(p); break;
   }
   GC_RETURN_IF_ERROR(p.finish());
   return m;

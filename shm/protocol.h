@@ -5,6 +5,7 @@
 // these messages only say which slots are ready. decode() validates every field.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -43,10 +44,27 @@ enum class MessageType : uint16_t {
   kSubmit = 5,    // trainer -> agent: these slots hold this iteration's gradients
   kComplete = 6,  // agent -> trainer: these slots now hold the averaged gradients
   kError = 7,     // either way: a request failed
+  // Added in version 1 without breaking it: an agent that predates them answers the first
+  // one with "unknown message type 8".
+  kDeclareDevice = 8,   // trainer -> agent: tensors that live on the trainer's GPU
+  kDeclaredDevice = 9,  // agent -> trainer: device slots in one exported allocation
 };
 std::string_view messageTypeName(MessageType type);
 
 enum class DType : uint8_t { kFloat32 = 1 };
+
+inline constexpr size_t kGpuUuidBytes = 16;
+inline constexpr size_t kIpcHandleBytes = 64;  // CUipcMemHandle and CUipcEventHandle
+using GpuUuidBytes = std::array<uint8_t, kGpuUuidBytes>;
+using IpcHandleBytes = std::array<uint8_t, kIpcHandleBytes>;
+// Largest device allocation the agent offers one trainer.
+inline constexpr uint64_t kMaxDeviceBytes = uint64_t{1} << 42;
+
+// How the trainer maps the agent's device allocation.
+enum class DeviceHandleKind : uint8_t {
+  kPosixFd = 1,       // cuMem (VMM) allocation; its fd rides on the frame with SCM_RIGHTS
+  kLegacyIpc = 2,     // cuIpcGetMemHandle handle in mem_handle (no VMM fd export)
+};
 
 struct Hello {
   std::string job;
@@ -85,6 +103,30 @@ struct Declared {
   bool operator==(const Declared&) const = default;
 };
 
+// Declare, for tensors that live on the trainer's GPU (`gpu`, its UUID): the agent answers
+// with DeclaredDevice when it uses the same GPU, with an Error naming both GPUs otherwise.
+struct DeclareDevice {
+  GpuUuidBytes gpu{};
+  std::vector<TensorDecl> tensors;
+  bool operator==(const DeclareDevice&) const = default;
+};
+
+// One device allocation of `allocation_bytes` on the agent's GPU, with each tensor's slot
+// in it, and two interprocess events: the trainer records `ready_event` after writing its
+// gradients and before submitting (the agent's stream waits on it); the agent records
+// `done_event` after writing the averages and before completing (the trainer's stream
+// waits on it).
+struct DeclaredDevice {
+  DeviceHandleKind kind = DeviceHandleKind::kPosixFd;
+  GpuUuidBytes gpu{};
+  uint64_t allocation_bytes = 0;
+  IpcHandleBytes mem_handle{};  // kLegacyIpc only; zero for kPosixFd
+  IpcHandleBytes ready_event{};
+  IpcHandleBytes done_event{};
+  std::vector<uint64_t> slot_offsets;  // parallel to DeclareDevice::tensors
+  bool operator==(const DeclaredDevice&) const = default;
+};
+
 struct Submit {
   uint64_t iteration = 0;
   std::vector<uint64_t> keys;
@@ -103,7 +145,7 @@ struct Error {
   bool operator==(const Error&) const = default;
 };
 
-using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error>;
+using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice>;
 
 struct Message {
   uint32_t request_id = 0;

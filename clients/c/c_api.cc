@@ -1,11 +1,13 @@
 // The C edge: argument checks, conversion from C types, and the one place where exceptions
 // (std::bad_alloc and anything unexpected) are caught and turned into status codes. Nothing
 // thrown inside the library crosses into the caller.
+#include <algorithm>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "client.h"
+#include "client_device.h"
 #include "common/str_cat.h"
 #include "gcagent_client.h"
 
@@ -54,6 +56,40 @@ Outcome checkKeys(const uint64_t* keys, size_t count) {
   return {};
 }
 
+// The C tensor descriptions, checked, as protocol declarations.
+Outcome convertTensors(const char* call, const gcagent_tensor* tensors, size_t count,
+                       std::vector<gcagent::shm::protocol::TensorDecl>* out) {
+  if (tensors == nullptr || count == 0)
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat(call, ": no tensors (NULL or count 0)"));
+  if (count > gcagent::shm::protocol::kMaxTensors)
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                   strCat(call, ": ", count, " tensors exceed ", gcagent::shm::protocol::kMaxTensors));
+  std::vector<gcagent::shm::protocol::TensorDecl> decls(count);
+  for (size_t i = 0; i < count; ++i) {
+    const gcagent_tensor& t = tensors[i];
+    auto& d = decls[i];
+    d.key = t.key;
+    d.elements = t.elements;
+    d.priority = t.priority;
+    if (t.codec != nullptr) d.codec = t.codec;
+    if (t.param_count > gcagent::shm::protocol::kMaxParams)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("tensor ", i, " (key ", t.key, "): ", t.param_count,
+                                                          " codec parameters exceed ",
+                                                          gcagent::shm::protocol::kMaxParams));
+    if (t.param_count != 0 && (t.param_keys == nullptr || t.param_values == nullptr))
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                     strCat("tensor ", i, " (key ", t.key, "): param_keys or param_values is NULL"));
+    for (size_t j = 0; j < t.param_count; ++j) {
+      if (t.param_keys[j] == nullptr || t.param_values[j] == nullptr)
+        return failure(GCAGENT_ERR_INVALID_ARGUMENT,
+                       strCat("tensor ", i, " (key ", t.key, "): codec parameter ", j, " is NULL"));
+      d.params.emplace_back(t.param_keys[j], t.param_values[j]);
+    }
+  }
+  *out = std::move(decls);
+  return {};
+}
+
 }  // namespace
 
 extern "C" {
@@ -72,6 +108,7 @@ GCAGENT_API const char* gcagent_status_string(int code) {
     case GCAGENT_ERR_STATE: return "call not valid in the current state";
     case GCAGENT_ERR_NO_MEMORY: return "out of memory";
     case GCAGENT_ERR_INTERNAL: return "internal error in the gcagent client library";
+    case GCAGENT_ERR_UNSUPPORTED: return "not supported: needs CUDA, which this library's build or this host lacks";
     default: return "unknown gcagent status code";
   }
 }
@@ -95,34 +132,59 @@ GCAGENT_API int gcagent_connect(const char* socket_path, const char* job, uint32
 GCAGENT_API int gcagent_declare(gcagent_client* client, const gcagent_tensor* tensors, size_t count) {
   if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
   return guarded(client->last_error, [&]() -> Outcome {
-    if (tensors == nullptr || count == 0)
-      return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_declare: no tensors (NULL or count 0)");
-    if (count > gcagent::shm::protocol::kMaxTensors)
-      return failure(GCAGENT_ERR_INVALID_ARGUMENT,
-                     strCat("gcagent_declare: ", count, " tensors exceed ", gcagent::shm::protocol::kMaxTensors));
-    std::vector<gcagent::shm::protocol::TensorDecl> decls(count);
-    for (size_t i = 0; i < count; ++i) {
-      const gcagent_tensor& t = tensors[i];
-      auto& d = decls[i];
-      d.key = t.key;
-      d.elements = t.elements;
-      d.priority = t.priority;
-      if (t.codec != nullptr) d.codec = t.codec;
-      if (t.param_count > gcagent::shm::protocol::kMaxParams)
-        return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("tensor ", i, " (key ", t.key, "): ", t.param_count,
-                                                            " codec parameters exceed ",
-                                                            gcagent::shm::protocol::kMaxParams));
-      if (t.param_count != 0 && (t.param_keys == nullptr || t.param_values == nullptr))
-        return failure(GCAGENT_ERR_INVALID_ARGUMENT,
-                       strCat("tensor ", i, " (key ", t.key, "): param_keys or param_values is NULL"));
-      for (size_t j = 0; j < t.param_count; ++j) {
-        if (t.param_keys[j] == nullptr || t.param_values[j] == nullptr)
-          return failure(GCAGENT_ERR_INVALID_ARGUMENT,
-                         strCat("tensor ", i, " (key ", t.key, "): codec parameter ", j, " is NULL"));
-        d.params.emplace_back(t.param_keys[j], t.param_values[j]);
-      }
-    }
+    std::vector<gcagent::shm::protocol::TensorDecl> decls;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(convertTensors("gcagent_declare", tensors, count, &decls));
     return client->impl->declare(std::move(decls));
+  });
+}
+
+GCAGENT_API int gcagent_declare_device(gcagent_client* client, const gcagent_tensor* tensors, size_t count,
+                                       const uint8_t gpu_uuid[16]) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (gpu_uuid == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_declare_device: gpu_uuid is NULL");
+    std::vector<gcagent::shm::protocol::TensorDecl> decls;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(convertTensors("gcagent_declare_device", tensors, count, &decls));
+    gcagent::shm::protocol::GpuUuidBytes uuid;
+    std::copy(gpu_uuid, gpu_uuid + uuid.size(), uuid.begin());
+    return client->impl->declareDevice(std::move(decls), uuid);
+  });
+}
+
+GCAGENT_API int gcagent_gpu_uuid(int device_ordinal, uint8_t uuid_out[16]) {
+  return guarded(t_connect_error, [&]() -> Outcome {
+    if (uuid_out == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_gpu_uuid: uuid_out is NULL");
+    gcagent::shm::protocol::GpuUuidBytes uuid;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(gcagent::client::gpuUuid(device_ordinal, &uuid));
+    std::copy(uuid.begin(), uuid.end(), uuid_out);
+    return gcagent::client::success();
+  });
+}
+
+GCAGENT_API uint64_t gcagent_device_buffer(gcagent_client* client, uint64_t key) {
+  if (client == nullptr) return 0;
+  const uint64_t address = client->impl->deviceBuffer(key);
+  if (address == 0)
+    guarded(client->last_error,
+            [&] { return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared on the device")); });
+  return address;
+}
+
+GCAGENT_API int gcagent_submit_device(gcagent_client* client, uint64_t iteration, const uint64_t* keys, size_t count,
+                                      void* cuda_stream) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkKeys(keys, count));
+    return client->impl->submitDevice(iteration, std::span(keys, count), cuda_stream);
+  });
+}
+
+GCAGENT_API int gcagent_wait_device(gcagent_client* client, uint64_t iteration, const uint64_t* keys, size_t count,
+                                    int timeout_ms, void* cuda_stream) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkKeys(keys, count));
+    return client->impl->waitDevice(iteration, std::span(keys, count), timeout_ms, cuda_stream);
   });
 }
 

@@ -41,6 +41,9 @@ std::string agentError(const protocol::Error& e) { return Status(e.code, e.messa
 
 }  // namespace
 
+Outcome checkSlots(const std::vector<protocol::TensorDecl>& tensors, const std::vector<uint64_t>& offsets,
+                   uint64_t size, const std::string& region);
+
 uint32_t Client::nextRequestId() {
   const uint32_t id = next_request_id_++;
   if (next_request_id_ == 0) next_request_id_ = 1;  // 0 means "the whole connection"
@@ -159,6 +162,28 @@ Outcome Client::declare(std::vector<protocol::TensorDecl> tensors) {
   return adopt(std::get<protocol::Declare>(message.body).tensors, std::get<protocol::Declared>(reply.body));
 }
 
+// Every slot inside the region, aligned, and none overlapping another.
+Outcome checkSlots(const std::vector<protocol::TensorDecl>& tensors, const std::vector<uint64_t>& offsets,
+                   uint64_t size, const std::string& region) {
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t offset = offsets[i];
+    const uint64_t bytes = tensors[i].elements * sizeof(float);  // elements <= 2^40: no overflow
+    if (offset % alignof(float) != 0 || offset > size || bytes > size - offset)
+      return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent placed key ", tensors[i].key, " (", bytes,
+                                                  " bytes) at offset ", offset, " of its ", size, "-byte ", region));
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return offsets[a] < offsets[b]; });
+  for (size_t j = 1; j < order.size(); ++j) {
+    const size_t prev = order[j - 1], cur = order[j];
+    if (offsets[prev] + tensors[prev].elements * sizeof(float) > offsets[cur])
+      return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent gave keys ", tensors[prev].key, " and ", tensors[cur].key,
+                                                  " overlapping slots in ", region));
+  }
+  return success();
+}
+
 Outcome Client::adopt(const std::vector<protocol::TensorDecl>& tensors, const protocol::Declared& declared) {
   if (declared.slot_offsets.size() != tensors.size())
     return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent declared ", declared.slot_offsets.size(),
@@ -170,25 +195,8 @@ Outcome Client::adopt(const std::vector<protocol::TensorDecl>& tensors, const pr
   if (mapped < declared.segment_bytes)
     return failure(GCAGENT_ERR_PROTOCOL, strCat("shared segment ", declared.segment, " holds ", mapped,
                                                 " bytes, the agent declared ", declared.segment_bytes));
-  const uint64_t size = declared.segment_bytes;
-  std::vector<size_t> order(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t offset = declared.slot_offsets[i];
-    const uint64_t bytes = tensors[i].elements * sizeof(float);  // elements <= 2^40: no overflow
-    if (offset % alignof(float) != 0 || offset > size || bytes > size - offset)
-      return failure(GCAGENT_ERR_PROTOCOL,
-                     strCat("the agent placed key ", tensors[i].key, " (", bytes, " bytes) at offset ", offset,
-                            " of its ", size, "-byte segment ", declared.segment));
-    order[i] = i;
-  }
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return declared.slot_offsets[a] < declared.slot_offsets[b]; });
-  for (size_t j = 1; j < order.size(); ++j) {
-    const size_t prev = order[j - 1], cur = order[j];
-    if (declared.slot_offsets[prev] + tensors[prev].elements * sizeof(float) > declared.slot_offsets[cur])
-      return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent gave keys ", tensors[prev].key, " and ", tensors[cur].key,
-                                                  " overlapping slots in segment ", declared.segment));
-  }
+  GCAGENT_CLIENT_RETURN_IF_FAILED(
+      checkSlots(tensors, declared.slot_offsets, declared.segment_bytes, strCat("segment ", declared.segment)));
   std::byte* base = segment->bytes().data();
   std::unordered_map<uint64_t, Slot> slots;
   slots.reserve(tensors.size());
@@ -203,6 +211,84 @@ Outcome Client::adopt(const std::vector<protocol::TensorDecl>& tensors, const pr
   return success();
 }
 
+Outcome Client::declareDevice(std::vector<protocol::TensorDecl> tensors, const protocol::GpuUuidBytes& gpu) {
+  if (!broken_.ok()) return broken_;
+  if (pending_ != 0)
+    return failure(GCAGENT_ERR_STATE, strCat(pending_, " submitted keys are still in flight; wait for them before "
+                                                       "declaring again"));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const std::string at = strCat("tensor ", i, " (key ", t.key, "): ");
+    GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "codec name", t.codec, protocol::kMaxCodecName));
+    for (const auto& [k, v] : t.params) {
+      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter name", k, protocol::kMaxParamKey));
+      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter '" + k + "' value", v, protocol::kMaxParamValue));
+    }
+  }
+  protocol::Message message{0, protocol::DeclareDevice{gpu, std::move(tensors)}};
+  GCAGENT_CLIENT_RETURN_IF_FAILED(validateLocally(message));
+  protocol::Message reply;
+  GCAGENT_CLIENT_RETURN_IF_FAILED(
+      request(message, protocol::MessageType::kDeclaredDevice, Deadline::after(reply_timeout_ms_), &reply));
+  const auto& offer = std::get<protocol::DeclaredDevice>(reply.body);
+  // The descriptor came with the reply's first byte, so it is here by now.
+  int fd = -1;
+  if (offer.kind == protocol::DeviceHandleKind::kPosixFd && (fd = channel_.takeFd()) < 0)
+    return breakWith(failure(GCAGENT_ERR_PROTOCOL, "the agent's device offer came without its file descriptor"));
+  slots_.clear();
+  segment_.reset();
+  device_.reset();
+  Outcome adopted = adoptDevice(std::get<protocol::DeclareDevice>(message.body).tensors, offer, fd);
+  if (fd >= 0) ::close(fd);
+  return adopted;
+}
+
+Outcome Client::adoptDevice(const std::vector<protocol::TensorDecl>& tensors, const protocol::DeclaredDevice& offer,
+                            int fd) {
+  if (offer.slot_offsets.size() != tensors.size())
+    return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent offered ", offer.slot_offsets.size(),
+                                                          " device slots for ", tensors.size(), " tensors")));
+  GCAGENT_CLIENT_RETURN_IF_FAILED(
+      checkSlots(tensors, offer.slot_offsets, offer.allocation_bytes, std::string("device allocation")));
+  std::shared_ptr<DeviceMapping> mapping;
+  GCAGENT_CLIENT_RETURN_IF_FAILED(mapDevice(offer, fd, &mapping));
+  const uint64_t base = deviceBase(*mapping);
+  std::unordered_map<uint64_t, Slot> slots;
+  slots.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Slot slot;
+    slot.device = base + offer.slot_offsets[i];
+    slot.elements = tensors[i].elements;
+    slots.emplace(tensors[i].key, std::move(slot));
+  }
+  slots_ = std::move(slots);
+  device_ = std::move(mapping);
+  return success();
+}
+
+uint64_t Client::deviceBuffer(uint64_t key) const {
+  auto it = slots_.find(key);
+  return it == slots_.end() ? 0 : it->second.device;
+}
+
+Outcome Client::submitDevice(uint64_t iteration, std::span<const uint64_t> keys, void* stream) {
+  if (!broken_.ok()) return broken_;
+  if (!device_)
+    return failure(GCAGENT_ERR_STATE, segment_ ? "the tensors are declared on the host: submit them with gcagent_submit"
+                                               : "no tensors are declared: declare before submitting");
+  // Recorded before the submit leaves: the agent's copy waits for everything queued so far.
+  GCAGENT_CLIENT_RETURN_IF_FAILED(recordReady(*device_, stream));
+  return submitSlots(iteration, keys);
+}
+
+Outcome Client::waitDevice(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms, void* stream) {
+  if (!broken_.ok()) return broken_;
+  if (!device_)
+    return failure(GCAGENT_ERR_STATE, "the tensors are not declared on the device: wait for them with gcagent_wait");
+  GCAGENT_CLIENT_RETURN_IF_FAILED(wait(iteration, keys, timeout_ms));
+  return waitDone(*device_, stream);
+}
+
 float* Client::buffer(uint64_t key) const {
   auto it = slots_.find(key);
   return it == slots_.end() ? nullptr : it->second.data;
@@ -215,7 +301,13 @@ uint64_t Client::elements(uint64_t key) const {
 
 Outcome Client::submit(uint64_t iteration, std::span<const uint64_t> keys) {
   if (!broken_.ok()) return broken_;
+  if (device_)
+    return failure(GCAGENT_ERR_STATE, "the tensors are declared on the device: submit them with gcagent_submit_device");
   if (!segment_) return failure(GCAGENT_ERR_STATE, "no tensors are declared: declare before submitting");
+  return submitSlots(iteration, keys);
+}
+
+Outcome Client::submitSlots(uint64_t iteration, std::span<const uint64_t> keys) {
   if (keys.empty()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "submit lists no keys");
   std::vector<Slot*> slots;
   slots.reserve(keys.size());

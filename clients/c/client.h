@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "client_device.h"
 #include "control_channel.h"
 #include "outcome.h"
 #include "shm/protocol.h"
@@ -43,7 +44,12 @@ class Client {
   static Outcome connect(const ConnectOptions& options, std::unique_ptr<Client>* out);
 
   Outcome declare(std::vector<shm::protocol::TensorDecl> tensors);
+  // Tensors on the GPU `gpu`: slots in device memory the agent exports (client_device.h).
+  Outcome declareDevice(std::vector<shm::protocol::TensorDecl> tensors, const shm::protocol::GpuUuidBytes& gpu);
   float* buffer(uint64_t key) const;
+  uint64_t deviceBuffer(uint64_t key) const;  // a CUdeviceptr; 0 unless declared on the device
+  Outcome submitDevice(uint64_t iteration, std::span<const uint64_t> keys, void* stream);
+  Outcome waitDevice(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms, void* stream);
   uint64_t elements(uint64_t key) const;
   Outcome submit(uint64_t iteration, std::span<const uint64_t> keys);
   Outcome wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms);
@@ -55,6 +61,7 @@ class Client {
   enum class KeyState { kIdle, kPending, kComplete, kFailed };
   struct Slot {
     float* data = nullptr;
+    uint64_t device = 0;  // a CUdeviceptr, for keys declared on the device
     uint64_t elements = 0;
     KeyState state = KeyState::kIdle;
     uint64_t iteration = 0;   // of the last submit
@@ -73,6 +80,9 @@ class Client {
   // Applies a message that is not the reply to an outstanding request.
   Outcome handle(shm::protocol::Message&& message);
   Outcome adopt(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::Declared& declared);
+  Outcome adoptDevice(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::DeclaredDevice& offer,
+                      int fd);
+  Outcome submitSlots(uint64_t iteration, std::span<const uint64_t> keys);
 
   ControlChannel channel_;
   shm::protocol::Welcome welcome_;
@@ -80,6 +90,7 @@ class Client {
   int reply_timeout_ms_ = kDefaultReplyTimeoutMs;
   Outcome broken_;  // the failure that made the connection unusable, if any
   std::optional<shm::Segment> segment_;
+  std::shared_ptr<DeviceMapping> device_;  // instead of segment_ after declareDevice
   std::unordered_map<uint64_t, Slot> slots_;
   size_t pending_ = 0;  // slots in KeyState::kPending
 };

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/str_cat.h"
+#include "shm/fd_passing.h"
 
 namespace gcagent::client {
 namespace protocol = shm::protocol;
@@ -54,7 +55,8 @@ ControlChannel::ControlChannel(ControlChannel&& other) noexcept
       path_(std::move(other.path_)),
       in_(std::move(other.in_)),
       in_begin_(std::exchange(other.in_begin_, 0)),
-      eof_(std::exchange(other.eof_, false)) {}
+      eof_(std::exchange(other.eof_, false)),
+      fds_(std::move(other.fds_)) {}
 
 ControlChannel& ControlChannel::operator=(ControlChannel&& other) noexcept {
   if (this != &other) {
@@ -64,6 +66,7 @@ ControlChannel& ControlChannel::operator=(ControlChannel&& other) noexcept {
     in_ = std::move(other.in_);
     in_begin_ = std::exchange(other.in_begin_, 0);
     eof_ = std::exchange(other.eof_, false);
+    fds_ = std::move(other.fds_);
   }
   return *this;
 }
@@ -73,6 +76,15 @@ ControlChannel::~ControlChannel() { close(); }
 void ControlChannel::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  for (int fd : fds_) ::close(fd);
+  fds_.clear();
+}
+
+int ControlChannel::takeFd() {
+  if (fds_.empty()) return -1;
+  const int fd = fds_.front();
+  fds_.pop_front();
+  return fd;
 }
 
 Outcome ControlChannel::connect(const std::string& path, Deadline deadline, ControlChannel* out) {
@@ -118,8 +130,10 @@ Outcome ControlChannel::readAvailable() {
   for (;;) {
     const size_t old = in_.size();
     in_.resize(old + kReadChunk);
-    const ssize_t n = ::recv(fd_, in_.data() + old, kReadChunk, 0);
+    std::vector<int> fds;
+    const ssize_t n = shm::receiveWithFds(fd_, std::span(in_).subspan(old, kReadChunk), 0, fds);
     const int err = errno;
+    fds_.insert(fds_.end(), fds.begin(), fds.end());
     in_.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
     if (n > 0) {
       if (static_cast<size_t>(n) < kReadChunk) return success();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ class ControlChannel {
 
   const std::string& path() const { return path_; }
 
+  // The oldest descriptor the agent sent (SCM_RIGHTS) and nobody took yet, or -1. The
+  // caller owns it. Descriptors arrive in order with the frames that announce them.
+  int takeFd();
+
  private:
   Outcome readAvailable();
   void close();
@@ -67,6 +72,7 @@ class ControlChannel {
   std::vector<std::byte> in_;
   size_t in_begin_ = 0;
   bool eof_ = false;
+  std::deque<int> fds_;
 };
 
 }  // namespace gcagent::client

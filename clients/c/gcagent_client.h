@@ -22,8 +22,17 @@
  * serialises them). Different clients are independent.
  *
  * ABI: the library is libgcagent_client.so.1 and exports only the gcagent_* symbols, versioned
- * GCAGENT_CLIENT_1. A shim compiled against this header can compare GCAGENT_CLIENT_ABI_VERSION
- * with gcagent_abi_version() at load time. Numeric values of gcagent_status never change.
+ * GCAGENT_CLIENT_1 (ABI version 1) and GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls
+ * below). A shim compiled against this header can compare GCAGENT_CLIENT_ABI_VERSION with
+ * gcagent_abi_version() at load time: a library of a higher ABI version has every older call.
+ * Numeric values of gcagent_status never change.
+ *
+ * GPU tensors (ABI 2): gcagent_declare_device instead of gcagent_declare gives each key a slot
+ * in device memory the agent exports (CUDA IPC), on the trainer's GPU. The trainer copies its
+ * gradient into gcagent_device_buffer(c, key) on a stream, calls gcagent_submit_device with that
+ * stream (the agent's copy waits for the stream's work so far, not the host), and after
+ * gcagent_wait_device reads the average from the same slot on that stream. The library loads
+ * libcuda at run time; it links no CUDA library.
  */
 #ifndef GCAGENT_CLIENT_H_
 #define GCAGENT_CLIENT_H_
@@ -31,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 1
+#define GCAGENT_CLIENT_ABI_VERSION 2
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -56,7 +65,8 @@ typedef enum gcagent_status {
                                        was not submitted for that iteration, resubmitting a key
                                        still in flight, declare while submits are in flight */
   GCAGENT_ERR_NO_MEMORY = 8,        /* an allocation or a mapping failed */
-  GCAGENT_ERR_INTERNAL = 9          /* a bug in this library */
+  GCAGENT_ERR_INTERNAL = 9,         /* a bug in this library */
+  GCAGENT_ERR_UNSUPPORTED = 10      /* needs CUDA, which this library's build or this host lacks */
 } gcagent_status;
 
 /* A connection to the node's agent. Opaque; created by gcagent_connect, freed by gcagent_close. */
@@ -137,6 +147,35 @@ GCAGENT_API const char* gcagent_last_error(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client);
+
+/* ---- GPU tensors (ABI version 2) ---- */
+
+/* The 16-byte UUID of CUDA device `device_ordinal` as this process sees it (the same as
+ * cudaDeviceProp::uuid and nvidia-smi's GPU-... name). GCAGENT_ERR_UNSUPPORTED without a GPU. */
+GCAGENT_API int gcagent_gpu_uuid(int device_ordinal, uint8_t uuid_out[16]);
+
+/* gcagent_declare for tensors that live on the GPU with UUID `gpu_uuid`: the agent answers with
+ * device slots on that GPU, which this call maps. The agent must use the same GPU; when it has
+ * none or another one it refuses (GCAGENT_ERR_AGENT; the message names both GPUs), and the
+ * previous declaration stays in place. Replaces the previous declaration like gcagent_declare. */
+GCAGENT_API int gcagent_declare_device(gcagent_client* client, const gcagent_tensor* tensors,
+                                       size_t count, const uint8_t gpu_uuid[16]);
+
+/* The device slot of a key declared with gcagent_declare_device, as a CUdeviceptr of
+ * gcagent_buffer_elements(client, key) floats, 256-byte aligned; 0 for an unknown key or a key
+ * declared on the host. Valid until the next declare or gcagent_close. */
+GCAGENT_API uint64_t gcagent_device_buffer(gcagent_client* client, uint64_t key);
+
+/* gcagent_submit for device slots: the agent reads the slots after the work queued so far on
+ * `cuda_stream` (a CUstream / cudaStream_t; NULL is the legacy default stream), without this
+ * call waiting for it. */
+GCAGENT_API int gcagent_submit_device(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
+                                      size_t count, void* cuda_stream);
+
+/* gcagent_wait for device slots: once the keys are complete, work queued on `cuda_stream` from now
+ * on runs after the agent's writes of the averages (the host does not wait for the GPU). */
+GCAGENT_API int gcagent_wait_device(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
+                                    size_t count, int timeout_ms, void* cuda_stream);
 
 /* Closes the socket, unmaps the segment and frees the client. NULL is ignored. */
 GCAGENT_API void gcagent_close(gcagent_client* client);

@@ -65,6 +65,16 @@ Result<CudaDriver> open() {
   GC_RESOLVE(ipcOpenEventHandle, "cuIpcOpenEventHandle");
   GC_RESOLVE(memcpyHtoDAsync, "cuMemcpyHtoDAsync");
   GC_RESOLVE(memcpyDtoHAsync, "cuMemcpyDtoHAsync");
+  GC_RESOLVE(deviceGetAttribute, "cuDeviceGetAttribute");
+  GC_RESOLVE(memAlloc, "cuMemAlloc");
+  GC_RESOLVE(memFree, "cuMemFree");
+  GC_RESOLVE(ipcGetMemHandle, "cuIpcGetMemHandle");
+  GC_RESOLVE(ipcOpenMemHandle, "cuIpcOpenMemHandle");
+  GC_RESOLVE(ipcCloseMemHandle, "cuIpcCloseMemHandle");
+  GC_RESOLVE(launchHostFunc, "cuLaunchHostFunc");
+  GC_RESOLVE(memcpyDtoDAsync, "cuMemcpyDtoDAsync");
+  GC_RESOLVE(memHostAlloc, "cuMemHostAlloc");
+  GC_RESOLVE(memFreeHost, "cuMemFreeHost");
 #undef GC_RESOLVE
   if (missing != nullptr) return Status::unavailable(strCat("no GPU: libcuda.so.1 lacks ", missing));
   if (const CUresult r = d.init(0); r != CUDA_SUCCESS)

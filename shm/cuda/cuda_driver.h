@@ -42,6 +42,18 @@ struct CudaDriver {
   decltype(&cuIpcOpenEventHandle) ipcOpenEventHandle;
   decltype(&cuMemcpyHtoDAsync) memcpyHtoDAsync;
   decltype(&cuMemcpyDtoHAsync) memcpyDtoHAsync;
+  // The legacy IPC path, for devices or drivers that cannot export cuMem memory as an fd.
+  decltype(&cuDeviceGetAttribute) deviceGetAttribute;
+  decltype(&cuMemAlloc) memAlloc;
+  decltype(&cuMemFree) memFree;
+  decltype(&cuIpcGetMemHandle) ipcGetMemHandle;
+  decltype(&cuIpcOpenMemHandle) ipcOpenMemHandle;
+  decltype(&cuIpcCloseMemHandle) ipcCloseMemHandle;
+  // The agent's device data path: host callbacks on its stream, device-to-device copies.
+  decltype(&cuLaunchHostFunc) launchHostFunc;
+  decltype(&cuMemcpyDtoDAsync) memcpyDtoDAsync;
+  decltype(&cuMemHostAlloc) memHostAlloc;  // pinned: asynchronous copies stay asynchronous
+  decltype(&cuMemFreeHost) memFreeHost;
 
   // The driver, loaded and initialised once per process; unavailable("no GPU: ...") when
   // libcuda.so.1 is missing, lacks an entry point, or cuInit fails.

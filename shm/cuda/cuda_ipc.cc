@@ -62,11 +62,18 @@ SharedDeviceMemory& SharedDeviceMemory::operator=(SharedDeviceMemory&& other) no
   std::swap(mapped_, other.mapped_);
   std::swap(fd_, other.fd_);
   std::swap(gpu_, other.gpu_);
+  std::swap(kind_, other.kind_);
+  std::swap(legacy_, other.legacy_);
+  std::swap(legacy_owner_, other.legacy_owner_);
+  std::swap(legacy_imported_, other.legacy_imported_);
   return *this;
 }
 
 SharedDeviceMemory::~SharedDeviceMemory() {
   if (driver_ == nullptr) return;
+  if (legacy_imported_) driver_->ipcCloseMemHandle(address_);
+  if (legacy_owner_) driver_->memFree(address_);
+  if (legacy_imported_ || legacy_owner_) return;
   if (mapped_) driver_->memUnmap(address_, bytes_);
   if (address_ != 0) driver_->memAddressFree(address_, bytes_);
   if (handle_ != 0) driver_->memRelease(handle_);
@@ -92,10 +99,45 @@ Status SharedDeviceMemory::map(CUmemGenericAllocationHandle handle, int ordinal)
   return {};
 }
 
-Result<SharedDeviceMemory> SharedDeviceMemory::create(const CudaDriver& d, int ordinal, size_t bytes) {
+Result<ExportKind> preferredExportKind(const CudaDriver& d, int ordinal) {
+  CUdevice dev = 0;
+  int supported = 0;
+  CUresult r = d.deviceGet(&dev, ordinal);
+  if (r == CUDA_SUCCESS)
+    r = d.deviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
+  if (r != CUDA_SUCCESS) return Status::unavailable(strCat("gpu ", ordinal, ": ", d.describe("cuDeviceGetAttribute", r)));
+  return supported != 0 ? ExportKind::kPosixFd : ExportKind::kLegacyIpc;
+}
+
+Status SharedDeviceMemory::createLegacy(int ordinal) {
+  const CudaDriver& d = *driver_;
+  constexpr size_t kAlign = 2u << 20;  // what cuIpcOpenMemHandle maps anyway
+  bytes_ = (std::max<size_t>(bytes_, 1) + kAlign - 1) / kAlign * kAlign;
+  if (CUresult r = d.memAlloc(&address_, bytes_); r != CUDA_SUCCESS) {
+    address_ = 0;
+    return Status::resourceExhausted(strCat("gpu ", ordinal, ": ", bytes_, " bytes: ", d.describe("cuMemAlloc", r)));
+  }
+  legacy_owner_ = true;
+  if (CUresult r = d.ipcGetMemHandle(&legacy_, address_); r != CUDA_SUCCESS)
+    return Status::unavailable(strCat("gpu ", ordinal, " can export memory neither as a file descriptor nor as a "
+                                      "legacy ipc handle: ", d.describe("cuIpcGetMemHandle", r)));
+  return {};
+}
+
+Result<SharedDeviceMemory> SharedDeviceMemory::create(const CudaDriver& d, int ordinal, size_t bytes,
+                                                      std::optional<ExportKind> kind) {
   SharedDeviceMemory m;
   m.driver_ = &d;
   GC_ASSIGN_OR_RETURN(m.gpu_, useDevice(d, ordinal));
+  if (!kind) {
+    GC_ASSIGN_OR_RETURN(kind, preferredExportKind(d, ordinal));
+  }
+  m.kind_ = *kind;
+  if (m.kind_ == ExportKind::kLegacyIpc) {
+    m.bytes_ = bytes;
+    GC_RETURN_IF_ERROR(m.createLegacy(ordinal));
+    return Result<SharedDeviceMemory>(std::move(m));
+  }
   const CUmemAllocationProp prop = exportableOn(ordinal);
   size_t granularity = 0;
   if (CUresult r = d.memGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -126,6 +168,19 @@ Result<SharedDeviceMemory> SharedDeviceMemory::import(const CudaDriver& d, int o
                ", this process uses gpu ", ordinal, " (", uuidText(m.gpu_),
                "); give both the same device (CUDA_VISIBLE_DEVICES)"));
   m.bytes_ = descriptor.bytes;
+  m.kind_ = descriptor.kind;
+  if (descriptor.kind == ExportKind::kLegacyIpc) {
+    m.legacy_ = descriptor.legacy;
+    if (CUresult r = d.ipcOpenMemHandle(&m.address_, descriptor.legacy, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        r != CUDA_SUCCESS) {
+      m.address_ = 0;
+      return Status::failedPrecondition(strCat(
+          "cannot open the agent's GPU memory handle (do the trainer and the agent share an IPC namespace "
+          "and a driver?): ", d.describe("cuIpcOpenMemHandle", r)));
+    }
+    m.legacy_imported_ = true;
+    return Result<SharedDeviceMemory>(std::move(m));
+  }
   CUmemGenericAllocationHandle handle = 0;
   // The driver takes the fd by value, passed in the pointer argument.
   if (CUresult r = d.memImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
@@ -181,48 +236,6 @@ Status SharedEvent::waitOn(CUstream stream) const {
   if (CUresult r = driver_->streamWaitEvent(stream, event_, 0); r != CUDA_SUCCESS)
     return Status::unavailable(driver_->describe("cuStreamWaitEvent", r));
   return {};
-}
-
-Status sendFd(int socket, int fd, std::span<const std::byte> payload) {
-  iovec iov{const_cast<std::byte*>(payload.data()), payload.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  const ssize_t sent = sendmsg(socket, &msg, MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(payload.size()))
-    return Status::unavailable(strCat("sending a file descriptor failed: ",
-                                      sent < 0 ? std::strerror(errno) : "short write"));
-  return {};
-}
-
-Result<int> receiveFd(int socket, std::span<std::byte> payload) {
-  iovec iov{payload.data(), payload.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  const ssize_t got = recvmsg(socket, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-  if (got != static_cast<ssize_t>(payload.size()))
-    return Status::unavailable(strCat("receiving a file descriptor failed: ",
-                                      got < 0 ? std::strerror(errno) : "short read"));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      return fd;
-    }
-  }
-  return Status::dataLoss("the message carried no file descriptor");
 }
 
 }  // namespace gcagent::shm::cuda

@@ -39,6 +39,18 @@ int mappings(const std::string& segment) {
   return n;
 }
 
+// Descriptors this process has open: a received fd the client forgot would show here.
+int openFds() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+bool hostHasGpu() {
+  uint8_t uuid[16];
+  return gcagent_gpu_uuid(0, uuid) == GCAGENT_OK;
+}
+
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -86,6 +98,12 @@ class ClientTest : public ::testing::Test {
 
   std::string lastError() const { return gcagent_last_error(client_); }
 
+  int declareDevice(uint64_t key, uint64_t elements) {
+    static const uint8_t kGpu[16] = {0xaa, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const gcagent_tensor t{key, elements, 0, nullptr, nullptr, nullptr, 0};
+    return gcagent_declare_device(client_, &t, 1, kGpu);
+  }
+
   std::string dir_;
   std::unique_ptr<ScriptedAgent> agent_;
   gcagent_client* client_ = nullptr;
@@ -112,6 +130,57 @@ TEST_F(ClientTest, ConnectDeclareSubmitWaitRoundTrip) {
     EXPECT_EQ(gcagent_poll(client_, it, keys, 3), GCAGENT_OK);
   }
   EXPECT_EQ(agent_->submits_seen.load(), 3);
+}
+
+TEST_F(ClientTest, DeviceOfferIsTakenWithItsDescriptorAndRefusedWithoutCuda) {
+  if (hostHasGpu()) GTEST_SKIP() << "this host has a GPU: the offer would reach the mapping step";
+  connect();
+  agent_->on_device_declare = ScriptedAgent::OnDeviceDeclare::kOfferMemfd;
+  const int before = openFds();
+  EXPECT_EQ(declareDevice(1, 1000), GCAGENT_ERR_UNSUPPORTED);
+  EXPECT_THAT(lastError(), ::testing::AnyOf(
+                               "the agent offered GPU memory, but this process cannot use CUDA: no GPU: cannot load "
+                               "libcuda.so.1: libcuda.so.1: cannot open shared object file: No such file or directory",
+                               "the agent offered GPU memory, but this gcagent client library was built without CUDA"));
+  EXPECT_EQ(openFds(), before) << "the received descriptor must be closed";
+  // Nothing is declared now, and the connection still works for host tensors.
+  EXPECT_EQ(gcagent_device_buffer(client_, 1), 0u);
+  EXPECT_EQ(lastError(), "key 1 is not declared on the device");
+  ASSERT_EQ(declare({{1, 8}}), GCAGENT_OK) << lastError();
+  fill(1, 2.0f);
+  const uint64_t key = 1;
+  ASSERT_EQ(gcagent_submit(client_, 1, &key, 1), GCAGENT_OK) << lastError();
+  ASSERT_EQ(gcagent_wait(client_, 1, &key, 1, 2000), GCAGENT_OK) << lastError();
+  expectReduced(1, 2.0f);
+}
+
+TEST_F(ClientTest, DeviceOfferWithoutItsDescriptorIsAProtocolError) {
+  connect();
+  agent_->on_device_declare = ScriptedAgent::OnDeviceDeclare::kOfferWithoutFd;
+  EXPECT_EQ(declareDevice(1, 10), GCAGENT_ERR_PROTOCOL);
+  EXPECT_EQ(lastError(), "the agent's device offer came without its file descriptor");
+}
+
+TEST_F(ClientTest, DeviceRefusalAndHostOnlyCallsAreNamed) {
+  connect();
+  EXPECT_EQ(declareDevice(1, 10), GCAGENT_ERR_AGENT);
+  EXPECT_EQ(lastError(), "the agent rejected the declare device: failed_precondition: this agent has no GPU");
+  const uint64_t key = 1;
+  ASSERT_EQ(declare({{1, 8}}), GCAGENT_OK) << lastError();
+  EXPECT_EQ(gcagent_submit_device(client_, 1, &key, 1, nullptr), GCAGENT_ERR_STATE);
+  EXPECT_EQ(lastError(), "the tensors are declared on the host: submit them with gcagent_submit");
+  EXPECT_EQ(gcagent_wait_device(client_, 1, &key, 1, 0, nullptr), GCAGENT_ERR_STATE);
+  EXPECT_EQ(lastError(), "the tensors are not declared on the device: wait for them with gcagent_wait");
+  EXPECT_EQ(gcagent_device_buffer(client_, 1), 0u);
+  const gcagent_tensor t{1, 8, 0, nullptr, nullptr, nullptr, 0};
+  EXPECT_EQ(gcagent_declare_device(client_, &t, 1, nullptr), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), "gcagent_declare_device: gpu_uuid is NULL");
+  const uint8_t zeros[16] = {};
+  EXPECT_EQ(gcagent_declare_device(client_, &t, 1, zeros), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), "control message 'declare device': gpu uuid is all zeros");
+  EXPECT_EQ(gcagent_declare_device(nullptr, &t, 1, zeros), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(gcagent_status_string(GCAGENT_ERR_UNSUPPORTED),
+               "not supported: needs CUDA, which this library's build or this host lacks");
 }
 
 TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {

@@ -1,6 +1,7 @@
 #include "scripted_agent.h"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/str_cat.h"
+#include "shm/fd_passing.h"
 
 namespace gcagent::client::testing {
 namespace protocol = shm::protocol;
@@ -188,6 +190,29 @@ bool ScriptedAgent::serve(int fd) {
         declared = {segment_->name(), layout.total_bytes, layout.offsets};
       }
       if (!send(fd, {id, declared})) return true;
+    } else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) {
+      const OnDeviceDeclare how = on_device_declare.load();
+      if (how == OnDeviceDeclare::kRefuse) {
+        if (!send(fd, {id, protocol::Error{StatusCode::kFailedPrecondition, "this agent has no GPU"}})) return true;
+        continue;
+      }
+      protocol::DeclaredDevice offer;
+      offer.gpu = device->gpu;
+      for (const auto& t : device->tensors) {
+        offer.slot_offsets.push_back(offer.allocation_bytes);
+        offer.allocation_bytes += (t.elements * sizeof(float) + 255) / 256 * 256;
+      }
+      offer.ready_event.fill(1);
+      offer.done_event.fill(2);
+      if (how == OnDeviceDeclare::kOfferWithoutFd) {
+        if (!send(fd, {id, offer})) return true;
+        continue;
+      }
+      const int memfd = ::memfd_create("gcagent-client-test", MFD_CLOEXEC);
+      const auto frame = protocol::encode({id, offer});
+      Status sent = shm::sendFd(fd, memfd, frame);
+      ::close(memfd);  // the client holds its own copy now
+      if (!sent.ok()) return true;
     } else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) {
       ++submits_seen;
       held_.push_back({id, std::move(*submit)});

@@ -53,6 +53,14 @@ class ScriptedAgent {
   std::string reject_codec = "bogus";
   std::atomic<int> submits_seen{0};
 
+  // How a DeclareDevice is answered.
+  enum class OnDeviceDeclare {
+    kRefuse,          // Error: "this agent has no GPU"
+    kOfferMemfd,      // DeclaredDevice with a memfd riding on its first byte
+    kOfferWithoutFd,  // DeclaredDevice (posix fd kind) with no descriptor
+  };
+  std::atomic<OnDeviceDeclare> on_device_declare{OnDeviceDeclare::kRefuse};
+
  private:
   struct Slot {
     float* data;

@@ -14,6 +14,36 @@ Result<Message> roundTrip(std::span<const std::byte> frame) {
   return decode(*header, frame.subspan(kHeaderBytes));
 }
 
+GpuUuidBytes gpu(uint8_t seed) {
+  GpuUuidBytes u{};
+  for (size_t i = 0; i < u.size(); ++i) u[i] = static_cast<uint8_t>(seed + i);
+  return u;
+}
+
+IpcHandleBytes handle(uint8_t seed) {
+  IpcHandleBytes h{};
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(seed ^ i);
+  return h;
+}
+
+DeclaredDevice posixFdOffer() {
+  DeclaredDevice d;
+  d.kind = DeviceHandleKind::kPosixFd;
+  d.gpu = gpu(0x5a);
+  d.allocation_bytes = 2 << 20;
+  d.ready_event = handle(1);
+  d.done_event = handle(2);
+  d.slot_offsets = {0, 4096};
+  return d;
+}
+
+DeclaredDevice legacyOffer() {
+  DeclaredDevice d = posixFdOffer();
+  d.kind = DeviceHandleKind::kLegacyIpc;
+  d.mem_handle = handle(3);
+  return d;
+}
+
 std::vector<Message> samples() {
   TensorDecl a{7, 1000, DType::kFloat32, -3, "2bit", {{"threshold", "0.5"}}};
   TensorDecl b{8, 1, DType::kFloat32, 0, "", {}};
@@ -25,6 +55,9 @@ std::vector<Message> samples() {
       {5, Submit{17, {7, 8}}},
       {6, Complete{17, {8}}},
       {7, Error{StatusCode::kInvalidArgument, "tensor 7: wrong size"}},
+      {8, DeclareDevice{gpu(0x5a), {a, b}}},
+      {9, posixFdOffer()},
+      {10, legacyOffer()},
   };
 }
 
@@ -109,6 +142,53 @@ TEST(ProtocolTest, FieldsAreValidated) {
   EXPECT_EQ(errorOf({1, Declared{"seg", 100, {0, 100}}}), "control message 'declared': slot offset 100 is beyond the segment");
   EXPECT_EQ(errorOf({1, Welcome{0, 2, 2}}), "control message 'welcome': node rank 2 is not below the node count 2");
   EXPECT_EQ(errorOf({1, Error{static_cast<StatusCode>(0), "x"}}), "control message 'error': unknown error code 0");
+}
+
+TEST(ProtocolTest, DeviceFieldsAreValidated) {
+  TensorDecl t{1, 10, DType::kFloat32, 0, "", {}};
+  EXPECT_EQ(errorOf({1, DeclareDevice{GpuUuidBytes{}, {t}}}), "control message 'declare device': gpu uuid is all zeros");
+  EXPECT_EQ(errorOf({1, DeclareDevice{gpu(1), {}}}),
+            "control message 'declare device': tensor count 0 is outside [1, 65536]");
+  EXPECT_EQ(errorOf({1, DeclareDevice{gpu(1), {t, t}}}), "control message 'declare device': tensor 1: repeats key 1");
+  DeclaredDevice d = posixFdOffer();
+  d.kind = static_cast<DeviceHandleKind>(3);
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': unknown device handle kind 3 (1 = posix fd, 2 = legacy ipc)");
+  d = posixFdOffer();
+  d.gpu = {};
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': gpu uuid is all zeros");
+  d = posixFdOffer();
+  d.allocation_bytes = 0;
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': allocation of 0 bytes is outside [1, 2^42]");
+  d.allocation_bytes = (uint64_t{1} << 42) + 1;
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': allocation of 4398046511105 bytes is outside [1, 2^42]");
+  d = posixFdOffer();
+  d.mem_handle[63] = 1;
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': a posix fd allocation carries a legacy memory handle");
+  d = legacyOffer();
+  d.mem_handle = {};
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': legacy ipc memory handle is all zeros");
+  d = posixFdOffer();
+  d.slot_offsets = {};
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': no slots");
+  d.slot_offsets = {0, 2 << 20};
+  EXPECT_EQ(errorOf({1, d}), "control message 'declared device': slot offset 2097152 is beyond the allocation");
+}
+
+TEST(ProtocolTest, DeviceMessagesHaveAFixedLayout) {
+  // kind, uuid, allocation bytes, three 64-byte handles, then the offsets: the trainer's
+  // client and the agent may be built apart, so the layout is pinned here.
+  auto frame = encode({1, posixFdOffer()});
+  ASSERT_EQ(frame.size(), kHeaderBytes + 1 + 16 + 8 + 3 * 64 + 4 + 2 * 8);
+  EXPECT_EQ(static_cast<int>(frame[6]), 9);                     // type
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes]), 1);          // kind: posix fd
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 1]), 0x5a);   // uuid[0]
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 19]), 0x20);  // 2 MiB, little-endian
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 25 + 64 + 5]), 1 ^ 5);  // ready_event[5]
+  EXPECT_EQ(messageTypeName(MessageType::kDeclareDevice), "declare device");
+  EXPECT_EQ(messageTypeName(MessageType::kDeclaredDevice), "declared device");
+  auto header = std::vector<std::byte>(frame.begin(), frame.begin() + kHeaderBytes);
+  header[6] = std::byte{10};
+  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 10");
 }
 
 TEST(ProtocolTest, HugeCountsAreRejectedBeforeAllocating) {

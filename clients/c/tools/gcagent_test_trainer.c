@@ -4,7 +4,7 @@
  *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]
  *       [--world-rank W] [--world-size S] (--tensors N1,N2,... | --model FILE.csv)
  *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|converge:EPS|none]
- *       [--timeout-ms T] [--report] [--backward-ms MS]
+ *       [--timeout-ms T] [--report] [--backward-ms MS] [--try-device-uuid HEX32]
  *
  * Tensor i has key i and priority -i. Each iteration (numbered 1..K) fills element e of
  * tensor key with v(world rank, iteration, key, e), submits every key, waits, and checks the
@@ -31,6 +31,11 @@
  * --report prints "connected trainer_id=.. node_rank=.. node_count=.. tensors=.. bytes=..",
  * then per iteration "iteration=I ms=submit-to-complete MB/s=gradient-bytes/second" and last
  * "summary iterations=K bytes=B mean_ms=.. min_ms=.. max_ms=.. MB/s=..".
+ *
+ * --try-device-uuid HEX32 first declares the tensors as living on the GPU with that UUID (32
+ * hex digits) and prints "device_declare: ok" or "device_declare: STATUS: MESSAGE"; either way
+ * it then declares them on the host and goes on, as a shim falls back when the agent cannot
+ * serve its GPU.
  *
  * Exit status: 0 success, 1 wrong values (first mismatches printed), 2 a gcagent call failed
  * (gcagent_last_error printed), 3 bad command line or model file.
@@ -170,7 +175,7 @@ static size_t parse_model(const char* path, uint64_t* elements) {
 }
 
 int main(int argc, char** argv) {
-  const char *socket_path = NULL, *job = "test", *codec = "", *check = "exact";
+  const char *socket_path = NULL, *job = "test", *codec = "", *check = "exact", *device_uuid = NULL;
   uint32_t local_rank = 0, local_size = 1, world_rank = 0, world_size = 1;
   uint64_t iterations = 10;
   int timeout_ms = 60000, report = 0, copy = 0;
@@ -206,6 +211,7 @@ int main(int argc, char** argv) {
     else if (strcmp(flag, "--timeout-ms") == 0) timeout_ms = (int)parse_u64(v, flag);
     else if (strcmp(flag, "--check") == 0) check = v;
     else if (strcmp(flag, "--backward-ms") == 0) backward_ms = (double)parse_u64(v, flag);
+    else if (strcmp(flag, "--try-device-uuid") == 0) device_uuid = v;
     else if (strcmp(flag, "--param") == 0) {
       char* eq = strchr(v, '=');
       if (eq == NULL || eq == v) die(3, "--param wants key=value", v);
@@ -250,6 +256,19 @@ int main(int argc, char** argv) {
     tensors[t].param_values = param_values;
     tensors[t].param_count = params;
     total_bytes += elements[t] * sizeof(float);
+  }
+  if (device_uuid != NULL) {
+    uint8_t uuid[16];
+    if (strlen(device_uuid) != 32) die(3, "--try-device-uuid wants 32 hex digits", device_uuid);
+    for (int b = 0; b < 16; ++b) {
+      unsigned byte = 0;
+      if (sscanf(device_uuid + 2 * b, "%2x", &byte) != 1) die(3, "--try-device-uuid wants 32 hex digits", device_uuid);
+      uuid[b] = (uint8_t)byte;
+    }
+    const int rc = gcagent_declare_device(c, tensors, count, uuid);
+    if (rc == GCAGENT_OK) printf("device_declare: ok\n");
+    else printf("device_declare: %s: %s\n", gcagent_status_string(rc), gcagent_last_error(c));
+    fflush(stdout);
   }
   check_call(gcagent_declare(c, tensors, count), "declare", c);
   for (size_t t = 0; t < count; ++t)

@@ -4,7 +4,8 @@ import ctypes
 import os
 
 LIB_NAME = "libgcagent_client.so.1"
-ABI_VERSION = 1
+ABI_VERSION = 1         # the oldest library this package works with (host tensors)
+DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
 
 
 class Tensor(ctypes.Structure):
@@ -36,7 +37,7 @@ def _candidates():
     return found
 
 
-def _declare(lib):
+def _declare(lib, version):
     u32, u64, sz = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t
     client_p, keys_p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
     sigs = {
@@ -57,6 +58,15 @@ def _declare(lib):
         "gcagent_node_count": (u32, [client_p]),
         "gcagent_close": (None, [client_p]),
     }
+    if version >= DEVICE_ABI_VERSION:
+        uuid_p, stream_p = ctypes.POINTER(ctypes.c_uint8), ctypes.c_void_p
+        sigs.update({
+            "gcagent_gpu_uuid": (ctypes.c_int, [ctypes.c_int, uuid_p]),
+            "gcagent_declare_device": (ctypes.c_int, [client_p, ctypes.POINTER(Tensor), sz, uuid_p]),
+            "gcagent_device_buffer": (u64, [client_p, u64]),
+            "gcagent_submit_device": (ctypes.c_int, [client_p, u64, keys_p, sz, stream_p]),
+            "gcagent_wait_device": (ctypes.c_int, [client_p, u64, keys_p, sz, ctypes.c_int, stream_p]),
+        })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -79,9 +89,10 @@ def load():
             tried.append(f"{where} ({path}): {e}")
             continue
         version = lib.gcagent_abi_version()
-        if version != ABI_VERSION:
+        if version < ABI_VERSION:
             raise OSError(f"gcagent: {path} has C ABI version {version}, this package needs {ABI_VERSION}")
-        _lib = _declare(lib)
+        _lib = _declare(lib, version)
+        _lib.abi_version = version
         return _lib
     raise OSError("gcagent: cannot load " + LIB_NAME + "; tried " + "; ".join(tried) +
                   ". Set GCAGENT_CLIENT_LIB to the library built in the build tree (clients/" + LIB_NAME + ")")

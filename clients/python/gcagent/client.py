@@ -49,6 +49,20 @@ def codec_from_env() -> Tuple[Optional[str], Dict[str, str]]:
     return os.environ.get("GCAGENT_CODEC") or None, params
 
 
+def gpu_uuid(device_ordinal: int) -> bytes:
+    """The 16-byte UUID of a CUDA device ordinal as this process sees it (what
+    Client.declare_device wants)."""
+    lib = _library.load()
+    if getattr(lib, "abi_version", 1) < _library.DEVICE_ABI_VERSION:
+        raise GcagentError(10, f"gcagent: GPU tensors need C ABI {_library.DEVICE_ABI_VERSION}, "
+                               f"the loaded library has {lib.abi_version}")
+    out = (ctypes.c_uint8 * 16)()
+    rc = lib.gcagent_gpu_uuid(device_ordinal, out)
+    if rc != OK:
+        raise GcagentError(rc, f"gcagent: gpu {device_ordinal}: {lib.gcagent_last_error(None).decode()}")
+    return bytes(out)
+
+
 class Client:
     """One connection. Defaults come from the environment: GCAGENT_SOCKET, GCAGENT_JOB,
     GCAGENT_LOCAL_RANK (or LOCAL_RANK) and GCAGENT_LOCAL_SIZE (or LOCAL_WORLD_SIZE).
@@ -80,7 +94,7 @@ class Client:
             detail = self._lib.gcagent_last_error(self._handle).decode()
             raise GcagentError(rc, f"gcagent: {what}: {detail}")
 
-    def declare(self, tensors: Sequence[TensorSpec]):
+    def _tensor_array(self, tensors: Sequence[TensorSpec]):
         arr = (_library.Tensor * len(tensors))()
         keep = []
         for i, t in enumerate(tensors):
@@ -91,8 +105,57 @@ class Client:
             pv = (ctypes.c_char_p * max(1, len(values)))(*values)
             keep += [codec, names, values, pk, pv]
             arr[i] = _library.Tensor(t.key, t.elements, t.priority, codec, pk, pv, len(names))
+        return arr, keep
+
+    def declare(self, tensors: Sequence[TensorSpec]):
+        arr, keep = self._tensor_array(tensors)
         self._check(self._lib.gcagent_declare(self._handle, arr, len(tensors)), f"declare {len(tensors)} tensors")
         self._keep = keep
+
+    # ---- GPU tensors (C ABI 2) ----
+
+    def _need_device_abi(self):
+        if getattr(self._lib, "abi_version", 1) < _library.DEVICE_ABI_VERSION:
+            raise GcagentError(10, f"gcagent: GPU tensors need C ABI {_library.DEVICE_ABI_VERSION}, "
+                                   f"the loaded library has {self._lib.abi_version}")
+
+    @staticmethod
+    def gpu_uuid(device_ordinal: int) -> bytes:
+        return gpu_uuid(device_ordinal)
+
+    def declare_device(self, tensors: Sequence[TensorSpec], gpu_uuid: bytes):
+        """Declares tensors that live on the GPU with this UUID: each gets a slot in device
+        memory the agent exports (device_buffer)."""
+        self._need_device_abi()
+        if len(gpu_uuid) != 16:
+            raise ValueError(f"gcagent: a GPU UUID has 16 bytes, got {len(gpu_uuid)}")
+        arr, keep = self._tensor_array(tensors)
+        uuid = (ctypes.c_uint8 * 16)(*gpu_uuid)
+        self._check(self._lib.gcagent_declare_device(self._handle, arr, len(tensors), uuid),
+                    f"declare {len(tensors)} device tensors")
+        self._keep = keep
+
+    def device_buffer(self, key: int) -> int:
+        """The device slot of `key` as an integer CUdeviceptr."""
+        self._need_device_abi()
+        ptr = self._lib.gcagent_device_buffer(self._handle, key)
+        if not ptr:
+            raise GcagentError(6, f"gcagent: tensor {key} is not declared on the device")
+        return ptr
+
+    def submit_device(self, iteration: int, keys: Iterable[int], stream: int = 0):
+        arr, n = self._keys(keys)
+        self._check(self._lib.gcagent_submit_device(self._handle, iteration, arr, n, ctypes.c_void_p(stream or None)),
+                    f"submit iteration {iteration} from the device")
+
+    def wait_device(self, iteration: int, keys: Iterable[int], timeout_ms: int = -1, stream: int = 0) -> bool:
+        arr, n = self._keys(keys)
+        rc = self._lib.gcagent_wait_device(self._handle, iteration, arr, n, timeout_ms,
+                                           ctypes.c_void_p(stream or None))
+        if rc == ERR_TIMEOUT:
+            return False
+        self._check(rc, f"wait for iteration {iteration} on the device")
+        return True
 
     def buffer(self, key: int) -> np.ndarray:
         """The shared slot of `key` as a float32 array (valid until the next declare)."""

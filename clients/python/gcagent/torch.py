@@ -10,7 +10,14 @@ buckets go through the process group's allreduce; once two iterations agree, the
 one agent tensor per bucket (priority: minus the index of the bucket's first layer, so front
 layers go first) and from then on writes each bucket into its shared slot, submits it, and
 completes the future from a background thread. An agent error or a timeout completes the
-future with set_exception, which DDP raises from backward(); nothing waits forever."""
+future with set_exception, which DDP raises from backward(); nothing waits forever.
+
+GPU path: when the buckets are CUDA tensors, the hook declares them on the device instead
+(gcagent_declare_device with the bucket's GPU UUID): each bucket is copied into its device slot
+on the current stream, the client records an interprocess event on that stream and submits,
+and on completion the stream waits for the agent's event before the copy back; the host never
+waits for the GPU. The agent must run on the same GPU; when it has none or another, declaring
+fails with the agent's message naming both GPUs."""
 
 import queue
 import threading
@@ -21,6 +28,14 @@ import torch
 import torch.distributed as dist
 
 from gcagent.client import Client, GcagentError, Reducer, TensorSpec, codec_from_env
+
+
+class _DeviceSlot:
+    """A device pointer the client library returned, seen by torch.as_tensor as CUDA memory."""
+
+    def __init__(self, pointer, elements):
+        self.__cuda_array_interface__ = {"shape": (elements,), "typestr": "<f4", "data": (pointer, False),
+                                         "version": 2}
 
 
 class State:
@@ -37,6 +52,7 @@ class State:
         self.declared = {}          # bucket index -> elements, once learned
         self.priorities = {}        # bucket index -> priority declared to the agent
         self.seen, self.last_seen = {}, None
+        self.device = None          # the buckets' torch.device when they live on a GPU
         self.agent_buckets = 0      # buckets reduced through the agent
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
         self._queue = queue.Queue()
@@ -49,12 +65,21 @@ class State:
     def on_bucket(self, bucket):
         index, buf = bucket.index(), bucket.buffer()
         self.seen[index] = buf.numel()
+        if buf.is_cuda != (self.device is not None) or (buf.is_cuda and buf.device != self.device):
+            self.declared = {}
+            self.device = buf.device if buf.is_cuda else None
         if self.declared.get(index) == buf.numel():
-            fut = torch.futures.Future()
-            slot = torch.from_numpy(self._slots[index])
-            slot.copy_(buf.reshape(-1))
             self.agent_buckets += 1
-            self._queue.put((self.step, index, fut, buf, time.monotonic()))
+            if self.device is not None:
+                fut = torch.futures.Future(devices=[self.device])
+                stream = torch.cuda.current_stream(self.device)
+                self._slots[index].copy_(buf.reshape(-1), non_blocking=True)  # on `stream`
+                self._queue.put((self.step, index, fut, buf, time.monotonic(), stream))
+            else:
+                fut = torch.futures.Future()
+                slot = torch.from_numpy(self._slots[index])
+                slot.copy_(buf.reshape(-1))
+                self._queue.put((self.step, index, fut, buf, time.monotonic(), None))
         else:
             self.declared = {}
             fut = self._fallback(buf)
@@ -81,8 +106,14 @@ class State:
         self.priorities = {i: -(count - 1 - i) for i in buckets}
         specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params) for i, n in sorted(buckets.items())]
         with self._lock:
-            self.client.declare(specs)
-            self._slots = {i: self.client.buffer(i) for i in buckets}
+            if self.device is not None:
+                uuid = self.client.gpu_uuid(self.device.index)
+                self.client.declare_device(specs, uuid)
+                self._slots = {i: torch.as_tensor(_DeviceSlot(self.client.device_buffer(i), n), device=self.device)
+                               for i, n in buckets.items()}
+            else:
+                self.client.declare(specs)
+                self._slots = {i: self.client.buffer(i) for i in buckets}
         self.declared = dict(buckets)
 
     def _drain(self):
@@ -103,10 +134,13 @@ class State:
             self._collect()
 
     def _submit(self, item):
-        step, index, fut = item[:3]
+        step, index, fut, stream = item[0], item[1], item[2], item[5]
         try:
             with self._lock:
-                self.client.submit(step, [index])
+                if stream is not None:
+                    self.client.submit_device(step, [index], stream.cuda_stream)
+                else:
+                    self.client.submit(step, [index])
             self._pending.append(item)
         except Exception as e:  # noqa: BLE001 - every failure must reach the future
             fut.set_exception(e)
@@ -114,11 +148,20 @@ class State:
     def _collect(self):
         still = []
         for item in self._pending:
-            step, index, fut, buf, started = item
+            step, index, fut, buf, started, stream = item
             try:
+                timeout = 1 if item is self._pending[0] else 0
                 with self._lock:
-                    done = self.client.wait(step, [index], 1 if item is self._pending[0] else 0)
-                if done:
+                    if stream is not None:
+                        done = self.client.wait_device(step, [index], timeout, stream.cuda_stream)
+                    else:
+                        done = self.client.wait(step, [index], timeout)
+                if done and stream is not None:
+                    # `stream` now waits for the agent's writes; the copy back queues behind them.
+                    with torch.cuda.stream(stream):
+                        buf.copy_(self._slots[index].reshape(buf.shape), non_blocking=True)
+                        fut.set_result(buf)
+                elif done:
                     buf.copy_(torch.from_numpy(self._slots[index]).reshape(buf.shape))
                     fut.set_result(buf)
                 elif time.monotonic() - started > self.timeout_s:

@@ -58,9 +58,9 @@ struct Offer {
   CUipcEventHandle written;
 };
 
-int exporter(int sock) {
+int exporter(int sock, ExportKind kind) {
   const CudaDriver* d = driverOrExit();
-  auto mem = SharedDeviceMemory::create(*d, 0, 4 * kWords);
+  auto mem = SharedDeviceMemory::create(*d, 0, 4 * kWords, kind);
   CHILD_CHECK(mem.ok(), "exporter: %s", mem.status().toString().c_str());
   std::vector<uint32_t> words(kWords);
   for (size_t i = 0; i < kWords; ++i) words[i] = static_cast<uint32_t>(3 * i + 1);
@@ -70,7 +70,8 @@ int exporter(int sock) {
   auto handle = written->handle();
   CHILD_CHECK(handle.ok(), "exporter: %s", handle.status().toString().c_str());
   const Offer offer{mem->descriptor(), *handle};
-  Status sent = sendFd(sock, mem->fd(), std::as_bytes(std::span(&offer, 1)));
+  // A legacy export has no fd of its own; the socket stands in so the framing stays the same.
+  Status sent = sendFd(sock, kind == ExportKind::kPosixFd ? mem->fd() : sock, std::as_bytes(std::span(&offer, 1)));
   CHILD_CHECK(sent.ok(), "exporter: %s", sent.toString().c_str());
   char ack = 0;
   CHILD_CHECK(read(sock, &ack, 1) == 1 && ack == 'k', "exporter: no acknowledgement from the importer");
@@ -91,7 +92,7 @@ int exporter(int sock) {
   return 0;
 }
 
-int importer(int sock) {
+int importer(int sock, ExportKind kind) {
   const CudaDriver* d = driverOrExit();
   Offer offer;
   auto fd = receiveFd(sock, std::as_writable_bytes(std::span(&offer, 1)));
@@ -107,6 +108,7 @@ int importer(int sock) {
                   wrong.status().message().rfind("trainer and agent see different GPUs: the buffer lives on " +
                                                      uuidText(elsewhere.gpu), 0) == 0,
               "importer: a foreign GPU was not refused: %s", wrong.status().toString().c_str());
+  CHILD_CHECK(desc.kind == kind, "importer: descriptor kind %d", static_cast<int>(desc.kind));
   auto mem = SharedDeviceMemory::import(*d, 0, *fd, desc);
   close(*fd);
   CHILD_CHECK(mem.ok(), "importer: %s", mem.status().toString().c_str());
@@ -132,19 +134,22 @@ int importer(int sock) {
   return 0;
 }
 
-TEST(CudaIpcTest, TwoProcessesShareDeviceMemoryThroughAFileDescriptor) {
+class CudaIpcKindTest : public ::testing::TestWithParam<ExportKind> {};
+
+TEST_P(CudaIpcKindTest, TwoProcessesShareDeviceMemory) {
+  const ExportKind kind = GetParam();
   int socks[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, socks), 0);
   int importer_code = -1;
   const pid_t imp = fork();
   if (imp == 0) {
     close(socks[0]);
-    const int code = importer(socks[1]);
+    const int code = importer(socks[1], kind);
     std::fflush(stderr);
     _exit(code);
   }
   close(socks[1]);
-  const int exporter_code = inChild([&] { return exporter(socks[0]); });
+  const int exporter_code = inChild([&] { return exporter(socks[0], kind); });
   close(socks[0]);
   int status = 0;
   waitpid(imp, &status, 0);
@@ -153,6 +158,9 @@ TEST(CudaIpcTest, TwoProcessesShareDeviceMemoryThroughAFileDescriptor) {
   EXPECT_EQ(exporter_code, 0);
   EXPECT_EQ(importer_code, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Exports, CudaIpcKindTest, ::testing::Values(ExportKind::kPosixFd, ExportKind::kLegacyIpc),
+                         [](const auto& info) { return info.param == ExportKind::kPosixFd ? "PosixFd" : "LegacyIpc"; });
 
 // The fd passing itself, with a pipe: runs everywhere.
 TEST(CudaIpcTest, FileDescriptorAndPayloadCrossAUnixSocket) {
