@@ -462,10 +462,8 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
   } else {
     const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
     Status s;
-    if (first && !compressed && encoded.size() == acc.sum.size() * sizeof(float)) {
-      std::memcpy(acc.sum.data(), encoded.data(), encoded.size());  // an uncompressed slice is the sum so far
-    } else if (first) {
-      s = codec.decode(encoded, acc.sum, {k.spec.key, slice, iteration});
+    if (first) {
+      s = codec.decode(encoded, acc.sum, 1.0f, {k.spec.key, slice, iteration});  // the sum so far
     } else {
       s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
     }
@@ -524,15 +522,8 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const float scale = 1.0f / static_cast<float>(contributors);
   const auto decode_start = Clock::now();
   const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
-  Status s;
-  if (!compressed && encoded.size() == dst.size() * sizeof(float)) {
-    // Uncompressed: decode and average in one pass. Every node takes this path for the same
-    // bytes, so all of them still see identical results.
-    scaledFromBytes(out, encoded.data(), dst.size(), scale);
-  } else {
-    s = codec.decode(encoded, dst, {k.spec.key, slice, iteration});
-    if (s.ok()) scaleInPlace(out, dst.size(), scale);
-  }
+  // Decoded and averaged in one pass, the same on every node for the same bytes.
+  Status s = codec.decode(encoded, dst, scale, {k.spec.key, slice, iteration});
   const double took = secondsSince(decode_start);
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
   planner_.recordDecode(codec.name(), encoded.size(), took);

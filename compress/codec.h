@@ -73,12 +73,17 @@ class Codec {
   virtual Status decodeAdd(std::span<const std::byte> in, std::span<float> acc,
                            const SliceId& id) const = 0;
 
-  // Decodes `in` into `out`, overwriting it: bit for bit what decodeAdd() adds to zeros.
-  // After an error `out`'s contents are unspecified. Dense codecs override this to skip
-  // the zero fill and the read of `out`.
-  virtual Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId& id) const {
+  // Decodes `in` into `out`, overwriting it, times `scale` (> 0): bit for bit what
+  // decodeAdd() adds to zeros, multiplied by scale. After an error `out`'s contents are
+  // unspecified. Codecs override this to skip the zero fill, the read of `out` and the
+  // separate scaling pass: the averaged result is then written in one pass.
+  virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                        const SliceId& id) const {
     std::fill(out.begin(), out.end(), 0.0f);
-    return decodeAdd(in, out, id);
+    GC_RETURN_IF_ERROR(decodeAdd(in, out, id));
+    if (scale != 1.0f)
+      for (float& v : out) v *= scale;
+    return {};
   }
 };
 

@@ -32,8 +32,9 @@ class WithoutFeedbackCodec final : public Codec {
                    const SliceId& id) const override {
     return inner_->decodeAdd(in, acc, id);
   }
-  Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId& id) const override {
-    return inner_->decode(in, out, id);
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                const SliceId& id) const override {
+    return inner_->decode(in, out, scale, id);
   }
 
  private:

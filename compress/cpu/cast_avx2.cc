@@ -19,12 +19,12 @@ GC_TARGET_AVX2 void f32DecodeAdd(const std::byte* src, float* acc, size_t begin,
   f32DecodeAddLoop(src, acc, begin, end);
 }
 
-GC_TARGET_AVX2 void f32Decode(const std::byte* src, float* out, size_t begin, size_t end) {
-  f32DecodeLoop(src, out, begin, end);
+GC_TARGET_AVX2 void f32Decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
+  f32DecodeLoop(src, out, begin, end, scale);
 }
 
-GC_TARGET_AVX2 void bf16Decode(const std::byte* src, float* out, size_t begin, size_t end) {
-  castDecodeLoop<Bf16Format>(src, out, begin, end);
+GC_TARGET_AVX2 void bf16Decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
+  castDecodeLoop<Bf16Format>(src, out, begin, end, scale);
 }
 
 GC_TARGET_AVX2 void bf16Encode(const float* g, float* r, std::byte* dst, size_t begin, size_t end) {
@@ -78,12 +78,15 @@ GC_TARGET_AVX2 void fp16DecodeAdd(const std::byte* src, float* acc, size_t begin
   castDecodeAddLoop<Fp16Format>(src, acc, i, end);
 }
 
-GC_TARGET_AVX2 void fp16Decode(const std::byte* src, float* out, size_t begin, size_t end) {
+GC_TARGET_AVX2 void fp16Decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
   size_t i = begin;
   const __m256 zero = _mm256_setzero_ps();
-  for (; i + 8 <= end; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_add_ps(zero, _mm256_cvtph_ps(loadHalves(src + 2 * i))));
-  castDecodeLoop<Fp16Format>(src, out, i, end);
+  const __m256 s = _mm256_set1_ps(scale);
+  for (; i + 8 <= end; i += 8) {
+    const __m256 v = _mm256_add_ps(zero, _mm256_cvtph_ps(loadHalves(src + 2 * i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(v, s));
+  }
+  castDecodeLoop<Fp16Format>(src, out, i, end, scale);
 }
 
 }  // namespace

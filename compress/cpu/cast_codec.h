@@ -44,12 +44,13 @@ class CastCodec final : public Codec {
     return {};
   }
 
-  Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId&) const override {
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                const SliceId&) const override {
     GC_RETURN_IF_ERROR(checkEncodedSize(name_, out.size(), in.size(), 2 * out.size()));
     const std::byte* src = in.data();
     float* dst = out.data();
     const auto decode = castKernels(format_).decode;
-    forChunks(env_, out.size(), 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end); });
+    forChunks(env_, out.size(), 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end, scale); });
     return {};
   }
 

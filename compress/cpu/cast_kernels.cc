@@ -13,8 +13,8 @@ void f32DecodeAdd(const std::byte* src, float* acc, size_t begin, size_t end) {
   f32DecodeAddLoop(src, acc, begin, end);
 }
 
-void f32Decode(const std::byte* src, float* out, size_t begin, size_t end) {
-  f32DecodeLoop(src, out, begin, end);
+void f32Decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
+  f32DecodeLoop(src, out, begin, end, scale);
 }
 
 template <class Format>
@@ -28,8 +28,8 @@ void decodeAdd(const std::byte* src, float* acc, size_t begin, size_t end) {
 }
 
 template <class Format>
-void decode(const std::byte* src, float* out, size_t begin, size_t end) {
-  castDecodeLoop<Format>(src, out, begin, end);
+void decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
+  castDecodeLoop<Format>(src, out, begin, end, scale);
 }
 
 constexpr CastKernels kF32Generic = {f32Encode, f32DecodeAdd, f32Decode};

@@ -20,9 +20,9 @@ struct CastKernels {
   void (*encode)(const float* g, float* r, std::byte* dst, size_t begin, size_t end);
   // acc[i] += the value at src byte i * element size.
   void (*decode_add)(const std::byte* src, float* acc, size_t begin, size_t end);
-  // out[i] = 0 + the value at src byte i * element size: the bits decode_add gives on
-  // zeros (-0 becomes +0 there too).
-  void (*decode)(const std::byte* src, float* out, size_t begin, size_t end);
+  // out[i] = (0 + the value at src byte i * element size) * scale: the bits decode_add gives
+  // on zeros (-0 becomes +0 there too), scaled.
+  void (*decode)(const std::byte* src, float* out, size_t begin, size_t end, float scale);
 };
 
 enum class CastFormat { kF32, kFp16, kBf16 };
@@ -84,20 +84,21 @@ template <class Format>
 template <class Format>
 [[gnu::always_inline]] inline void castDecodeLoop(const std::byte* __restrict src,
                                                   float* __restrict out, size_t begin,
-                                                  size_t end) {
+                                                  size_t end, float scale) {
   for (size_t i = begin; i < end; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
-    out[i] = 0.0f + Format::toFloat(h);
+    out[i] = (0.0f + Format::toFloat(h)) * scale;
   }
 }
 
 [[gnu::always_inline]] inline void f32DecodeLoop(const std::byte* __restrict src,
-                                                 float* __restrict out, size_t begin, size_t end) {
+                                                 float* __restrict out, size_t begin, size_t end,
+                                                 float scale) {
   for (size_t i = begin; i < end; ++i) {
     float v;
     std::memcpy(&v, src + 4 * i, 4);
-    out[i] = 0.0f + v;
+    out[i] = (0.0f + v) * scale;
   }
 }
 

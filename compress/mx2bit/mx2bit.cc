@@ -78,12 +78,15 @@ class Mx2bitCodec final : public Codec {
     return {};
   }
 
-  Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId&) const override {
+  // Every value is +t, -t or +0, and (+-t) * scale == +-(t * scale): decoding with the
+  // threshold scaled gives the scaled values exactly.
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                const SliceId&) const override {
     const size_t n = out.size();
     GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), mx2bit::encodedBytes(n)));
     const auto* src = reinterpret_cast<const uint8_t*>(in.data());
     float* dst = out.data();
-    const float t = t_;
+    const float t = t_ * scale;
     const auto decode = mx2bit::kernels().decode;
     forChunks(env_, n, 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end, t); });
     return {};

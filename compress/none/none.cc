@@ -38,12 +38,13 @@ class NoneCodec final : public Codec {
     return {};
   }
 
-  Status decode(std::span<const std::byte> in, std::span<float> out, const SliceId&) const override {
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                const SliceId&) const override {
     GC_RETURN_IF_ERROR(checkEncodedSize(name(), out.size(), in.size(), 4 * out.size()));
     const std::byte* src = in.data();
     float* dst = out.data();
     const auto decode = castKernels(CastFormat::kF32).decode;
-    forChunks(env_, out.size(), 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end); });
+    forChunks(env_, out.size(), 16, [&](size_t begin, size_t end) { decode(src, dst, begin, end, scale); });
     return {};
   }
 

@@ -72,6 +72,13 @@ class ThresholdCodec final : public Codec {
     return sparse::decodeAdd(in, acc, name());
   }
 
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
+                const SliceId&) const override {
+    GC_RETURN_IF_ERROR(
+        sparse::checkAtMost(name(), out.size(), in.size(), maxEncodedBytes(out.size())));
+    return sparse::decode(in, out, scale, name());
+  }
+
  private:
   double keep_;  // 1 - drop: the fraction sent
   double sample_;

@@ -78,23 +78,27 @@ TEST_P(CodecContractTest, DecodeAddAddsToTheAccumulator) {
   }
 }
 
-TEST_P(CodecContractTest, DecodeOverwritesWithWhatDecodeAddAddsToZeros) {
+TEST_P(CodecContractTest, DecodeOverwritesWithWhatDecodeAddAddsToZerosScaled) {
   for (const Params& params : {Params{}, Params{{"error_feedback", "false"}}}) {
     auto codec = makeCodec(GetParam(), params);
     if (!codec.ok()) continue;  // codecs without the parameter
-    for (size_t n : kSizes) {
-      auto g = gaussian(n, 13 + n);
-      std::vector<float> state;
-      auto bytes = testing::encode(**codec, g, state, {7, 1, 2});
-      std::vector<float> expected(n, 0.0f);
-      ASSERT_TRUE((*codec)->decodeAdd(bytes, expected, {7, 1, 2}).ok());
-      std::vector<float> out(n, std::nanf(""));
-      ASSERT_TRUE((*codec)->decode(bytes, out, {7, 1, 2}).ok());
-      for (size_t i = 0; i < n; ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i])) << "n=" << n << " i=" << i;
-      if (!bytes.empty()) {
-        EXPECT_FALSE((*codec)->decode(std::span(bytes).first(bytes.size() - 1), out, {7, 1, 2}).ok())
-            << "n=" << n << ": a truncated buffer must be refused";
+    for (const float scale : {1.0f, 1.0f / 3.0f, 0.25f}) {
+      for (size_t n : kSizes) {
+        auto g = gaussian(n, 13 + n);
+        std::vector<float> state;
+        auto bytes = testing::encode(**codec, g, state, {7, 1, 2});
+        std::vector<float> expected(n, 0.0f);
+        ASSERT_TRUE((*codec)->decodeAdd(bytes, expected, {7, 1, 2}).ok());
+        for (float& v : expected) v *= scale;
+        std::vector<float> out(n, std::nanf(""));
+        ASSERT_TRUE((*codec)->decode(bytes, out, scale, {7, 1, 2}).ok());
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+              << "n=" << n << " i=" << i << " scale " << scale;
+        if (!bytes.empty()) {
+          EXPECT_FALSE((*codec)->decode(std::span(bytes).first(bytes.size() - 1), out, scale, {7, 1, 2}).ok())
+              << "n=" << n << ": a truncated buffer must be refused";
+        }
       }
     }
   }

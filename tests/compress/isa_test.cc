@@ -231,19 +231,22 @@ TEST_P(IsaExactTest, ArbitraryBytesDecodeAlike) {
 }
 
 // decode() overwrites with exactly what decodeAdd() adds to zeros (-0 and NaN halves
-// included), in both ISAs.
-TEST_P(IsaExactTest, DecodeIsDecodeAddOnZerosInBothIsas) {
+// included), times the scale, in both ISAs.
+TEST_P(IsaExactTest, DecodeIsDecodeAddOnZerosScaledInBothIsas) {
   std::mt19937_64 rng(6);
-  for (size_t n : sizes()) {
-    std::vector<std::byte> bytes(codec_->maxEncodedBytes(n));
-    for (auto& b : bytes) b = static_cast<std::byte>(rng());
-    const auto expected = decodeAddWith(Isa::kGeneric, bytes, std::vector<float>(n, 0.0f));
-    for (Isa isa : {Isa::kGeneric, Isa::kAvx2}) {
-      ASSERT_TRUE(cpu::setActiveIsa(isa).ok());
-      std::vector<float> out = edgyAccumulator(n, n + 9);
-      Status s = codec_->decode(bytes, out, {});
-      ASSERT_TRUE(s.ok()) << s.toString();
-      EXPECT_TRUE(sameFloats(out, expected)) << "n=" << n << " isa " << static_cast<int>(isa);
+  for (const float scale : {1.0f, 1.0f / 3.0f}) {
+    for (size_t n : sizes()) {
+      std::vector<std::byte> bytes(codec_->maxEncodedBytes(n));
+      for (auto& b : bytes) b = static_cast<std::byte>(rng());
+      auto expected = decodeAddWith(Isa::kGeneric, bytes, std::vector<float>(n, 0.0f));
+      for (float& v : expected) v *= scale;
+      for (Isa isa : {Isa::kGeneric, Isa::kAvx2}) {
+        ASSERT_TRUE(cpu::setActiveIsa(isa).ok());
+        std::vector<float> out = edgyAccumulator(n, n + 9);
+        Status s = codec_->decode(bytes, out, scale, {});
+        ASSERT_TRUE(s.ok()) << s.toString();
+        EXPECT_TRUE(sameFloats(out, expected)) << "n=" << n << " isa " << static_cast<int>(isa) << " scale " << scale;
+      }
     }
   }
 }
