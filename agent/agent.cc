@@ -175,6 +175,9 @@ Status Agent::run() {
     options.token = impl_->token;
     options.peer_timeout_seconds = c.transport_peer_timeout;
     options.heartbeat_seconds = c.transport_heartbeat_interval;
+    // A whole slice in one eager message: 4 bytes an element (the largest encoding) and room
+    // for the headers.
+    options.eager_bytes = static_cast<uint64_t>(c.scheduler_slice_elements) * 4 + 4096;
     options.on_refused = [&stats](const Status&) { stats.error(metrics::ErrorKind::kAuthFailed).Increment(); };
     GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(options));
   }

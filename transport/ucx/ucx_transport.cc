@@ -185,6 +185,13 @@ class UcxTransport final : public Transport {
     ucp_config_t* config = nullptr;
     ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
     if (st != UCS_OK) return ucsError("reading the configuration", st);
+    if (options_.eager_bytes != 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+      st = ucp_config_modify(config, "RNDV_THRESH", std::to_string(options_.eager_bytes).c_str());
+      if (st != UCS_OK) {
+        ucp_config_release(config);
+        return ucsError(strCat("setting the rendezvous threshold to ", options_.eager_bytes, " bytes"), st);
+      }
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

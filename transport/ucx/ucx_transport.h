@@ -22,6 +22,11 @@ struct UcxOptions {
   // abandoned and retried.
   double peer_timeout_seconds = 10;
   double heartbeat_seconds = 1;  // every up peer gets a heartbeat at this interval
+  // Messages up to this size go eagerly (UCX's rendezvous threshold), so a slice's data leaves
+  // at once instead of after a request-to-send round trip, which on a busy link waits behind
+  // the data queued the other way (on 4 nodes at 1 Gbit/s, uncompressed: 8.4 s instead of
+  // 9.9 s per VGG-16 sync). 0 keeps UCX's choice; so does UCX_RNDV_THRESH in the environment.
+  uint64_t eager_bytes = 0;
   // Called (from progress()) when a peer fails authentication and its link is refused.
   std::function<void(const Status&)> on_refused;
 };
