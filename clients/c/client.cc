@@ -136,7 +136,9 @@ Outcome Client::handle(protocol::Message&& message) {
                                                         protocol::messageTypeName(typeOf(message)), "' message")));
 }
 
-Outcome Client::declare(std::vector<protocol::TensorDecl> tensors) {
+// A declaration is refused locally while keys are in flight or when a name would not fit
+// its u16 length on the wire.
+Outcome Client::checkDeclarable(const std::vector<protocol::TensorDecl>& tensors) const {
   if (!broken_.ok()) return broken_;
   if (pending_ != 0)
     return failure(GCAGENT_ERR_STATE, strCat(pending_, " submitted keys are still in flight; wait for them before "
@@ -150,6 +152,11 @@ Outcome Client::declare(std::vector<protocol::TensorDecl> tensors) {
       GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter '" + k + "' value", v, protocol::kMaxParamValue));
     }
   }
+  return success();
+}
+
+Outcome Client::declare(std::vector<protocol::TensorDecl> tensors) {
+  GCAGENT_CLIENT_RETURN_IF_FAILED(checkDeclarable(tensors));
   protocol::Message message{0, protocol::Declare{std::move(tensors)}};
   GCAGENT_CLIENT_RETURN_IF_FAILED(validateLocally(message));
 
@@ -212,19 +219,7 @@ Outcome Client::adopt(const std::vector<protocol::TensorDecl>& tensors, const pr
 }
 
 Outcome Client::declareDevice(std::vector<protocol::TensorDecl> tensors, const protocol::GpuUuidBytes& gpu) {
-  if (!broken_.ok()) return broken_;
-  if (pending_ != 0)
-    return failure(GCAGENT_ERR_STATE, strCat(pending_, " submitted keys are still in flight; wait for them before "
-                                                       "declaring again"));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
-    const std::string at = strCat("tensor ", i, " (key ", t.key, "): ");
-    GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "codec name", t.codec, protocol::kMaxCodecName));
-    for (const auto& [k, v] : t.params) {
-      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter name", k, protocol::kMaxParamKey));
-      GCAGENT_CLIENT_RETURN_IF_FAILED(checkLength(at + "parameter '" + k + "' value", v, protocol::kMaxParamValue));
-    }
-  }
+  GCAGENT_CLIENT_RETURN_IF_FAILED(checkDeclarable(tensors));
   protocol::Message message{0, protocol::DeclareDevice{gpu, std::move(tensors)}};
   GCAGENT_CLIENT_RETURN_IF_FAILED(validateLocally(message));
   protocol::Message reply;

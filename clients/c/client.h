@@ -79,6 +79,7 @@ class Client {
                   shm::protocol::Message* out);
   // Applies a message that is not the reply to an outstanding request.
   Outcome handle(shm::protocol::Message&& message);
+  Outcome checkDeclarable(const std::vector<shm::protocol::TensorDecl>& tensors) const;
   Outcome adopt(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::Declared& declared);
   Outcome adoptDevice(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::DeclaredDevice& offer,
                       int fd);
