@@ -76,7 +76,11 @@ TEST(OnebitKernelsTest, Avx2BlockSumsMatchGeneric) {
         std::vector<double> c(blocks, -1.0), d(blocks, -1.0);
         kGenericKernels.block_sums(g.data(), e.data(), 2 * kSumBlock, n, c.data());
         kAvx2Kernels.block_sums(g.data(), e.data(), 2 * kSumBlock, n, d.data());
-        ASSERT_TRUE(sameBits(c.data(), d.data(), 8 * blocks)) << "n=" << n << " from block 2";
+        // A NaN's payload depends on the operand order of the adds, which the compiler may
+        // pick (it differs between optimisation levels): any NaN matches any NaN.
+        for (size_t k = 0; k < c.size(); ++k)
+          ASSERT_TRUE((std::isnan(c[k]) && std::isnan(d[k])) || sameBits(&c[k], &d[k], 8))
+              << "n=" << n << " from block 2, block " << k << ": " << c[k] << " vs " << d[k];
       }
     }
   }
