@@ -10,20 +10,13 @@
 #include <array>
 #include <cstring>
 
+#include "compress/cpu/bit_reversal.h"
 #include "compress/mx1bit/mx1bit_math.h"
 
 namespace gcagent::compress::mx1bit {
 namespace {
 
-// Bit j of a mask (element j) moves to 0x80 >> j (maskOf, which is not constexpr).
-constexpr std::array<uint8_t, 256> makeReversed() {
-  std::array<uint8_t, 256> table{};
-  for (uint32_t mask = 0; mask < 256; ++mask)
-    for (uint32_t j = 0; j < 8; ++j)
-      if (mask & (1u << j)) table[mask] |= static_cast<uint8_t>(0x80u >> j);
-  return table;
-}
-constexpr std::array<uint8_t, 256> kReversed = makeReversed();
+using cpu::kReversedBytes;
 
 // Quantizes 8 elements as mx1bit::quantize does and returns their byte.
 GC_TARGET_AVX2 inline uint32_t encode8(const float* g, float* r, __m256 t) {
@@ -32,7 +25,7 @@ GC_TARGET_AVX2 inline uint32_t encode8(const float* g, float* r, __m256 t) {
   // x - 1 where the bit is set, else x - (-1), the same bits as x + 1.
   const __m256 unit = _mm256_blendv_ps(_mm256_set1_ps(-1.0f), _mm256_set1_ps(1.0f), above);
   _mm256_storeu_ps(r, _mm256_sub_ps(x, unit));
-  return kReversed[static_cast<uint32_t>(_mm256_movemask_ps(above))];
+  return kReversedBytes[static_cast<uint32_t>(_mm256_movemask_ps(above))];
 }
 
 GC_TARGET_AVX2 void encodeAvx2(const float* g, float* r, uint8_t* dst, size_t begin, size_t end,

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstring>
 
+#include "compress/cpu/bit_reversal.h"
 #include "compress/onebit/onebit_math.h"
 
 namespace gcagent::compress::onebit {
@@ -63,15 +64,7 @@ GC_TARGET_AVX2 void blockSumsAvx2(const float* g, const float* e, size_t begin, 
   }
 }
 
-// Bit j of a mask (element j) moves to 0x80 >> j.
-constexpr std::array<uint8_t, 256> makeReversed() {
-  std::array<uint8_t, 256> table{};
-  for (uint32_t mask = 0; mask < 256; ++mask)
-    for (uint32_t j = 0; j < 8; ++j)
-      if (mask & (1u << j)) table[mask] |= static_cast<uint8_t>(0x80u >> j);
-  return table;
-}
-constexpr std::array<uint8_t, 256> kReversed = makeReversed();
+using cpu::kReversedBytes;
 
 // Encodes 8 elements as onebit::encodeByte does and returns their byte.
 GC_TARGET_AVX2 inline uint32_t encode8(const float* g, float* e, __m256 scale) {
@@ -80,7 +73,7 @@ GC_TARGET_AVX2 inline uint32_t encode8(const float* g, float* e, __m256 scale) {
   // dequantize: the scale with its sign bit flipped where the bit is set.
   const __m256 decoded = _mm256_xor_ps(scale, _mm256_and_ps(negative, _mm256_set1_ps(-0.0f)));
   _mm256_storeu_ps(e, _mm256_sub_ps(x, decoded));
-  return kReversed[static_cast<uint32_t>(_mm256_movemask_ps(negative))];
+  return kReversedBytes[static_cast<uint32_t>(_mm256_movemask_ps(negative))];
 }
 
 GC_TARGET_AVX2 void encodeAvx2(const float* g, float* e, uint8_t* bits, size_t begin, size_t end,

@@ -15,6 +15,7 @@
 #include "agent/device_path.h"
 #include "device_trainer.h"
 #include "shm/cuda/cuda_ipc.h"
+#include "tests/common/child_process.h"
 
 namespace gcagent::agent {
 namespace {
@@ -89,17 +90,7 @@ int agentSide(int sock) {
   return 0;
 }
 
-int inChild(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int code = body();
-    std::fflush(stderr);
-    _exit(code);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
+using testing::inChild;
 
 TEST(CudaDevicePathTest, StagesATrainersGradientInAndTheAverageOutInOrder) {
   int socks[2];

@@ -20,6 +20,7 @@
 #include "device_trainer.h"
 #include "shm/cuda/cuda_ipc.h"
 #include "shm/protocol.h"
+#include "tests/common/child_process.h"
 
 namespace gcagent::client {
 namespace {
@@ -28,17 +29,7 @@ namespace cuda = shm::cuda;
 namespace protocol = shm::protocol;
 
 
-int inChild(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int code = body();
-    std::fflush(stderr);
-    _exit(code);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
+using testing::inChild;
 
 // The agent's side: the allocation, the events, the offer.
 int exporter(int sock, cuda::ExportKind kind) {

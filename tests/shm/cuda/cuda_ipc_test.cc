@@ -4,6 +4,7 @@
 // in a forked child that starts CUDA itself (a CUDA context does not survive fork); without a
 // GPU the children say so and the test skips.
 #include "shm/cuda/cuda_ipc.h"
+#include "tests/common/child_process.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -21,18 +22,7 @@ namespace {
 constexpr int kNoGpu = 77;
 constexpr size_t kWords = 1 << 18;  // 1 MiB
 
-// Runs `body` in a child process and returns its exit status.
-int inChild(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int code = body();
-    std::fflush(stderr);
-    _exit(code);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
+using testing::inChild;
 
 const CudaDriver* driverOrExit() {
   auto d = CudaDriver::load();
