@@ -93,7 +93,7 @@ struct ReductionEngine::Outgoing {
   SliceKind kind;
   uint64_t job, key, iteration;
   uint32_t slice;
-  std::vector<std::byte> header;                    // results only
+  std::vector<std::byte> header;        // results only
   std::shared_ptr<ByteBuffer> payload;  // results only
 };
 
