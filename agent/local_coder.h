@@ -1,0 +1,71 @@
+// The node's half of a reduction, done where its local gradients live. The reduction engine
+// sums a node's local gradients, encodes each slice of the sum with the node's residual, and
+// decodes the owners' results into the trainers' buffers. For gradients on a GPU a LocalCoder
+// does those three steps on that GPU, residuals included, so only encoded bytes cross PCIe;
+// the owners' side (summing the contributions, encoding the result) stays with the engine.
+//
+// One LocalCoder per device; it keeps the residuals of every (job, key) it coded, per slice.
+// Work is asynchronous: calls enqueue and return, `done` runs on the engine's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "agent/coder_device.h"
+#include "common/default_init.h"
+#include "common/status.h"
+#include "compress/codec.h"
+#include "scheduler/slicing.h"
+
+namespace gcagent::agent {
+
+// One key's reduction on this node, as the engine knows it.
+struct KeyWork {
+  uint64_t job = 0;
+  uint64_t key = 0;
+  uint64_t iteration = 0;
+  compress::CodecSpec push;  // contributions
+  compress::CodecSpec pull;  // results
+  scheduler::SliceGeometry geometry;
+  std::vector<float*> buffers;  // the local trainers' gradients, in the device's memory
+};
+
+class LocalCoder {
+ public:
+  using Done = std::function<void(const Status&)>;
+  using Encoded = std::function<void(Result<std::vector<std::shared_ptr<ByteBuffer>>>)>;
+
+  explicit LocalCoder(std::unique_ptr<CoderDevice> device);
+  ~LocalCoder();
+
+  // Sums the buffers into buffers[0] and encodes every slice of the sum: with the push codec
+  // and the slice's residual when `compressed`, else uncompressed with whatever residual the
+  // slice still owes added in (and cleared). `done` gets one payload per slice.
+  void encode(const KeyWork& work, bool compressed, Encoded done);
+  // Writes scale * (the decoding of an owner's result for `slice`) into every buffer;
+  // `compressed`: encoded with the pull codec, else uncompressed.
+  void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
+                    float scale, Done done);
+  // A node on its own: every buffer gets the average of the buffers.
+  void average(const KeyWork& work, Done done);
+
+  // Drops the residuals and scratch memory of a key (its size or codec changed) or a job.
+  void forget(uint64_t job, uint64_t key);
+  void forgetJob(uint64_t job);
+
+  CoderDevice& device() { return *device_; }
+
+ private:
+  struct KeyCoding;
+  Result<KeyCoding*> prepare(const KeyWork& work);
+  void release(KeyCoding& k);
+
+  std::unique_ptr<CoderDevice> device_;
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<KeyCoding>> keys_;
+};
+
+}  // namespace gcagent::agent
