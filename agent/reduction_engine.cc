@@ -84,6 +84,11 @@ struct ReductionEngine::KeyState {
   uint64_t last_iteration = 0;  // last iteration this node finished or failed
   // Owner side, by (slice, iteration).
   std::map<std::pair<uint32_t, uint64_t>, Accumulator> accumulators;
+  // The coder of the last reduction that had one (it keeps this key's residuals), and
+  // whether the reduction in flight runs its node side there.
+  std::shared_ptr<LocalCoder> coder;
+  bool coded = false;
+  KeyWork work;  // what the coder is told, while coded
 };
 
 // A slice waiting for its peer's credit window. A contribution is encoded when it leaves
@@ -203,6 +208,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
         k.completed_once = old->second.completed_once;
         k.last_iteration = old->second.last_iteration;
         k.accumulators = std::move(old->second.accumulators);
+        k.coder = old->second.coder;
       }
     }
     keys.emplace(t.key, std::move(k));
@@ -212,6 +218,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     if (now == keys.end() || now->second.spec.elements != old.spec.elements || now->second.push_fp != old.push_fp) {
       js.push_residuals.erase(key);
       js.pull_residuals.erase(key);
+      if (old.coder) old.coder->forget(job, key);
     }
   }
   js.keys = std::move(keys);
@@ -232,7 +239,13 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
 
 void ReductionEngine::dropJob(uint64_t job) {
   failJob(job, Status::failedPrecondition("job dropped"));
-  jobs_.erase(job);
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return;
+  std::vector<LocalCoder*> coders;
+  for (auto& [key, k] : j->second->keys)
+    if (k.coder && std::find(coders.begin(), coders.end(), k.coder.get()) == coders.end()) coders.push_back(k.coder.get());
+  for (LocalCoder* c : coders) c->forgetJob(job);
+  jobs_.erase(j);
 }
 
 ReductionEngine::KeyState* ReductionEngine::findKey(uint64_t job, uint64_t key) {
@@ -242,7 +255,8 @@ ReductionEngine::KeyState* ReductionEngine::findKey(uint64_t job, uint64_t key) 
   return k == j->second->keys.end() ? nullptr : &k->second;
 }
 
-Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers) {
+Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
+                               std::shared_ptr<LocalCoder> coder) {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return Status::failedPrecondition(strCat("job ", job, " is not declared"));
   JobState& js = *j->second;
@@ -267,6 +281,26 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     if (before != k.plan.compress) updatePlanGauges();
   }
   stats_->decision(k.plan.compress && k.push_spec.name != "none").Increment();
+  k.coded = coder != nullptr;
+  if (coder) {
+    if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
+    k.coder = std::move(coder);
+    k.work = {job, key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs};
+    k.contributors = static_cast<uint32_t>(k.outputs.size());
+    auto engine = std::weak_ptr<ReductionEngine*>(alive_);
+    if (transport_.size() == 1) {
+      k.coder->average(k.work, [engine, job, key, iteration](const Status& s) {
+        if (auto e = engine.lock(); e && *e) (*e)->onAveraged(job, key, iteration, s);
+      });
+      return {};
+    }
+    const bool compressed = k.plan.compress && k.push_spec.name != "none";
+    k.coder->encode(k.work, compressed,
+                    [engine, job, key, iteration, compressed](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
+                      if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
+                    });
+    return {};
+  }
   const uint64_t n = k.spec.elements;
   if (transport_.size() == 1) {
     // A node on its own: the local sum is the whole sum. One fused pass sums and scales into
@@ -340,6 +374,8 @@ void ReductionEngine::dispatch(transport::Rank to) {
     if (item.kind == SliceKind::kContribution) {
       // A reduction that failed meanwhile leaves its queued slices behind: drop them.
       if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
+    }
+    if (item.kind == SliceKind::kContribution && !payload) {  // coded contributions come encoded
       bool compressed = false;
       auto encoded = encodeContribution(*jobs_.at(item.job), *k, item.slice, compressed);  // k exists: so does its job
       if (!encoded.ok()) {
@@ -517,9 +553,17 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
     return;
   }
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
+  const float scale = 1.0f / static_cast<float>(contributors);
+  if (k.coded) {
+    auto engine = std::weak_ptr<ReductionEngine*>(alive_);
+    k.coder->decodeResult(k.work, slice, compressed, encoded, scale,
+                          [engine, job, key = k.spec.key, iteration, slice](const Status& s) {
+                            if (auto e = engine.lock(); e && *e) (*e)->onDecoded(job, key, iteration, slice, s);
+                          });
+    return;
+  }
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
-  const float scale = 1.0f / static_cast<float>(contributors);
   const auto decode_start = Clock::now();
   const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
   // Decoded and averaged in one pass, the same on every node for the same bytes.
@@ -542,6 +586,8 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.completed_once = true;
   k.last_iteration = k.iteration;
   k.outputs.clear();
+  k.coded = false;
+  k.work.buffers.clear();
   if (status.ok()) {
     ++counters_.keys_completed;
     stats_->tensorsReduced().Increment();
@@ -552,6 +598,59 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     std::erase_if(k.accumulators, [&](const auto& a) { return a.first.second <= k.iteration; });
   }
   if (on_complete_) on_complete_(job, k.iteration, k.spec.key, status);
+}
+
+void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
+                                Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr || !k->active || k->iteration != iteration) return;  // failed meanwhile
+  if (!payloads.ok()) return completeKey(job, *k, payloads.status());
+  if (payloads->size() != k->slice_count)
+    return completeKey(job, *k, Status::internal(strCat("the coder returned ", payloads->size(), " slices of ",
+                                                        k->slice_count)));
+  JobState& js = *jobs_.at(job);
+  metrics::CodecStats& cs = compressed ? *k->push_stats : *k->raw_stats;
+  const uint32_t fp = compressed ? k->push_fp : raw_fp_;
+  const uint32_t self = transport_.rank();
+  std::vector<bool> touched(transport_.size(), false);
+  for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
+    std::shared_ptr<ByteBuffer>& payload = (*payloads)[s];
+    const uint32_t owner = ownerOf(key, s);
+    if (owner == self) {
+      // This node's own contribution, encoded like the others (its residual lives on the device).
+      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload, compressed);
+      continue;
+    }
+    const uint64_t raw = k->geometry.size(s) * sizeof(float);
+    counters_.raw_bytes_sent += raw;
+    counters_.wire_bytes_sent += payload->size();
+    cs.raw_sent->Increment(static_cast<double>(raw));
+    cs.wire_sent->Increment(static_cast<double>(payload->size()));
+    SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
+                   k->contributors};
+    enqueue(owner, k->spec.priority,
+            Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h), std::move(payload)});
+    touched[owner] = true;
+  }
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (touched[r]) dispatch(r);
+}
+
+void ReductionEngine::onDecoded(uint64_t job, uint64_t key, uint64_t iteration, uint32_t slice, const Status& status) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr || !k->active || k->iteration != iteration) return;
+  if (!status.ok()) {
+    const std::string why = strCat("result of tensor ", key, " slice ", slice, ": ", status.message());
+    badMessage(why);
+    return completeKey(job, *k, Status::dataLoss(why));
+  }
+  if (--k->slices_left == 0) completeKey(job, *k, {});
+}
+
+void ReductionEngine::onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr || !k->active || k->iteration != iteration) return;
+  completeKey(job, *k, status);
 }
 
 void ReductionEngine::updateCostGauges() {

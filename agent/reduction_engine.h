@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/local_coder.h"
 #include "common/default_init.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -85,8 +86,11 @@ class ReductionEngine {
   void dropJob(uint64_t job);
 
   // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
-  // gradient (elements floats each); they receive the average in place.
-  Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers);
+  // gradient (elements floats each); they receive the average in place. With a `coder`, the
+  // buffers are in its device's memory, and the node's side of the reduction (local sum,
+  // encoding with this node's residuals, decoding the results) runs there.
+  Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
+                std::shared_ptr<LocalCoder> coder = nullptr);
 
   void onMessage(const transport::Message& message);
   // Fails every reduction in flight: they need every peer.
@@ -123,6 +127,11 @@ class ReductionEngine {
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
                    std::span<const std::byte> encoded, bool compressed);
   void completeKey(uint64_t job, KeyState& k, const Status& status);
+  // The coder's side of a reduction: its encodings are in, or a result was decoded.
+  void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
+                 Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads);
+  void onDecoded(uint64_t job, uint64_t key, uint64_t iteration, uint32_t slice, const Status& status);
+  void onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);

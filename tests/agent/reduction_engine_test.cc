@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "agent/host_coder_device.h"
 #include "agent/slice_message.h"
 #include "transport/loopback/loopback.h"
 
@@ -20,10 +21,15 @@ struct Done {
   Status status;
 };
 
+// N engines over loopback. Nodes marked `coded` run their side of each reduction through a
+// LocalCoder on the host device, as a GPU node would through its GPU.
 class Cluster {
  public:
-  Cluster(uint32_t nodes, EngineOptions options) : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes) {
+  Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {})
+      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes) {
     for (uint32_t r = 0; r < nodes; ++r) {
+      const bool with_coder = r < coded.size() && coded[r];
+      coders_.push_back(with_coder ? std::make_shared<LocalCoder>(makeHostCoderDevice(io_)) : nullptr);
       engines_.push_back(std::make_unique<ReductionEngine>(
           *transports_[r], options, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
             done_[r].push_back({it, key, s});
@@ -38,15 +44,20 @@ class Cluster {
     for (int i = 0; i < rounds; ++i) {
       bool worked = false;
       for (auto& t : transports_) worked |= t->progress();
+      io_.restart();
+      worked |= io_.poll() > 0;  // the coders' reports
       if (!worked && i > 2) return;
     }
   }
 
   ReductionEngine& engine(uint32_t r) { return *engines_[r]; }
+  std::shared_ptr<LocalCoder> coder(uint32_t r) { return coders_[r]; }
   std::vector<Done>& done(uint32_t r) { return done_[r]; }
   uint32_t size() const { return static_cast<uint32_t>(engines_.size()); }
 
  private:
+  asio::io_context io_;
+  std::vector<std::shared_ptr<LocalCoder>> coders_;  // before the engines: they outlive them
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<ReductionEngine>> engines_;
   std::vector<std::vector<Done>> done_;
@@ -85,7 +96,7 @@ void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes,
       for (size_t k = 0; k < sizes.size(); ++k) {
         std::vector<float*> ptrs;
         for (uint32_t l = 0; l < local; ++l) ptrs.push_back(buffers[r][l][k].data());
-        ASSERT_TRUE(c.engine(r).reduce(job, it, 100 + k, ptrs).ok());
+        ASSERT_TRUE(c.engine(r).reduce(job, it, 100 + k, ptrs, c.coder(r)).ok());
       }
       c.pump(3);
     }
@@ -135,12 +146,32 @@ TEST(ReductionEngineTest, CompressedAverageStaysWithinTheCodecBound) {
   runAndCheck(c, 2, {3000, 17}, 2, 2e-3, "fp16");
 }
 
-TEST(ReductionEngineTest, ErrorFeedbackMakesTheRunningSumConverge) {
+TEST(ReductionEngineTest, CodedNodesAverageExactlyWithNone) {
+  // Local sums, encodings and result decodes through a LocalCoder: the same exact average.
+  Cluster one(1, smallSlices(), {true});
+  runAndCheck(one, 3, {1, 7, 1000, 2501}, 3, 1e-6);
+  for (uint32_t nodes : {2u, 3u}) {
+    SCOPED_TRACE(nodes);
+    Cluster c(nodes, smallSlices(), std::vector<bool>(nodes, true));
+    runAndCheck(c, 2, {1, 7, 999, 1000, 1001, 12345}, 3, 1e-6);
+    EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+  }
+}
+
+TEST(ReductionEngineTest, CodedAndHostNodesOfOneJobAgreeBitForBit) {
+  // GPU and CPU nodes in one job: the same bytes reach every trainer.
+  Cluster c(3, smallSlices(), {true, false, true});
+  runAndCheck(c, 2, {3000, 17, 4096}, 3, 2e-3, "fp16");
+  Cluster sparse(2, smallSlices(), {false, true});
+  runAndCheck(sparse, 1, {5000}, 2, 2.0, "dgc");  // dgc sends 0.1%: only the agreement is checked
+}
+
+void errorFeedbackConverges(std::vector<bool> coded) {
   // With 2bit both ways each step is coarse, but what is not sent stays in the residuals:
   // the running mean of the outputs approaches the true average.
   EngineOptions o = smallSlices();
   o.default_codec = {"2bit", {{"threshold", "0.25"}}};
-  Cluster c(2, o);
+  Cluster c(2, o, coded);
   const uint64_t job = jobIdOf("ef");
   const uint64_t n = 2000;
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}}}).ok());
@@ -150,7 +181,7 @@ TEST(ReductionEngineTest, ErrorFeedbackMakesTheRunningSumConverge) {
     std::vector<std::vector<float>> g(2, std::vector<float>(n));
     for (uint32_t r = 0; r < 2; ++r)
       for (uint64_t i = 0; i < n; ++i) g[r][i] = 0.1f * valueOf(r, 0, 1, i);  // the same gradient every step
-    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}).ok());
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}, c.coder(r)).ok());
     c.pump();
     for (uint64_t i = 0; i < n; ++i) sum[i] += g[0][i];
     for (uint32_t r = 0; r < 2; ++r) c.done(r).clear();
@@ -162,6 +193,42 @@ TEST(ReductionEngineTest, ErrorFeedbackMakesTheRunningSumConverge) {
   }
   // Residuals stay bounded, so the mean error shrinks like (threshold * nodes) / steps.
   EXPECT_LT(worst, 4 * 0.25 / steps * 2 + 1e-4);
+}
+
+TEST(ReductionEngineTest, ErrorFeedbackMakesTheRunningSumConverge) { errorFeedbackConverges({}); }
+
+TEST(ReductionEngineTest, ErrorFeedbackConvergesWithResidualsInTheCoder) { errorFeedbackConverges({true, true}); }
+
+TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextIterationWorks) {
+  EngineOptions o = smallSlices();
+  o.default_codec = {"onebit", {}};
+  Cluster c(2, o, {true, false});
+  const uint64_t job = jobIdOf("nan");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}}}).ok());
+  std::vector<float> a(2000, 0.5f), b(2000, 0.25f);
+  a[1500] = std::nanf("");
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 3, {a.data()}, c.coder(0)).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 3, {b.data()}, c.coder(1)).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  EXPECT_FALSE(c.done(0)[0].status.ok());
+  EXPECT_NE(c.done(0)[0].status.message().find("encoding on host: "), std::string::npos) << c.done(0)[0].status.toString();
+  EXPECT_NE(c.done(0)[0].status.message().find("onebit"), std::string::npos) << c.done(0)[0].status.toString();
+  // The other node's reduction cannot finish without node 0; it is failed as the agent would
+  // on the job's loss, and both go on with the next iteration.
+  c.engine(1).failJob(job, Status::unavailable("node 0 failed iteration 1"));
+  c.pump();
+  for (uint32_t r = 0; r < 2; ++r) c.done(r).clear();
+  std::fill(a.begin(), a.end(), 0.5f);
+  std::fill(b.begin(), b.end(), 0.25f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 2, 3, {a.data()}, c.coder(0)).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 2, 3, {b.data()}, c.coder(1)).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  ASSERT_EQ(c.done(1).size(), 1u);
+  EXPECT_TRUE(c.done(0)[0].status.ok()) << c.done(0)[0].status.toString();
+  EXPECT_TRUE(c.done(1)[0].status.ok()) << c.done(1)[0].status.toString();
+  EXPECT_EQ(a, b);
 }
 
 TEST(ReductionEngineTest, SlicesThatArriveBeforeTheJobAreReplayed) {
@@ -272,7 +339,7 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
   EXPECT_EQ(engines[0]->counters().bad_messages + engines[1]->counters().bad_messages, 0u);
 }
 
-TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
+void switchingToUncompressedDeliversEverythingOwed(std::vector<bool> coded) {
   // Auto selection over a slow link compresses (2bit, coarse); once the link looks fast the
   // planner switches to uncompressed, and that slice carries its residual along: from then
   // on the outputs' running sum equals the inputs' exactly (up to fp32 rounding).
@@ -280,7 +347,7 @@ TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
   o.default_codec = {"2bit", {{"threshold", "0.25"}}};
   o.selection = scheduler::Selection::kAuto;
   o.refit_interval = 3600;
-  Cluster c(2, o);
+  Cluster c(2, o, coded);
   const auto now = scheduler::Planner::Clock::now();
   for (uint32_t r = 0; r < 2; ++r) {
     for (int i = 0; i < 64; ++i) c.engine(r).planner().recordWire(i % 2 ? 40000 : 400000, (i % 2 ? 40000 : 400000) / 1e6);
@@ -296,7 +363,7 @@ TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
     for (uint32_t r = 0; r < 2; ++r)
       for (uint64_t i = 0; i < n; ++i) g[r][i] = 0.1f * valueOf(r, it, 1, i);
     for (uint64_t i = 0; i < n; ++i) in_sum[i] += 0.5 * (static_cast<double>(g[0][i]) + g[1][i]);
-    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}).ok());
+    for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}, c.coder(r)).ok());
     c.pump();
     for (uint32_t r = 0; r < 2; ++r) {
       ASSERT_EQ(c.done(r).size(), 1u);
@@ -319,6 +386,14 @@ TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
   double gap = 0;
   for (uint64_t i = 0; i < n; ++i) gap = std::max(gap, std::abs(out_sum[i] - in_sum[i]));
   EXPECT_LT(gap, 1e-5);
+}
+
+TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
+  switchingToUncompressedDeliversEverythingOwed({});
+}
+
+TEST(ReductionEngineTest, SwitchingToUncompressedFlushesTheCodersResiduals) {
+  switchingToUncompressedDeliversEverythingOwed({true, false});
 }
 
 TEST(SliceMessageTest, RoundTripsAndValidates) {

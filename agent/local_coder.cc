@@ -1,0 +1,222 @@
+#include "agent/local_coder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/str_cat.h"
+#include "compress/registry.h"
+
+namespace gcagent::agent {
+namespace {
+
+constexpr size_t kAlign = 256;  // encodings hold fp32 headers; GPU kernels want aligned starts
+
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+std::byte* at(void* base, size_t offset) { return static_cast<std::byte*>(base) + offset; }
+
+// The bytes an encoding took: its size when fixed, else the sparse layout's 4 + 8 * count.
+Result<size_t> encodedSize(bool fixed, size_t returned, const std::byte* host, size_t capacity) {
+  if (fixed) return returned;
+  uint32_t count = 0;
+  std::memcpy(&count, host, sizeof count);
+  const size_t bytes = 4 + 8 * size_t{count};
+  if (bytes > capacity)
+    return Status::internal(strCat("an encoding claims ", count, " pairs, more than its ", capacity, " bytes hold"));
+  return bytes;
+}
+
+}  // namespace
+
+// What a LocalCoder keeps per (job, key): the codecs, the residuals (one state per slice, in
+// the device's memory) and the scratch the encodings pass through on their way to the host.
+struct LocalCoder::KeyCoding {
+  compress::CodecSpec push_spec, pull_spec;
+  scheduler::SliceGeometry geometry;
+  std::unique_ptr<compress::Codec> push_layout;  // the CPU twin: sizes and where the residual sits
+  std::unique_ptr<compress::Codec> pull_layout;
+  std::unique_ptr<DeviceCodec> push, pull, raw;
+  std::vector<float*> states;  // by slice; null until its first compressed encode
+  // Per slice: room for either encoding (compressed or uncompressed).
+  std::vector<size_t> encode_offsets, decode_offsets;
+  size_t encode_bytes = 0, decode_bytes = 0;
+  void* encode_device = nullptr;
+  void* encode_host = nullptr;
+  void* decode_device = nullptr;
+  void* decode_host = nullptr;
+};
+
+LocalCoder::LocalCoder(std::unique_ptr<CoderDevice> device) : device_(std::move(device)) {}
+
+LocalCoder::~LocalCoder() {
+  for (auto& [id, k] : keys_) release(*k);
+}
+
+void LocalCoder::release(KeyCoding& k) {
+  for (float* s : k.states)
+    if (s != nullptr) device_->freeDevice(s);
+  k.states.clear();
+  for (void* p : {k.encode_device, k.decode_device})
+    if (p != nullptr) device_->freeDevice(p);
+  for (void* p : {k.encode_host, k.decode_host})
+    if (p != nullptr) device_->freeHost(p);
+  k.encode_device = k.decode_device = k.encode_host = k.decode_host = nullptr;
+}
+
+void LocalCoder::forget(uint64_t job, uint64_t key) {
+  auto it = keys_.find({job, key});
+  if (it == keys_.end()) return;
+  release(*it->second);
+  keys_.erase(it);
+}
+
+void LocalCoder::forgetJob(uint64_t job) {
+  for (auto it = keys_.lower_bound({job, 0}); it != keys_.end() && it->first.first == job;) {
+    release(*it->second);
+    it = keys_.erase(it);
+  }
+}
+
+Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
+  auto& slot = keys_[{w.job, w.key}];
+  if (slot && slot->push_spec.name == w.push.name && slot->push_spec.params == w.push.params &&
+      slot->pull_spec.name == w.pull.name && slot->pull_spec.params == w.pull.params &&
+      slot->geometry.elements == w.geometry.elements && slot->geometry.slice_elements == w.geometry.slice_elements)
+    return slot.get();
+  // New, or declared again with another size or codec: what was owed belongs to another tensor.
+  if (slot) release(*slot);
+  auto k = std::make_unique<KeyCoding>();
+  k->push_spec = w.push;
+  k->pull_spec = w.pull;
+  k->geometry = w.geometry;
+  GC_ASSIGN_OR_RETURN(k->push_layout, compress::makeCodec(w.push));
+  GC_ASSIGN_OR_RETURN(k->pull_layout, compress::makeCodec(w.pull));
+  GC_ASSIGN_OR_RETURN(k->push, device_->makeCodec(w.push));
+  GC_ASSIGN_OR_RETURN(k->pull, device_->makeCodec(w.pull));
+  GC_ASSIGN_OR_RETURN(k->raw, device_->makeCodec({"none", {}}));
+  const uint32_t slices = w.geometry.count();
+  k->states.assign(slices, nullptr);
+  for (uint32_t s = 0; s < slices; ++s) {
+    const size_t n = w.geometry.size(s), raw = n * sizeof(float);
+    k->encode_offsets.push_back(k->encode_bytes);
+    k->encode_bytes += aligned(std::max(k->push_layout->maxEncodedBytes(n), raw));
+    k->decode_offsets.push_back(k->decode_bytes);
+    k->decode_bytes += aligned(std::max(k->pull_layout->maxEncodedBytes(n), raw));
+  }
+  // Kept in the map from here on, so release() frees whatever was allocated if a step fails.
+  slot = std::move(k);
+  KeyCoding& kc = *slot;
+  GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.encode_bytes));
+  GC_ASSIGN_OR_RETURN(kc.encode_host, device_->allocateHost(kc.encode_bytes));
+  GC_ASSIGN_OR_RETURN(kc.decode_device, device_->allocateDevice(kc.decode_bytes));
+  GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
+  return &kc;
+}
+
+void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
+  auto prepared = prepare(w);
+  if (!prepared.ok()) {
+    forget(w.job, w.key);
+    return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
+  }
+  KeyCoding& k = **prepared;
+  const uint64_t n_all = w.geometry.elements;
+  float* sum = w.buffers.at(0);
+  Status st;
+  for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n_all);
+  const uint32_t slices = w.geometry.count();
+  std::vector<size_t> returned(slices, 0);
+  for (uint32_t s = 0; s < slices && st.ok(); ++s) {
+    const size_t n = w.geometry.size(s);
+    const std::span<float> values(sum + w.geometry.begin(s), n);
+    const std::span<std::byte> out(at(k.encode_device, k.encode_offsets[s]),
+                                   std::max(k.push_layout->maxEncodedBytes(n), n * sizeof(float)));
+    const compress::SliceId id{w.key, s, w.iteration};
+    const size_t state_n = k.push_layout->stateElements(n);
+    Result<size_t> size = size_t{0};
+    if (compressed) {
+      if (k.states[s] == nullptr && state_n > 0) {
+        auto state = device_->allocateDevice(state_n * sizeof(float));
+        if (!state.ok()) {
+          st = state.status();
+          break;
+        }
+        k.states[s] = static_cast<float*>(*state);
+      }
+      size = k.push->encode(values, {k.states[s], k.states[s] ? state_n : 0}, out, id);
+    } else {
+      if (k.states[s] != nullptr) {
+        // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
+        const std::span<const float> r = k.push_layout->residual({k.states[s], state_n}, n);
+        if (!r.empty()) st = device_->flush(values.data(), const_cast<float*>(r.data()), n);
+        if (st.ok()) st = device_->zero(k.states[s], state_n * sizeof(float));
+      }
+      if (st.ok()) size = k.raw->encode(values, {}, out, id);
+    }
+    if (!size.ok()) st = size.status();
+    if (st.ok()) returned[s] = *size;
+  }
+  if (st.ok()) st = device_->copy(k.encode_host, k.encode_device, k.encode_bytes);
+  const bool fixed = compressed ? k.push_layout->isFixedSize() : true;
+  device_->after([this, job = w.job, key = w.key, &k, st, fixed, returned = std::move(returned),
+                  done = std::move(done)](const Status& ran) {
+    Status first = st.ok() ? ran : st;
+    if (!first.ok()) return done(Status(first.code(), strCat("encoding on ", device_->describe(), ": ", first.message())));
+    // The key may have been forgotten meanwhile (re-declared): its memory is gone.
+    auto it = keys_.find({job, key});
+    if (it == keys_.end() || it->second.get() != &k)
+      return done(Status::failedPrecondition(strCat("tensor ", key, " was declared again while it was being encoded")));
+    std::vector<std::shared_ptr<ByteBuffer>> payloads;
+    for (uint32_t s = 0; s < returned.size(); ++s) {
+      const std::byte* bytes = at(k.encode_host, k.encode_offsets[s]);
+      const size_t capacity = (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
+      auto size = encodedSize(fixed, returned[s], bytes, capacity);
+      if (!size.ok()) return done(size.status());
+      payloads.push_back(std::make_shared<ByteBuffer>(bytes, bytes + *size));
+    }
+    done(std::move(payloads));
+  });
+}
+
+void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
+                              float scale, Done done) {
+  auto prepared = prepare(w);
+  if (!prepared.ok()) {
+    forget(w.job, w.key);
+    return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
+  }
+  KeyCoding& k = **prepared;
+  const size_t b = w.geometry.begin(slice), n = w.geometry.size(slice);
+  const size_t capacity = (slice + 1 < k.decode_offsets.size() ? k.decode_offsets[slice + 1] : k.decode_bytes) -
+                          k.decode_offsets[slice];
+  Status st;
+  if (bytes.size() > capacity)
+    st = Status::invalidArgument(strCat("a result of ", bytes.size(), " bytes for ", n, " elements"));
+  std::byte* staged = at(k.decode_host, k.decode_offsets[slice]);
+  std::byte* on_device = at(k.decode_device, k.decode_offsets[slice]);
+  if (st.ok()) {
+    std::memcpy(staged, bytes.data(), bytes.size());
+    st = device_->copy(on_device, staged, bytes.size());
+  }
+  float* out = w.buffers.at(0) + b;
+  DeviceCodec& codec = compressed ? *k.pull : *k.raw;
+  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, scale, {w.key, slice, w.iteration});
+  for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
+  device_->after([this, st, done = std::move(done)](const Status& ran) {
+    const Status first = st.ok() ? ran : st;
+    if (!first.ok()) return done(Status(first.code(), strCat("decoding on ", device_->describe(), ": ", first.message())));
+    done({});
+  });
+}
+
+void LocalCoder::average(const KeyWork& w, Done done) {
+  const size_t n = w.geometry.elements;
+  float* sum = w.buffers.at(0);
+  Status st;
+  for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n);
+  if (st.ok() && w.buffers.size() > 1) st = device_->scale(sum, n, 1.0f / static_cast<float>(w.buffers.size()));
+  for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->copy(w.buffers[b], sum, n * sizeof(float));
+  device_->after([st, done = std::move(done)](const Status& ran) { done(st.ok() ? ran : st); });
+}
+
+}  // namespace gcagent::agent
