@@ -78,13 +78,16 @@ void LocalCoder::forgetJob(uint64_t job) {
 }
 
 Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
-  auto& slot = keys_[{w.job, w.key}];
-  if (slot && slot->push_spec.name == w.push.name && slot->push_spec.params == w.push.params &&
-      slot->pull_spec.name == w.pull.name && slot->pull_spec.params == w.pull.params &&
-      slot->geometry.elements == w.geometry.elements && slot->geometry.slice_elements == w.geometry.slice_elements)
-    return slot.get();
-  // New, or declared again with another size or codec: what was owed belongs to another tensor.
-  if (slot) release(*slot);
+  auto found = keys_.find({w.job, w.key});
+  if (found != keys_.end()) {
+    KeyCoding& old = *found->second;
+    if (old.push_spec.name == w.push.name && old.push_spec.params == w.push.params &&
+        old.pull_spec.name == w.pull.name && old.pull_spec.params == w.pull.params &&
+        old.geometry.elements == w.geometry.elements && old.geometry.slice_elements == w.geometry.slice_elements)
+      return &old;
+    // Declared again with another size or codec: what was owed belongs to another tensor.
+    forget(w.job, w.key);
+  }
   auto k = std::make_unique<KeyCoding>();
   k->push_spec = w.push;
   k->pull_spec = w.pull;
@@ -103,9 +106,8 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
     k->decode_offsets.push_back(k->decode_bytes);
     k->decode_bytes += aligned(std::max(k->pull_layout->maxEncodedBytes(n), raw));
   }
-  // Kept in the map from here on, so release() frees whatever was allocated if a step fails.
-  slot = std::move(k);
-  KeyCoding& kc = *slot;
+  // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
+  KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
   GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.encode_bytes));
   GC_ASSIGN_OR_RETURN(kc.encode_host, device_->allocateHost(kc.encode_bytes));
   GC_ASSIGN_OR_RETURN(kc.decode_device, device_->allocateDevice(kc.decode_bytes));
