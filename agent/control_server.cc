@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <set>
 #include <variant>
 
 #include "common/log.h"
@@ -22,6 +23,16 @@ namespace gcagent::agent {
 namespace protocol = shm::protocol;
 using asio::local::stream_protocol;
 
+// One local trainer's gradient of an (iteration, key), ready to reduce.
+struct ControlServer::Contribution {
+  float* host = nullptr;    // its shared-memory slot, or the host buffer a device slot stages to
+  float* device = nullptr;  // its device slot; null for a host trainer
+  std::shared_ptr<LocalCoder> coder;  // of the device slot's GPU; null: staged through the host
+  std::weak_ptr<Session> session;
+  size_t index = 0;  // the slot, in the trainer's declaration
+  uint64_t elements = 0;
+};
+
 struct ControlServer::Job {
   std::string name;
   uint64_t id = 0;
@@ -30,7 +41,9 @@ struct ControlServer::Job {
   std::vector<protocol::TensorDecl> tensors;
   uint64_t generation = 0;
   // Submissions of an (iteration, key) so far, by local rank.
-  std::map<std::pair<uint64_t, uint64_t>, std::vector<float*>> pending;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<Contribution>> pending;
+  // Reductions in flight that run on a GPU's coder: their averages are in the device slots.
+  std::set<std::pair<uint64_t, uint64_t>> coded;
   std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
   size_t inFlight = 0;                   // reductions handed to the engine, not yet done
   uint64_t last_completed = 0;           // the last iteration whose every key completed
@@ -286,20 +299,33 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   }
 
  public:
-  // Completes (iteration, key) for this trainer: device slots get the average first.
-  void complete(uint32_t request, uint64_t iteration, uint64_t key) {
+  // Completes (iteration, key) for this trainer: device slots get the average first;
+  // `coded`: the average is already in the device slot (the coder decoded it there).
+  void complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded) {
     auto it = slots_.find(key);
     if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
     auto self = shared_from_this();
     DeviceSlots* device = device_.get();
-    server_.device_path_->stageOut(*device_, it->second.index, it->second.elements,
-                                   [this, self, device, request, iteration, key](const Status& st) {
-                                     if (closed_ || device_.get() != device) return;
-                                     if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
-                                     GC_LOG(kWarn, "control", "trainer ", id_, ": ", st.message());
-                                     sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ",
-                                                                                 iteration, ": ", st.message())));
-                                   });
+    auto reply = [this, self, device, request, iteration, key](const Status& st) {
+      if (closed_ || device_.get() != device) return;
+      if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
+      GC_LOG(kWarn, "control", "trainer ", id_, ": ", st.message());
+      sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ", iteration, ": ", st.message())));
+    };
+    if (coded) return server_.device_path_->signalDone(*device_, std::move(reply));
+    server_.device_path_->stageOut(*device_, it->second.index, it->second.elements, std::move(reply));
+  }
+
+  // Copies this trainer's device slot of `key` into its host buffer (a reduction that runs on
+  // the host); `done` on the io thread.
+  void stageIn(size_t index, uint64_t elements, DevicePath::Done done) {
+    if (closed_ || !device_) return done(Status::unavailable(strCat("trainer ", id_, " left")));
+    ++staging_count_;
+    auto self = shared_from_this();
+    server_.device_path_->stageIn(*device_, index, elements, [this, self, done = std::move(done)](const Status& st) {
+      --staging_count_;
+      done(st);
+    });
   }
 
  private:
@@ -320,29 +346,18 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     for (uint64_t key : s.keys) {
       last_iteration_[key] = s.iteration;
       submits_[{s.iteration, key}] = request;
-      if (!device_) {
-        contribute(s.iteration, key);
-        continue;
+      if (device_) {
+        // The gradient is on the GPU: whatever reads it next (the coder or a staging copy)
+        // waits for the trainer's ready event.
+        if (Status ready = server_.device_path_->awaitReady(*device_); !ready.ok()) {
+          takeSubmit(s.iteration, key);
+          GC_LOG(kWarn, "control", "trainer ", id_, ": ", ready.message());
+          sendError(request, Status(ready.code(), strCat("tensor ", key, " iteration ", s.iteration, ": ",
+                                                         ready.message())));
+          continue;
+        }
       }
-      // The gradient is on the GPU: it joins the reduction once it is in the host buffer.
-      const Slot& slot = slots_[key];
-      auto self = shared_from_this();
-      DeviceSlots* device = device_.get();
-      ++staging_count_;
-      server_.device_path_->stageIn(*device_, slot.index, slot.elements,
-                                    [this, self, device, iteration = s.iteration, key, request](const Status& st) {
-                                      --staging_count_;
-                                      if (closed_ || device_.get() != device || !job_) return;
-                                      Status why = st;
-                                      if (why.ok() && generation_ != job_->generation)
-                                        why = Status::failedPrecondition(
-                                            "the job's tensors were re-declared by another trainer: declare again");
-                                      if (why.ok()) return contribute(iteration, key);
-                                      takeSubmit(iteration, key);
-                                      GC_LOG(kWarn, "control", "trainer ", id_, ": ", why.message());
-                                      sendError(request, Status(why.code(), strCat("tensor ", key, " iteration ",
-                                                                                   iteration, ": ", why.message())));
-                                    });
+      contribute(s.iteration, key);
     }
     return {};
   }
@@ -351,15 +366,21 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   // local trainer's is.
   void contribute(uint64_t iteration, uint64_t key) {
     Job& job = *job_;
-    auto& buffers = job.pending[{iteration, key}];
-    buffers.resize(job.local_size, nullptr);
-    buffers[local_rank_] = slots_[key].data;
-    if (std::find(buffers.begin(), buffers.end(), nullptr) != buffers.end()) return;
-    std::vector<float*> ready = std::move(buffers);
+    auto& entries = job.pending[{iteration, key}];
+    entries.resize(job.local_size);
+    const Slot& slot = slots_[key];
+    Contribution& mine = entries[local_rank_];
+    mine.host = slot.data;
+    mine.device = device_ ? device_->deviceBuffer(slot.index) : nullptr;
+    mine.coder = device_ ? device_->coder() : nullptr;
+    mine.session = weak_from_this();
+    mine.index = slot.index;
+    mine.elements = slot.elements;
+    for (const Contribution& c : entries)
+      if (c.host == nullptr) return;
+    std::vector<Contribution> ready = std::move(entries);
     job.pending.erase({iteration, key});
-    ++job.inFlight;
-    Status st = server_.engine_.reduce(job.id, iteration, key, std::move(ready));
-    if (!st.ok()) server_.onReduced(job.id, iteration, key, st);
+    server_.reduce(job_, iteration, key, std::move(ready));
   }
 
   ControlServer& server_;
@@ -483,12 +504,13 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
     auto request = member->takeSubmit(iteration, key);
     if (!request) continue;
     if (status.ok()) {
-      member->complete(*request, iteration, key);
+      member->complete(*request, iteration, key, job.coded.count({iteration, key}) != 0);
     } else {
       member->sendError(*request, Status(status.code(), strCat("tensor ", key, " iteration ", iteration, ": ",
                                                                status.message())));
     }
   }
+  job.coded.erase({iteration, key});
   if (!status.ok()) {
     GC_LOG(kWarn, "control", "job '", job.name, "' tensor ", key, " iteration ", iteration, " failed: ", status.message());
     job.keys_done.erase(iteration);
@@ -499,6 +521,60 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
     job.last_completed = std::max(job.last_completed, iteration);
     ++counters_.iterations_completed;
     engine_.stats().iterationsCompleted().Increment();
+  }
+}
+
+void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, uint64_t key,
+                           std::vector<Contribution> ready) {
+  ++job->inFlight;
+  // On the GPU when every local gradient is in device slots of one GPU with a coder.
+  const std::shared_ptr<LocalCoder> coder = ready.front().coder;
+  const bool on_device = coder && std::all_of(ready.begin(), ready.end(), [&](const Contribution& c) {
+    return c.device != nullptr && c.coder == coder;
+  });
+  if (on_device) {
+    std::vector<float*> buffers;
+    for (const Contribution& c : ready) buffers.push_back(c.device);
+    job->coded.insert({iteration, key});
+    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers), coder);
+    if (!st.ok()) onReduced(job->id, iteration, key, st);
+    return;
+  }
+  std::vector<float*> buffers;
+  for (const Contribution& c : ready) buffers.push_back(c.host);
+  size_t staging = 0;
+  for (const Contribution& c : ready) staging += c.device != nullptr;
+  if (staging == 0) {
+    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers));
+    if (!st.ok()) onReduced(job->id, iteration, key, st);
+    return;
+  }
+  // Device slots of several GPUs, or beside host trainers: through the host buffers.
+  struct Staging {
+    size_t left;
+    Status first_error;
+    std::vector<float*> buffers;
+  };
+  auto staged = std::make_shared<Staging>(Staging{staging, {}, std::move(buffers)});
+  const uint64_t generation = job->generation;
+  for (const Contribution& c : ready) {
+    if (c.device == nullptr) continue;
+    auto done = [this, job, staged, iteration, key, generation](const Status& st) {
+      if (!st.ok() && staged->first_error.ok()) staged->first_error = st;
+      if (--staged->left != 0) return;
+      auto live = jobs_.find(job->id);
+      if (live == jobs_.end() || live->second != job) return;  // every trainer left meanwhile
+      Status why = staged->first_error;
+      if (why.ok() && generation != job->generation)
+        why = Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
+      if (why.ok()) why = engine_.reduce(job->id, iteration, key, std::move(staged->buffers));
+      if (!why.ok()) onReduced(job->id, iteration, key, why);
+    };
+    if (auto session = c.session.lock()) {
+      session->stageIn(c.index, c.elements, std::move(done));
+    } else {
+      done(Status::unavailable("a trainer of the job left"));
+    }
   }
 }
 

@@ -64,12 +64,16 @@ class ControlServer {
  private:
   class Session;
   struct Job;
+  struct Contribution;
   friend class Session;
 
   void accept();
   void badMessage(const Status& why);
   void deviceRefused(const Status& why);
   void sessionClosed(Session* session);
+  // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
+  // the host, or on the host after staging the device slots.
+  void reduce(const std::shared_ptr<Job>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);
   // Tells the job's trainers that submitted (iteration, key) how it ended.
   void notify(Job& job, uint64_t iteration, uint64_t key, const Status& status);
   std::shared_ptr<Job> findOrCreateJob(const std::string& name, uint32_t local_size, Status* error);

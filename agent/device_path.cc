@@ -34,6 +34,12 @@ class UnavailableDevicePath : public DevicePath {
   void stageOut(DeviceSlots&, size_t, uint64_t, Done done) override {
     done(Status::internal("no device slots exist on an agent without a GPU"));
   }
+  Status awaitReady(DeviceSlots&) override {
+    return Status::internal("no device slots exist on an agent without a GPU");
+  }
+  void signalDone(DeviceSlots&, Done done) override {
+    done(Status::internal("no device slots exist on an agent without a GPU"));
+  }
 
  private:
   std::string why_;

@@ -3,9 +3,11 @@
 // slot's gradient to the host buffer the reduction engine works on and the average back,
 // ordered against the trainer's own GPU work by the two interprocess events of the offer.
 //
-// This first data path stages through host memory: the engine, its CPU codecs and the
-// residuals stay as they are, and only the trainer's copy to the host is saved. Running the
-// local reduction and the codecs on the GPU (compress/cuda) slots in behind this interface.
+// Two data paths. Where every local trainer of a key has its slots on one GPU, the agent
+// reduces there: the slots' LocalCoder sums them, encodes with residuals kept on the GPU and
+// decodes the results into the slots, so only encoded bytes cross PCIe. Otherwise (trainers
+// on several GPUs, or host and device trainers in one job) each slot is staged through a
+// host buffer and the engine works on those with the CPU codecs.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "agent/io.h"
+#include "agent/local_coder.h"
 #include "common/status.h"
 #include "shm/protocol.h"
 
@@ -31,6 +34,10 @@ class DeviceSlots {
   // The host buffer of slot `index` that the engine reduces in (the slot's size, pinned where
   // the device copies need it to run asynchronously).
   virtual float* hostBuffer(size_t index) = 0;
+  // Slot `index` in the device's memory, where the coder works.
+  virtual float* deviceBuffer(size_t index) = 0;
+  // The coder of the slots' GPU; null where this path only stages through the host.
+  virtual std::shared_ptr<LocalCoder> coder() = 0;
 };
 
 class DevicePath {
@@ -48,6 +55,12 @@ class DevicePath {
   // Copies the host buffer into slot `index`, records the done event, then runs `done` on
   // the io thread.
   virtual void stageOut(DeviceSlots& slots, size_t index, uint64_t elements, Done done) = 0;
+  // For the coder: makes the device's later work wait for the trainer's last ready-event
+  // record (enqueued, never blocks).
+  virtual Status awaitReady(DeviceSlots& slots) = 0;
+  // Records the done event after the device's work so far (the coder's result decodes), then
+  // runs `done` on the io thread.
+  virtual void signalDone(DeviceSlots& slots, Done done) = 0;
 };
 
 // Every GPU the agent sees (a trainer's slots go on the GPU its tensors live on) when this

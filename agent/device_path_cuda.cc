@@ -22,6 +22,7 @@ struct Device {
   cuda::GpuUuid uuid{};
   CUcontext context = nullptr;
   CUstream stream = nullptr;
+  std::shared_ptr<LocalCoder> coder;  // works on `stream`, so it is ordered with the copies
 };
 
 class CudaSlots : public DeviceSlots {
@@ -36,6 +37,10 @@ class CudaSlots : public DeviceSlots {
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return memory.fd(); }
   float* hostBuffer(size_t index) override { return host.at(index); }
+  float* deviceBuffer(size_t index) override {
+    return reinterpret_cast<float*>(memory.address() + offer_.slot_offsets.at(index));
+  }
+  std::shared_ptr<LocalCoder> coder() override { return device.coder; }
 
   cuda::SharedDeviceMemory memory;
   cuda::SharedEvent ready;  // the trainer records it after writing its gradients
@@ -53,7 +58,8 @@ class CudaDevicePath : public DevicePath {
   CudaDevicePath(asio::io_context& io, const cuda::CudaDriver& driver, std::vector<Device> devices)
       : io_(io), d_(driver), devices_(std::move(devices)) {}
   ~CudaDevicePath() override {
-    for (const Device& dev : devices_) {
+    for (Device& dev : devices_) {
+      dev.coder.reset();  // frees its device memory while the context is still retained
       d_.ctxSetCurrent(dev.context);
       d_.streamSynchronize(dev.stream);
       d_.streamDestroy(dev.stream);
@@ -120,6 +126,19 @@ class CudaDevicePath : public DevicePath {
     finish(dev, std::move(st), std::move(done));
   }
 
+  Status awaitReady(DeviceSlots& s) override {
+    auto& slots = static_cast<CudaSlots&>(s);
+    d_.ctxSetCurrent(slots.device.context);
+    return slots.ready.waitOn(slots.device.stream);
+  }
+
+  void signalDone(DeviceSlots& s, Done done) override {
+    auto& slots = static_cast<CudaSlots&>(s);
+    const Device& dev = slots.device;
+    d_.ctxSetCurrent(dev.context);
+    finish(dev, slots.done.record(dev.stream), std::move(done));
+  }
+
   void stageOut(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
     auto& slots = static_cast<CudaSlots&>(s);
     const Device& dev = slots.device;
@@ -164,7 +183,7 @@ class CudaDevicePath : public DevicePath {
 
   asio::io_context& io_;
   const cuda::CudaDriver& d_;
-  const std::vector<Device> devices_;  // fixed: slots point into it
+  std::vector<Device> devices_;  // fixed in size: slots point into it
 };
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The agent's handling of device tensors, on the CPU: a real ControlServer and engine on a
 // real Unix socket, trainers speaking the real protocol, and a DevicePath whose "device
 // memory" is a memfd. That exercises everything between the socket and the GPU: the offer
-// with its descriptor (SCM_RIGHTS), slots staged in and out around the engine, mixed host
-// and device trainers in one job, and the refusal of a trainer on another GPU.
+// with its descriptor (SCM_RIGHTS), slots staged in and out around the engine or reduced in
+// place by a LocalCoder (on the host device here), mixed host and device trainers in one
+// job, and the refusal of a trainer on another GPU.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 
 #include "agent/control_server.h"
 #include "agent/device_path.h"
+#include "agent/host_coder_device.h"
 #include "agent/reduction_engine.h"
 #include "common/str_cat.h"
 #include "shm/fd_passing.h"
@@ -48,7 +50,12 @@ class MemfdSlots : public DeviceSlots {
   const protocol::DeclaredDevice& offer() const override { return offer_; }
   int fd() const override { return fd_; }
   float* hostBuffer(size_t index) override { return host.at(index).data(); }
+  float* deviceBuffer(size_t index) override {
+    return reinterpret_cast<float*>(base + offer_.slot_offsets.at(index));
+  }
+  std::shared_ptr<LocalCoder> coder() override { return coder_; }
 
+  std::shared_ptr<LocalCoder> coder_;
   int fd_ = -1;
   std::byte* base = nullptr;
   size_t bytes = 0;
@@ -58,7 +65,9 @@ class MemfdSlots : public DeviceSlots {
 
 class MemfdDevicePath : public DevicePath {
  public:
-  explicit MemfdDevicePath(asio::io_context& io) : io_(io) {}
+  // `coded`: the slots reduce in place through a LocalCoder, as on a GPU.
+  MemfdDevicePath(asio::io_context& io, bool coded)
+      : io_(io), coder_(coded ? std::make_shared<LocalCoder>(makeHostCoderDevice(io)) : nullptr) {}
 
   Result<std::unique_ptr<DeviceSlots>> allocate(const protocol::GpuUuidBytes& trainer_gpu,
                                                 std::span<const uint64_t> slot_bytes) override {
@@ -66,6 +75,7 @@ class MemfdDevicePath : public DevicePath {
       return Status::failedPrecondition(strCat("the trainer's tensors live on ", gpuUuidText(trainer_gpu),
                                                ", this test's agent uses ", gpuUuidText(kAgentGpu)));
     auto slots = std::make_unique<MemfdSlots>();
+    slots->coder_ = coder_;
     for (uint64_t b : slot_bytes) {
       slots->offer_.slot_offsets.push_back(slots->bytes);
       slots->bytes += (b + 255) / 256 * 256;
@@ -97,18 +107,30 @@ class MemfdDevicePath : public DevicePath {
     asio::post(io_, [done = std::move(done)] { done({}); });
   }
 
+  Status awaitReady(DeviceSlots&) override {
+    ++awaited;
+    return {};
+  }
+  void signalDone(DeviceSlots&, Done done) override {
+    ++signaled;
+    asio::post(io_, [done = std::move(done)] { done({}); });
+  }
+
   std::atomic<int> staged_in{0};
   std::atomic<int> staged_out{0};
+  std::atomic<int> awaited{0};
+  std::atomic<int> signaled{0};
 
  private:
   asio::io_context& io_;
+  std::shared_ptr<LocalCoder> coder_;
 };
 
 // One agent node: engine, control server and the io thread they run on.
 class Agent {
  public:
-  explicit Agent(const std::string& socket) : transports_(transport::makeLoopbackGroup(1)) {
-    path_ = std::make_shared<MemfdDevicePath>(io_);
+  explicit Agent(const std::string& socket, bool coded = false) : transports_(transport::makeLoopbackGroup(1)) {
+    path_ = std::make_shared<MemfdDevicePath>(io_, coded);
     engine_ = std::make_unique<ReductionEngine>(*transports_[0], EngineOptions{},
                                                 [this](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
                                                   server_->onReduced(job, it, key, s);
@@ -241,8 +263,8 @@ std::vector<protocol::TensorDecl> tensors() {
   return {{1, 1000, protocol::DType::kFloat32, 0, "none", {}}, {2, 70, protocol::DType::kFloat32, -1, "none", {}}};
 }
 
-TEST_F(DeviceSessionTest, DeviceTrainerGetsItsSlotsThroughTheSocketAndTheAverageInThem) {
-  Agent agent(socket_);
+void deviceTrainerGetsItsSlotsAndTheAverageInThem(const std::string& socket_, bool coded) {
+  Agent agent(socket_, coded);
   Trainer t(socket_);
   t.join("job", 0, 1);
   t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
@@ -269,12 +291,59 @@ TEST_F(DeviceSessionTest, DeviceTrainerGetsItsSlotsThroughTheSocketAndTheAverage
     // One trainer: the average is its own gradient, written back into the device slot.
     for (size_t i = 0; i < 1000; i += 111) EXPECT_EQ(m.slot(offer, 0)[i], static_cast<float>(i) * it);
   }
-  EXPECT_EQ(agent.path().staged_in.load(), 6);
-  EXPECT_EQ(agent.path().staged_out.load(), 6);
+  EXPECT_EQ(agent.path().awaited.load(), 6);
+  EXPECT_EQ(agent.path().staged_in.load(), coded ? 0 : 6);
+  EXPECT_EQ(agent.path().staged_out.load(), coded ? 0 : 6);
+  EXPECT_EQ(agent.path().signaled.load(), coded ? 6 : 0);
+}
+
+TEST_F(DeviceSessionTest, DeviceTrainerGetsItsSlotsThroughTheSocketAndTheAverageInThem) {
+  deviceTrainerGetsItsSlotsAndTheAverageInThem(socket_, false);
+}
+
+TEST_F(DeviceSessionTest, WithACoderTheSlotsAreReducedInPlaceWithoutStaging) {
+  deviceTrainerGetsItsSlotsAndTheAverageInThem(socket_, true);
+}
+
+TEST_F(DeviceSessionTest, TwoDeviceTrainersOnOneGpuAverageThroughTheCoder) {
+  Agent agent(socket_, /*coded=*/true);
+  Trainer a(socket_), b(socket_);
+  a.join("pair", 0, 2);
+  b.join("pair", 1, 2);
+  std::vector<std::unique_ptr<Mapped>> mapped;
+  std::vector<protocol::DeclaredDevice> offers;
+  for (Trainer* t : {&a, &b}) {
+    t->send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
+    offers.push_back(t->expect<protocol::DeclaredDevice>(t->receive()));
+    ASSERT_EQ(t->fds.size(), 1u);
+    auto m = std::make_unique<Mapped>();  // built in place: a copy would unmap on destruction
+    m->bytes = offers.back().allocation_bytes;
+    m->base = static_cast<std::byte*>(::mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fds[0], 0));
+    ASSERT_NE(m->base, MAP_FAILED);
+    mapped.push_back(std::move(m));
+  }
+  for (uint64_t it = 1; it <= 2; ++it) {
+    for (size_t i = 0; i < 1000; ++i) {
+      mapped[0]->slot(offers[0], 0)[i] = static_cast<float>(i);
+      mapped[1]->slot(offers[1], 0)[i] = static_cast<float>(it);
+    }
+    a.send({3, protocol::Submit{it, {1}}});
+    b.send({3, protocol::Submit{it, {1}}});
+    EXPECT_EQ(a.expect<protocol::Complete>(a.receive()).keys, std::vector<uint64_t>{1});
+    EXPECT_EQ(b.expect<protocol::Complete>(b.receive()).keys, std::vector<uint64_t>{1});
+    for (size_t i = 0; i < 1000; ++i) {
+      const float want = (static_cast<float>(i) + static_cast<float>(it)) / 2;
+      ASSERT_EQ(mapped[0]->slot(offers[0], 0)[i], want) << i;
+      ASSERT_EQ(mapped[1]->slot(offers[1], 0)[i], want) << i;
+    }
+  }
+  EXPECT_EQ(agent.path().staged_in.load(), 0);
+  EXPECT_EQ(agent.path().signaled.load(), 4);
 }
 
 TEST_F(DeviceSessionTest, HostAndDeviceTrainersOfOneJobAverageTogether) {
-  Agent agent(socket_);
+  // With a coder too: a host trainer in the job sends the device slot through the host.
+  Agent agent(socket_, /*coded=*/true);
   Trainer device(socket_), host(socket_);
   device.join("mixed", 0, 2);
   host.join("mixed", 1, 2);
@@ -303,6 +372,9 @@ TEST_F(DeviceSessionTest, HostAndDeviceTrainersOfOneJobAverageTogether) {
     ASSERT_EQ(m.slot(offer, 0)[i], want) << i;
     ASSERT_EQ(host_slot[i], want) << i;
   }
+  EXPECT_EQ(agent.path().staged_in.load(), 1);
+  EXPECT_EQ(agent.path().staged_out.load(), 1);
+  EXPECT_EQ(agent.path().signaled.load(), 0);
 }
 
 TEST_F(DeviceSessionTest, TrainerOnAnotherGpuIsRefusedAndTheJobGoesOn) {
