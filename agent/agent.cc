@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "agent/control_server.h"
+#include "agent/gpu_coders.h"
 #include "agent/io.h"
 #include "agent/job_notice.h"
 #include "agent/reduction_engine.h"
@@ -207,6 +208,7 @@ Status Agent::run() {
     for (transport::Rank r = 0; r < transport->size(); ++r)
       if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
   };
+  server_options.device_path = makeDevicePath(io, c.compress_on_gpu ? gpuCoderFactory(io) : nullptr);
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 

@@ -45,6 +45,8 @@
     "with selection size, gradients smaller than this are sent uncompressed")                  \
   X(compress, residual_budget_bytes, Integer, "4294967296", 0, 1099511627776, "",              \
     "memory the error-feedback residuals may use")                                             \
+  X(compress, on_gpu, Flag, "true", 0, 0, "",                                                  \
+    "gradients trainers keep on a GPU are summed, encoded and decoded on that GPU, residuals kept there; false stages them through host memory for the CPU codecs") \
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
     "address:port of the Prometheus /metrics endpoint; port 0 picks one (logged); empty disables it") \
   X(security, token_file, Text, "", 0, 0, "",                                                   \

@@ -10,7 +10,7 @@ namespace gcagent::agent {
 
 #if GCAGENT_HAVE_CUDA
 // device_path_cuda.cc
-std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io);
+std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io, CoderFactory coders);
 #endif
 
 namespace {
@@ -61,11 +61,12 @@ std::unique_ptr<DevicePath> makeUnavailableDevicePath(std::string why) {
   return std::make_unique<UnavailableDevicePath>(std::move(why));
 }
 
-std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io) {
+std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io, CoderFactory coders) {
 #if GCAGENT_HAVE_CUDA
-  return makeCudaDevicePath(io);
+  return makeCudaDevicePath(io, std::move(coders));
 #else
   (void)io;
+  (void)coders;
   return makeUnavailableDevicePath("this agent was built without CUDA");
 #endif
 }

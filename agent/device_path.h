@@ -17,11 +17,12 @@
 #include <string>
 
 #include "agent/io.h"
-#include "agent/local_coder.h"
 #include "common/status.h"
 #include "shm/protocol.h"
 
 namespace gcagent::agent {
+
+class LocalCoder;
 
 // One trainer's device allocation; freed with the object.
 class DeviceSlots {
@@ -66,7 +67,11 @@ class DevicePath {
 // Every GPU the agent sees (a trainer's slots go on the GPU its tensors live on) when this
 // build has CUDA and the host a driver; otherwise a path whose allocate() says "this agent
 // has no GPU" and why. Never fails: the agent keeps serving host jobs either way.
-std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io);
+// Builds the LocalCoder of one GPU, working on that GPU's stream (a CUstream).
+using CoderFactory = std::function<Result<std::shared_ptr<LocalCoder>>(int ordinal, void* stream,
+                                                                       const std::string& description)>;
+// `coders`: each GPU gets one from it; without, slots are always staged through the host.
+std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io, CoderFactory coders = nullptr);
 
 // "GPU-1a2b3c4d-...", as nvidia-smi -L prints it.
 std::string gpuUuidText(const shm::protocol::GpuUuidBytes& uuid);

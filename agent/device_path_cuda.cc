@@ -188,7 +188,7 @@ class CudaDevicePath : public DevicePath {
 
 }  // namespace
 
-std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io) {
+std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io, CoderFactory coders) {
   auto driver = cuda::CudaDriver::load();
   if (!driver.ok()) return makeUnavailableDevicePath(driver.status().message());
   const cuda::CudaDriver& d = **driver;
@@ -209,8 +209,19 @@ std::unique_ptr<DevicePath> makeCudaDevicePath(asio::io_context& io) {
     if (r == CUDA_SUCCESS) r = d.streamCreate(&dev.stream, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS)
       return makeUnavailableDevicePath(strCat("gpu ", ordinal, ": ", d.describe("stream setup", r)));
-    GC_LOG(kInfo, "device", "device tensors of trainers on gpu ", ordinal, " (", cuda::uuidText(dev.uuid),
-           ") are served");
+    const std::string description = strCat("gpu ", ordinal, " (", cuda::uuidText(dev.uuid), ")");
+    if (coders) {
+      // A GPU whose coder cannot be built still serves its trainers, through the host.
+      auto coder = coders(ordinal, dev.stream, description);
+      if (coder.ok()) {
+        dev.coder = std::move(coder).value();
+      } else {
+        GC_LOG(kWarn, "device", description, ": gradients are staged through host memory: ",
+               coder.status().message());
+      }
+    }
+    GC_LOG(kInfo, "device", "device tensors of trainers on ", description, " are served, ",
+           dev.coder ? "reduced and coded on the GPU" : "staged through host memory");
     devices.push_back(dev);
   }
   return std::make_unique<CudaDevicePath>(io, d, std::move(devices));

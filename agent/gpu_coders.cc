@@ -1,0 +1,24 @@
+#include "agent/gpu_coders.h"
+
+#include "agent/local_coder.h"
+#include "common/build_config.h"
+#if GCAGENT_HAVE_CUDA
+#include "agent/cuda/cuda_coder_device.h"
+#endif
+
+namespace gcagent::agent {
+
+CoderFactory gpuCoderFactory(asio::io_context& io) {
+#if GCAGENT_HAVE_CUDA
+  return [&io](int ordinal, void* stream, const std::string& description) -> Result<std::shared_ptr<LocalCoder>> {
+    GC_ASSIGN_OR_RETURN(auto device,
+                        makeCudaCoderDevice(io, ordinal, static_cast<CUstream_st*>(stream), description));
+    return std::make_shared<LocalCoder>(std::move(device));
+  };
+#else
+  (void)io;
+  return nullptr;
+#endif
+}
+
+}  // namespace gcagent::agent

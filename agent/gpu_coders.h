@@ -1,0 +1,12 @@
+// The LocalCoders of the agent's GPUs: the CUDA coder device on each GPU's stream, in builds
+// with CUDA. In builds without, no factory: device slots are staged through the host.
+#pragma once
+
+#include "agent/device_path.h"
+#include "agent/io.h"
+
+namespace gcagent::agent {
+
+CoderFactory gpuCoderFactory(asio::io_context& io);
+
+}  // namespace gcagent::agent
