@@ -46,16 +46,12 @@ void keepFirst(Status& first, Status s) {
 
 // ---- the queue: the stream, the first enqueue failure and the codecs used since the last after()
 
-// A GPU codec as the device tracks it. Its fault record is read (finish) when an after()
-// that covers its work reports.
+// A GPU codec as the device tracks it. Each after() covering its work enqueues a snapshot of
+// its fault record (and clears the record), read when that after() reports: no report waits
+// for the stream, and a fault stops only the work of the after() it belongs to.
 struct CodecCell {
   std::unique_ptr<compress::cuda::GpuCodec> codec;
   bool touched = false;  // in the queue's list for the next after()
-  int reports_due = 0;   // after()s covering its work that have not reported yet
-  // A fault found by one report also stopped the codec's work enqueued before that report
-  // ran (its kernels skip work once faulted): the later reports covering it say so too.
-  Status carried;
-  int carried_reports = 0;
 };
 
 struct Queue {
@@ -65,6 +61,28 @@ struct Queue {
   std::string description;
   Status first;  // the first failed CUDA call since the last after()
   std::vector<std::shared_ptr<CodecCell>> touched;
+  // Pinned slots the fault snapshots land in, reused; carved from chunks freed with the queue.
+  std::vector<void*> free_snapshots;
+  std::vector<void*> snapshot_chunks;
+
+  ~Queue() {
+    for (void* chunk : snapshot_chunks) cudaFreeHost(chunk);
+  }
+
+  Result<void*> snapshotSlot() {
+    if (free_snapshots.empty()) {
+      constexpr size_t kSlots = 256;
+      void* chunk = nullptr;
+      const cudaError_t err = cudaHostAlloc(&chunk, kSlots * compress::cuda::kFaultSnapshotBytes, cudaHostAllocDefault);
+      if (err != cudaSuccess) return failure("cudaHostAlloc of fault snapshots", err);
+      snapshot_chunks.push_back(chunk);
+      for (size_t i = 0; i < kSlots; ++i)
+        free_snapshots.push_back(static_cast<std::byte*>(chunk) + i * compress::cuda::kFaultSnapshotBytes);
+    }
+    void* slot = free_snapshots.back();
+    free_snapshots.pop_back();
+    return slot;
+  }
 
   // Names the device and the call; clears the runtime's last error so the next launch check
   // does not report this failure again.
@@ -98,26 +116,19 @@ struct Queue {
 struct Pending {
   std::shared_ptr<Queue> queue;
   std::vector<std::shared_ptr<CodecCell>> codecs;
+  std::vector<void*> snapshots;  // by codec; the stream fills them before the report runs
   Status first;
   CoderDevice::Done done;
+  bool stream_passed = true;  // false: reported without the host function (its launch failed)
 };
 
 // On the engine's thread, once the stream has passed the after() point.
 void report(std::unique_ptr<Pending> p) {
   Status first = std::move(p->first);
-  const cudaError_t set = cudaSetDevice(p->queue->ordinal);
-  if (set != cudaSuccess) keepFirst(first, p->queue->failure("cudaSetDevice", set));
-  for (const std::shared_ptr<CodecCell>& cell : p->codecs) {
-    --cell->reports_due;
-    const Status s = set == cudaSuccess ? cell->codec->finish(p->queue->stream) : Status{};
-    if (!s.ok()) {
-      static_cast<void>(cell->carried = s);
-      cell->carried_reports = cell->reports_due + (cell->touched ? 1 : 0);
-      keepFirst(first, s);
-    } else if (cell->carried_reports > 0) {
-      --cell->carried_reports;
-      keepFirst(first, cell->carried);
-    }
+  for (size_t i = 0; i < p->snapshots.size(); ++i) {
+    if (!p->stream_passed) break;  // the copies may still be queued: the slots are not reused
+    keepFirst(first, p->codecs[i]->codec->faultIn(p->snapshots[i]));
+    p->queue->free_snapshots.push_back(p->snapshots[i]);
   }
   p->done(first);
 }
@@ -244,10 +255,16 @@ class CudaCoderDevice : public CoderDevice {
   void after(Done done) override {
     const Status used = q_->use();  // a failure lands in q_->first, reported below
     auto p = std::unique_ptr<Pending>(
-        new Pending{q_, std::exchange(q_->touched, {}), std::exchange(q_->first, Status{}), std::move(done)});
-    for (const std::shared_ptr<CodecCell>& cell : p->codecs) {
-      cell->touched = false;
-      ++cell->reports_due;
+        new Pending{q_, std::exchange(q_->touched, {}), {}, std::exchange(q_->first, Status{}), std::move(done)});
+    for (const std::shared_ptr<CodecCell>& cell : p->codecs) cell->touched = false;
+    for (size_t i = 0; i < p->codecs.size() && used.ok(); ++i) {
+      auto slot = q_->snapshotSlot();
+      if (!slot.ok()) {
+        keepFirst(p->first, slot.status());
+        break;
+      }
+      p->snapshots.push_back(*slot);
+      keepFirst(p->first, p->codecs[i]->codec->snapshotFaults(*slot, q_->stream));
     }
     if (used.ok()) {
       const cudaError_t err = cudaLaunchHostFunc(q_->stream, postReport, p.get());
@@ -257,6 +274,7 @@ class CudaCoderDevice : public CoderDevice {
       }
       keepFirst(p->first, q_->failure("cudaLaunchHostFunc", err));
     }
+    p->stream_passed = false;
     asio::post(q_->io, [p = std::move(p)]() mutable { report(std::move(p)); });
   }
 

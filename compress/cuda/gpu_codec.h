@@ -53,7 +53,17 @@ class GpuCodec {
   // Waits for `stream` and returns the first failure recorded since the last finish(), then
   // clears it.
   virtual Status finish(GpuStream stream) = 0;
+
+  // finish() without the wait, for callers that learn from the stream itself when it has
+  // passed a point (a host function): enqueues a copy of the failure record into `snapshot`
+  // (kFaultSnapshotBytes of pinned host memory) and then clears the record, so the work
+  // enqueued after it runs. Once the stream has passed that point, faultIn(snapshot) returns
+  // what finish() would have returned there.
+  virtual Status snapshotFaults(void* snapshot, GpuStream stream) = 0;
+  virtual Status faultIn(const void* snapshot) const = 0;
 };
+
+inline constexpr size_t kFaultSnapshotBytes = 32;
 
 // Whether a usable GPU is present: ok, or unavailable("no GPU: ...") naming the cause (no
 // driver, no device, a failing driver). Any CUDA error counts as "no GPU".

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,7 @@ struct DeviceFault {
 };
 
 inline constexpr unsigned long long kNoFault = ~0ull;
+static_assert(sizeof(DeviceFault) <= kFaultSnapshotBytes);
 
 #if defined(__CUDACC__)
 __device__ __forceinline__ size_t smaller(size_t a, size_t b) { return a < b ? a : b; }
@@ -84,6 +86,18 @@ class FaultSlot {
         return Status::unavailable(strCat(codec, ": gpu fault reset failed: ", cudaGetErrorString(err)));
     }
     return host[0];
+  }
+
+  // take() in the stream's order, without waiting: the record's copy lands in `host` and the
+  // record is cleared after it.
+  Status snapshot(void* host, GpuStream stream, std::string_view codec) {
+    cudaError_t err =
+        cudaMemcpyAsync(host, buffer_.data(), sizeof(DeviceFault), cudaMemcpyDeviceToHost, toCuda(stream));
+    if (err == cudaSuccess)
+      err = cudaMemsetAsync(&buffer_.data()->key, 0xff, sizeof(unsigned long long), toCuda(stream));
+    if (err != cudaSuccess)
+      return Status::unavailable(strCat(codec, ": gpu fault snapshot failed: ", cudaGetErrorString(err)));
+    return {};
   }
 
  private:
@@ -124,6 +138,13 @@ class FaultingGpuCodec : public GpuCodec {
  public:
   Status finish(GpuStream stream) override {
     GC_ASSIGN_OR_RETURN(const DeviceFault f, faults_.take(stream, name()));
+    if (faultKind(f) == 0) return {};
+    return describe(f);
+  }
+  Status snapshotFaults(void* snapshot, GpuStream stream) override { return faults_.snapshot(snapshot, stream, name()); }
+  Status faultIn(const void* snapshot) const override {
+    DeviceFault f;
+    std::memcpy(&f, snapshot, sizeof f);
     if (faultKind(f) == 0) return {};
     return describe(f);
   }
