@@ -313,6 +313,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ", iteration, ": ", st.message())));
     };
     if (coded) return server_.device_path_->signalDone(*device_, std::move(reply));
+    server_.engine_.stats().gpuCopy(false).Increment(static_cast<double>(it->second.elements * sizeof(float)));
     server_.device_path_->stageOut(*device_, it->second.index, it->second.elements, std::move(reply));
   }
 
@@ -321,6 +322,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void stageIn(size_t index, uint64_t elements, DevicePath::Done done) {
     if (closed_ || !device_) return done(Status::unavailable(strCat("trainer ", id_, " left")));
     ++staging_count_;
+    server_.engine_.stats().gpuCopy(true).Increment(static_cast<double>(elements * sizeof(float)));
     auto self = shared_from_this();
     server_.device_path_->stageIn(*device_, index, elements, [this, self, done = std::move(done)](const Status& st) {
       --staging_count_;

@@ -555,6 +555,7 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   const float scale = 1.0f / static_cast<float>(contributors);
   if (k.coded) {
+    stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
     auto engine = std::weak_ptr<ReductionEngine*>(alive_);
     k.coder->decodeResult(k.work, slice, compressed, encoded, scale,
                           [engine, job, key = k.spec.key, iteration, slice](const Status& s) {
@@ -611,6 +612,9 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   JobState& js = *jobs_.at(job);
   metrics::CodecStats& cs = compressed ? *k->push_stats : *k->raw_stats;
   const uint32_t fp = compressed ? k->push_fp : raw_fp_;
+  uint64_t to_host = 0;
+  for (const auto& payload : *payloads) to_host += payload->size();
+  stats_->gpuCopy(true).Increment(static_cast<double>(to_host));
   const uint32_t self = transport_.rank();
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {

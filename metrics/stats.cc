@@ -110,6 +110,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   tensors_ = &counter(Id::tensors_reduced_total, {});
   decisions_[0] = &counter(Id::scheduler_decisions_total, {"uncompressed"});
   decisions_[1] = &counter(Id::scheduler_decisions_total, {"compressed"});
+  gpu_copy_[0] = &counter(Id::gpu_copy_bytes_total, {"sent"});
+  gpu_copy_[1] = &counter(Id::gpu_copy_bytes_total, {"received"});
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
   for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,

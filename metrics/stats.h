@@ -89,6 +89,8 @@ class Stats {
   prometheus::Counter& iterationsCompleted() { return *iterations_; }
   prometheus::Counter& tensorsReduced() { return *tensors_; }
   prometheus::Counter& decision(bool compressed) { return *decisions_[compressed ? 1 : 0]; }
+  // Bytes of device tensors copied to the host (true) or to the GPU (false).
+  prometheus::Counter& gpuCopy(bool to_host) { return *gpu_copy_[to_host ? 0 : 1]; }
   prometheus::Counter& error(ErrorKind kind) { return *errors_[static_cast<int>(kind)]; }
   // Where an error is decided: counts it by kind and keeps it as the health endpoint's last error.
   void recordError(ErrorKind kind, std::string_view message);
@@ -125,6 +127,7 @@ class Stats {
   prometheus::Counter* iterations_;
   prometheus::Counter* tensors_;
   prometheus::Counter* decisions_[2];
+  prometheus::Counter* gpu_copy_[2];  // sent, received
   prometheus::Counter* errors_[6];
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;

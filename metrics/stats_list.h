@@ -34,4 +34,6 @@
   X(cost_model, Gauge, None, "codec,step,term",                                                     \
     "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \
+  X(gpu_copy_bytes_total, Counter, None, "direction",                                               \
+    "bytes of device tensors copied between GPU and host; sent: to the host, received: to the GPU (encodings when the GPU codes, whole gradients when staged)") \
   X(build_info, Gauge, None, "version,codecs,cuda,ucx", "always 1; the labels describe the build")

@@ -153,6 +153,12 @@ class Agent {
   }
 
   MemfdDevicePath& path() { return *path_; }
+  // gcagent_gpu_copy_bytes_total{direction = to_host ? "sent" : "received"}
+  double gpuCopied(bool to_host) {
+    std::promise<double> p;
+    asio::post(io_, [&] { p.set_value(engine_->stats().gpuCopy(to_host).Value()); });
+    return p.get_future().get();
+  }
   // Read on the io thread: the server is not thread-safe.
   ServerCounters counters() {
     std::promise<ServerCounters> p;
@@ -295,6 +301,10 @@ void deviceTrainerGetsItsSlotsAndTheAverageInThem(const std::string& socket_, bo
   EXPECT_EQ(agent.path().staged_in.load(), coded ? 0 : 6);
   EXPECT_EQ(agent.path().staged_out.load(), coded ? 0 : 6);
   EXPECT_EQ(agent.path().signaled.load(), coded ? 6 : 0);
+  // A node on its own averages on the GPU: nothing crosses PCIe. Staged: every gradient, both ways.
+  const double staged = 3 * (1000 + 70) * sizeof(float);
+  EXPECT_EQ(agent.gpuCopied(true), coded ? 0 : staged);
+  EXPECT_EQ(agent.gpuCopied(false), coded ? 0 : staged);
 }
 
 TEST_F(DeviceSessionTest, DeviceTrainerGetsItsSlotsThroughTheSocketAndTheAverageInThem) {

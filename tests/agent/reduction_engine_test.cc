@@ -162,6 +162,11 @@ TEST(ReductionEngineTest, CodedAndHostNodesOfOneJobAgreeBitForBit) {
   // GPU and CPU nodes in one job: the same bytes reach every trainer.
   Cluster c(3, smallSlices(), {true, false, true});
   runAndCheck(c, 2, {3000, 17, 4096}, 3, 2e-3, "fp16");
+  // Only encodings cross PCIe on a coded node: fp16 both ways, 2 bytes per element.
+  const double fp16_bytes = 3 * 2 * (3000 + 17 + 4096);
+  EXPECT_EQ(c.engine(0).stats().gpuCopy(true).Value(), fp16_bytes);
+  EXPECT_EQ(c.engine(0).stats().gpuCopy(false).Value(), fp16_bytes);
+  EXPECT_EQ(c.engine(1).stats().gpuCopy(true).Value(), 0);
   Cluster sparse(2, smallSlices(), {false, true});
   runAndCheck(sparse, 1, {5000}, 2, 2.0, "dgc");  // dgc sends 0.1%: only the agreement is checked
 }
