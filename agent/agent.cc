@@ -208,7 +208,8 @@ Status Agent::run() {
     for (transport::Rank r = 0; r < transport->size(); ++r)
       if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
   };
-  server_options.device_path = makeDevicePath(io, c.compress_on_gpu ? gpuCoderFactory(io) : nullptr);
+  server_options.device_path = makeDevicePath(
+      io, c.compress_on_gpu ? gpuCoderFactory(io, static_cast<size_t>(c.compress_residual_budget_bytes)) : nullptr);
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 

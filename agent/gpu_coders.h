@@ -7,6 +7,7 @@
 
 namespace gcagent::agent {
 
-CoderFactory gpuCoderFactory(asio::io_context& io);
+// `residual_budget_bytes` per GPU.
+CoderFactory gpuCoderFactory(asio::io_context& io, size_t residual_budget_bytes);
 
 }  // namespace gcagent::agent

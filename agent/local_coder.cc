@@ -46,15 +46,19 @@ struct LocalCoder::KeyCoding {
   void* decode_host = nullptr;
 };
 
-LocalCoder::LocalCoder(std::unique_ptr<CoderDevice> device) : device_(std::move(device)) {}
+LocalCoder::LocalCoder(std::unique_ptr<CoderDevice> device, size_t residual_budget_bytes)
+    : device_(std::move(device)), residual_budget_bytes_(residual_budget_bytes) {}
 
 LocalCoder::~LocalCoder() {
   for (auto& [id, k] : keys_) release(*k);
 }
 
 void LocalCoder::release(KeyCoding& k) {
-  for (float* s : k.states)
-    if (s != nullptr) device_->freeDevice(s);
+  for (uint32_t s = 0; s < k.states.size(); ++s) {
+    if (k.states[s] == nullptr) continue;
+    device_->freeDevice(k.states[s]);
+    residual_bytes_ -= k.push_layout->stateElements(k.geometry.size(s)) * sizeof(float);
+  }
   k.states.clear();
   for (void* p : {k.encode_device, k.decode_device})
     if (p != nullptr) device_->freeDevice(p);
@@ -138,12 +142,20 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
     Result<size_t> size = size_t{0};
     if (compressed) {
       if (k.states[s] == nullptr && state_n > 0) {
-        auto state = device_->allocateDevice(state_n * sizeof(float));
+        const size_t bytes = state_n * sizeof(float);
+        if (bytes > residual_budget_bytes_ - residual_bytes_) {
+          st = Status::resourceExhausted(strCat("residuals: tensor ", w.key, " slice ", s, " needs ", bytes,
+                                                " bytes, but ", residual_bytes_, " of the ", residual_budget_bytes_,
+                                                "-byte budget are in use"));
+          break;
+        }
+        auto state = device_->allocateDevice(bytes);
         if (!state.ok()) {
           st = state.status();
           break;
         }
         k.states[s] = static_cast<float*>(*state);
+        residual_bytes_ += bytes;
       }
       size = k.push->encode(values, {k.states[s], k.states[s] ? state_n : 0}, out, id);
     } else {

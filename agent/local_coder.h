@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,7 +40,9 @@ class LocalCoder {
   using Done = std::function<void(const Status&)>;
   using Encoded = std::function<void(Result<std::vector<std::shared_ptr<ByteBuffer>>>)>;
 
-  explicit LocalCoder(std::unique_ptr<CoderDevice> device);
+  // `residual_budget_bytes`: what the residuals kept on the device may take (as the engine's
+  // compress.residual_budget_bytes on the host); an encode that needs more fails naming it.
+  explicit LocalCoder(std::unique_ptr<CoderDevice> device, size_t residual_budget_bytes = SIZE_MAX);
   ~LocalCoder();
 
   // Sums the buffers into buffers[0] and encodes every slice of the sum: with the push codec
@@ -65,6 +68,8 @@ class LocalCoder {
   void release(KeyCoding& k);
 
   std::unique_ptr<CoderDevice> device_;
+  size_t residual_budget_bytes_;
+  size_t residual_bytes_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<KeyCoding>> keys_;
 };
 

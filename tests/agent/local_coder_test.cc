@@ -177,6 +177,28 @@ TEST_F(LocalCoderTest, AverageOfTheLocalBuffers) {
   EXPECT_EQ(c, a);
 }
 
+TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {
+  LocalCoder small(makeHostCoderDevice(io_), /*residual_budget_bytes=*/6000);
+  std::vector<float> a(2500, 0.5f);
+  KeyWork w = workOf("2bit", 2500, 1000, {a.data()}, 1);  // 2bit keeps 4 bytes per element
+  Result<std::vector<std::shared_ptr<ByteBuffer>>> got = Status::internal("no report");
+  small.encode(w, true, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  settle();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(got.status().message().find("residuals: tensor 42 slice 1 needs 4000 bytes, but 4000 of the 6000-byte "
+                                        "budget are in use"),
+            std::string::npos)
+      << got.status().toString();
+  // Forgetting the key gives its residuals back: a smaller tensor fits.
+  small.forget(w.job, w.key);
+  std::vector<float> b(1500, 0.5f);
+  KeyWork fits = workOf("2bit", 1500, 1000, {b.data()}, 1);
+  small.encode(fits, true, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  settle();
+  EXPECT_TRUE(got.ok()) << got.status().toString();
+}
+
 TEST_F(LocalCoderTest, AnUnknownCodecIsAnErrorNamingIt) {
   std::vector<float> a(10, 1.0f);
   auto got = encode(workOf("zip", 10, 10, {a.data()}, 1), true);
