@@ -59,10 +59,13 @@ class CudaDevicePath : public DevicePath {
       : io_(io), d_(driver), devices_(std::move(devices)) {}
   ~CudaDevicePath() override {
     for (Device& dev : devices_) {
-      dev.coder.reset();  // frees its device memory while the context is still retained
+      // The engine may hold the coder longer (its keys keep it for their residuals), and the
+      // coder works on this stream: the stream then stays, for the process's lifetime.
+      const bool coder_outlives = dev.coder && dev.coder.use_count() > 1;
+      dev.coder.reset();
       d_.ctxSetCurrent(dev.context);
       d_.streamSynchronize(dev.stream);
-      d_.streamDestroy(dev.stream);
+      if (!coder_outlives) d_.streamDestroy(dev.stream);
     }
   }
 

@@ -351,6 +351,39 @@ TEST_F(DeviceSessionTest, TwoDeviceTrainersOnOneGpuAverageThroughTheCoder) {
   EXPECT_EQ(agent.path().signaled.load(), 4);
 }
 
+TEST_F(DeviceSessionTest, ATrainerLeavingFailsItsJobOnTheCoderAndTheAgentGoesOn) {
+  Agent agent(socket_, /*coded=*/true);
+  auto declare = [](Trainer& t) {
+    t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
+    t.expect<protocol::DeclaredDevice>(t.receive());
+  };
+  Trainer a(socket_);
+  {
+    Trainer b(socket_);
+    a.join("lost", 0, 2);
+    b.join("lost", 1, 2);
+    declare(a);
+    declare(b);
+    a.send({3, protocol::Submit{1, {1}}});
+  }  // b leaves without submitting
+  const auto reply = a.receive();
+  const auto error = a.expect<protocol::Error>(reply);
+  EXPECT_EQ(reply.request_id, 3u);
+  EXPECT_NE(error.message.find("trainer local rank 1 of job 'lost' left"), std::string::npos) << error.message;
+  // Another job on the same GPU reduces on the coder as before.
+  Trainer c(socket_);
+  c.join("next", 0, 1);
+  declare(c);
+  c.send({4, protocol::Submit{1, {1, 2}}});
+  std::set<uint64_t> done;
+  for (int k = 0; k < 2; ++k) {
+    const auto complete = c.expect<protocol::Complete>(c.receive());
+    done.insert(complete.keys.begin(), complete.keys.end());
+  }
+  EXPECT_EQ(done, (std::set<uint64_t>{1, 2}));
+  EXPECT_EQ(agent.path().staged_in.load(), 0);
+}
+
 TEST_F(DeviceSessionTest, HostAndDeviceTrainersOfOneJobAverageTogether) {
   // With a coder too: a host trainer in the job sends the device slot through the host.
   Agent agent(socket_, /*coded=*/true);

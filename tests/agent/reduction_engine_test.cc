@@ -307,6 +307,30 @@ TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
   EXPECT_EQ(c.engine(0).reduce(job, 3, 5, {a.data()}).message(), "tensor 5: iteration 3 is not after iteration 3");
 }
 
+TEST(ReductionEngineTest, PeerLossWhileTheCoderEncodesFailsOnceAndTheLateReportIsIgnored) {
+  Cluster c(2, smallSlices(), {true, true});
+  const uint64_t job = jobIdOf("fail-coded");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}}}).ok());
+  std::vector<float> a(4000, 1.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}, c.coder(0)).ok());
+  c.engine(0).onPeerDown(1, Status::unavailable("gone"));  // before the coder has reported
+  ASSERT_EQ(c.done(0).size(), 1u);
+  EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
+  c.pump();  // the encodings arrive for a reduction that has ended
+  EXPECT_EQ(c.done(0).size(), 1u);
+  EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
+  EXPECT_EQ(c.engine(0).counters().wire_bytes_sent, 0u);
+  // The next iteration runs on the coder again (the peer is back).
+  std::vector<float> b(4000, 3.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 4, 5, {a.data()}, c.coder(0)).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 4, 5, {b.data()}, c.coder(1)).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 2u);
+  EXPECT_TRUE(c.done(0)[1].status.ok()) << c.done(0)[1].status.toString();
+  EXPECT_EQ(a, std::vector<float>(4000, 2.0f));
+  EXPECT_EQ(b, a);
+}
+
 TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
   // Node 0 compresses with fp16, node 1 finds the tensor too small to compress: every slice
   // names its codec, so the owners decode each contribution with the right one.
