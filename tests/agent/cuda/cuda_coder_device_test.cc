@@ -65,6 +65,17 @@ class CudaCoderDeviceTest : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
+  // The codec of `spec` on both devices.
+  void makeBoth(const compress::CodecSpec& spec, std::unique_ptr<DeviceCodec>& gpu,
+                std::unique_ptr<DeviceCodec>& host) {
+    auto g = gpu_->makeCodec(spec);
+    ASSERT_TRUE(g.ok()) << g.status().toString();
+    auto h = host_->makeCodec(spec);
+    ASSERT_TRUE(h.ok()) << h.status().toString();
+    gpu = std::move(g).value();
+    host = std::move(h).value();
+  }
+
   // Runs the engine's loop until the device's after() reports; returns the report.
   Status settle(CoderDevice& device) {
     std::optional<Status> got;
@@ -154,10 +165,8 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
   const compress::CodecSpec spec{c.name, c.params};
   auto reference = compress::testing::mustMake(c.name, c.params);
   ASSERT_NE(reference, nullptr);
-  auto gpu_codec = gpu_->makeCodec(spec);
-  ASSERT_TRUE(gpu_codec.ok()) << gpu_codec.status().toString();
-  auto host_codec = host_->makeCodec(spec);
-  ASSERT_TRUE(host_codec.ok()) << host_codec.status().toString();
+  std::unique_ptr<DeviceCodec> gpu_codec, host_codec;
+  ASSERT_NO_FATAL_FAILURE(makeBoth(spec, gpu_codec, host_codec));
 
   for (const size_t n : {size_t{1}, size_t{1000}, size_t{40000}}) {
     SCOPED_TRACE(::testing::Message() << c.name << " n=" << n);
@@ -175,14 +184,14 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
         for (float& x : g) x = std::round(4 * x) / 4;
 
       std::vector<std::byte> host_out(max_bytes);
-      auto host_bytes = (*host_codec)->encode(g, host_state, host_out, id);
+      auto host_bytes = host_codec->encode(g, host_state, host_out, id);
       ASSERT_TRUE(host_bytes.ok()) << host_bytes.status().toString();
       host_out.resize(*host_bytes);
 
       const float* gpu_g = upload(g);
       std::byte* gpu_out = upload(std::vector<std::byte>{}, max_bytes);
       ASSERT_NE(gpu_out, nullptr);
-      auto gpu_bytes = (*gpu_codec)->encode({gpu_g, n}, {gpu_state, state_n}, {gpu_out, max_bytes}, id);
+      auto gpu_bytes = gpu_codec->encode({gpu_g, n}, {gpu_state, state_n}, {gpu_out, max_bytes}, id);
       ASSERT_TRUE(gpu_bytes.ok()) << gpu_bytes.status().toString();
       const Status encoded = settle(*gpu_);
       ASSERT_TRUE(encoded.ok()) << encoded.toString();
@@ -202,10 +211,10 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
       for (const float scale : {1.0f, 1.0f / 3.0f}) {
         SCOPED_TRACE(::testing::Message() << "scale " << scale);
         std::vector<float> host_decoded(n, 5.0f);
-        const Status host_s = (*host_codec)->decode(host_out, host_decoded, scale, id);
+        const Status host_s = host_codec->decode(host_out, host_decoded, scale, id);
         ASSERT_TRUE(host_s.ok()) << host_s.toString();
         float* gpu_decoded = upload(std::vector<float>(n, 5.0f));
-        const Status gpu_s = (*gpu_codec)->decode({gpu_out, size}, {gpu_decoded, n}, scale, id);
+        const Status gpu_s = gpu_codec->decode({gpu_out, size}, {gpu_decoded, n}, scale, id);
         ASSERT_TRUE(gpu_s.ok()) << gpu_s.toString();
         const Status decoded = settle(*gpu_);
         ASSERT_TRUE(decoded.ok()) << decoded.toString();
@@ -318,21 +327,18 @@ constexpr size_t kSparseN = 300;
 const char* const kCountError = "topk: encoded count 301 exceeds the slice length 300";
 
 TEST_F(CudaCoderDeviceTest, ACorruptEncodingIsReportedByAfterInTheCpuCodecsWords) {
-  const compress::CodecSpec spec{"topk", {}};
-  auto gpu_codec = gpu_->makeCodec(spec);
-  ASSERT_TRUE(gpu_codec.ok()) << gpu_codec.status().toString();
-  auto host_codec = host_->makeCodec(spec);
-  ASSERT_TRUE(host_codec.ok()) << host_codec.status().toString();
+  std::unique_ptr<DeviceCodec> gpu_codec, host_codec;
+  ASSERT_NO_FATAL_FAILURE(makeBoth({"topk", {}}, gpu_codec, host_codec));
 
   const std::vector<std::byte> corrupt = sparsePairs(301, {0, 1, 2}, 3);
   std::vector<float> host_out(kSparseN, 1.0f);
-  const Status host_s = (*host_codec)->decode(corrupt, host_out, 1.0f, {});
+  const Status host_s = host_codec->decode(corrupt, host_out, 1.0f, {});
   EXPECT_EQ(host_s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(host_s.message(), kCountError);
 
   std::byte* gpu_in = upload(corrupt);
   float* gpu_out = upload(std::vector<float>(kSparseN, 1.0f));
-  ASSERT_TRUE((*gpu_codec)->decode({gpu_in, corrupt.size()}, {gpu_out, kSparseN}, 1.0f, {}).ok());
+  ASSERT_TRUE(gpu_codec->decode({gpu_in, corrupt.size()}, {gpu_out, kSparseN}, 1.0f, {}).ok());
   const Status s = settle(*gpu_);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), kCountError);
@@ -343,9 +349,9 @@ TEST_F(CudaCoderDeviceTest, ACorruptEncodingIsReportedByAfterInTheCpuCodecsWords
   auto reference = compress::testing::mustMake("topk");
   const std::vector<std::byte> good = compress::testing::encode(*reference, g, state);
   std::vector<float> host_good(kSparseN, 1.0f);
-  ASSERT_TRUE((*host_codec)->decode(good, host_good, 0.5f, {}).ok());
+  ASSERT_TRUE(host_codec->decode(good, host_good, 0.5f, {}).ok());
   std::byte* gpu_good_in = upload(good);
-  ASSERT_TRUE((*gpu_codec)->decode({gpu_good_in, good.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
+  ASSERT_TRUE(gpu_codec->decode({gpu_good_in, good.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
   const Status after_good = settle(*gpu_);
   EXPECT_TRUE(after_good.ok()) << after_good.toString();
   EXPECT_EQ(bitsOf(download(gpu_out, kSparseN)), bitsOf(host_good));
@@ -355,11 +361,8 @@ TEST_F(CudaCoderDeviceTest, ACorruptEncodingIsReportedByAfterInTheCpuCodecsWords
 // codec's fault record in the stream, so work queued behind it runs and reports ok, without
 // any report waiting for the stream.
 TEST_F(CudaCoderDeviceTest, AFaultStopsOnlyTheWorkOfItsOwnAfter) {
-  const compress::CodecSpec spec{"topk", {}};
-  auto gpu_codec = gpu_->makeCodec(spec);
-  ASSERT_TRUE(gpu_codec.ok()) << gpu_codec.status().toString();
-  auto host_codec = host_->makeCodec(spec);
-  ASSERT_TRUE(host_codec.ok()) << host_codec.status().toString();
+  std::unique_ptr<DeviceCodec> gpu_codec, host_codec;
+  ASSERT_NO_FATAL_FAILURE(makeBoth({"topk", {}}, gpu_codec, host_codec));
   const std::vector<std::byte> corrupt = sparsePairs(301, {0, 1, 2}, 3);
   const std::vector<std::byte> good = sparsePairs(2, {4, 7}, 3);
   std::byte* gpu_corrupt = upload(corrupt);
@@ -368,17 +371,17 @@ TEST_F(CudaCoderDeviceTest, AFaultStopsOnlyTheWorkOfItsOwnAfter) {
 
   std::vector<Status> reports;
   auto keep = [&](const Status& s) { reports.push_back(s); };
-  ASSERT_TRUE((*gpu_codec)->decode({gpu_corrupt, corrupt.size()}, {gpu_out, kSparseN}, 1.0f, {}).ok());
+  ASSERT_TRUE(gpu_codec->decode({gpu_corrupt, corrupt.size()}, {gpu_out, kSparseN}, 1.0f, {}).ok());
   gpu_->after(keep);
   const std::span<const std::byte> good_bytes(good.data(), compress::sparse::bytesFor(2));
-  ASSERT_TRUE((*gpu_codec)->decode({gpu_good, good_bytes.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
+  ASSERT_TRUE(gpu_codec->decode({gpu_good, good_bytes.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
   gpu_->after(keep);
   runUntil([&] { return reports.size() == 2; });
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].message(), kCountError);
   EXPECT_TRUE(reports[1].ok()) << reports[1].toString();
   std::vector<float> host_out(kSparseN, 1.0f);
-  ASSERT_TRUE((*host_codec)->decode(good_bytes, host_out, 0.5f, {}).ok());
+  ASSERT_TRUE(host_codec->decode(good_bytes, host_out, 0.5f, {}).ok());
   EXPECT_EQ(bitsOf(download(gpu_out, kSparseN)), bitsOf(host_out));
 }
 
