@@ -47,16 +47,6 @@ class UnavailableDevicePath : public DevicePath {
 
 }  // namespace
 
-std::string gpuUuidText(const shm::protocol::GpuUuidBytes& uuid) {
-  char text[64];
-  const auto* u = uuid.data();
-  std::snprintf(text, sizeof text,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
-  return text;
-}
-
 std::unique_ptr<DevicePath> makeUnavailableDevicePath(std::string why) {
   return std::make_unique<UnavailableDevicePath>(std::move(why));
 }

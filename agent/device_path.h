@@ -17,6 +17,7 @@
 #include <string>
 
 #include "agent/io.h"
+#include "common/gpu_uuid.h"
 #include "common/status.h"
 #include "shm/protocol.h"
 
@@ -72,9 +73,6 @@ using CoderFactory = std::function<Result<std::shared_ptr<LocalCoder>>(int ordin
                                                                        const std::string& description)>;
 // `coders`: each GPU gets one from it; without, slots are always staged through the host.
 std::unique_ptr<DevicePath> makeDevicePath(asio::io_context& io, CoderFactory coders = nullptr);
-
-// "GPU-1a2b3c4d-...", as nvidia-smi -L prints it.
-std::string gpuUuidText(const shm::protocol::GpuUuidBytes& uuid);
 
 // The path that refuses every device declaration with `why` (no GPU, or none built in).
 std::unique_ptr<DevicePath> makeUnavailableDevicePath(std::string why);

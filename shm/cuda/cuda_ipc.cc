@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/gpu_uuid.h"
 #include "common/str_cat.h"
 
 namespace gcagent::shm::cuda {
@@ -25,15 +26,7 @@ CUmemAllocationProp exportableOn(int ordinal) {
 
 }  // namespace
 
-std::string uuidText(const GpuUuid& uuid) {
-  char text[64];
-  const auto* u = uuid.data();
-  std::snprintf(text, sizeof text,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
-  return text;
-}
+std::string uuidText(const GpuUuid& uuid) { return gpuUuidText(uuid); }
 
 Result<GpuUuid> useDevice(const CudaDriver& d, int ordinal) {
   int count = 0;
