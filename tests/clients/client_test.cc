@@ -142,6 +142,9 @@ TEST_F(ClientTest, DeviceOfferIsTakenWithItsDescriptorAndRefusedWithoutCuda) {
                                "the agent offered GPU memory, but this process cannot use CUDA: no GPU: cannot load "
                                "libcuda.so.1: libcuda.so.1: cannot open shared object file: No such file or directory",
                                "the agent offered GPU memory, but this gcagent client library was built without CUDA"));
+  // The scripted agent (a thread of this process) closes its own copy just after sending.
+  for (int i = 0; i < 2000 && agent_->memfd_offers_closed.load() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(openFds(), before) << "the received descriptor must be closed";
   // Nothing is declared now, and the connection still works for host tensors.
   EXPECT_EQ(gcagent_device_buffer(client_, 1), 0u);

@@ -212,6 +212,7 @@ bool ScriptedAgent::serve(int fd) {
       const auto frame = protocol::encode({id, offer});
       Status sent = shm::sendFd(fd, memfd, frame);
       ::close(memfd);  // the client holds its own copy now
+      ++memfd_offers_closed;
       if (!sent.ok()) return true;
     } else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) {
       ++submits_seen;

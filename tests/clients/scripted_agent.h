@@ -52,6 +52,7 @@ class ScriptedAgent {
   std::string reject_job = "rejected";
   std::string reject_codec = "bogus";
   std::atomic<int> submits_seen{0};
+  std::atomic<int> memfd_offers_closed{0};  // offers sent whose memfd this side has closed again
 
   // How a DeclareDevice is answered.
   enum class OnDeviceDeclare {
