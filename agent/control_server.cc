@@ -96,6 +96,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   uint32_t id() const { return id_; }
+  bool closed() const { return closed_; }
   uint32_t localRank() const { return local_rank_; }
   const std::shared_ptr<Job>& job() const { return job_; }
 
@@ -556,8 +557,10 @@ void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, 
     size_t left;
     Status first_error;
     std::vector<float*> buffers;
+    std::vector<std::weak_ptr<Session>> owners;  // the buffers' trainers
   };
-  auto staged = std::make_shared<Staging>(Staging{staging, {}, std::move(buffers)});
+  auto staged = std::make_shared<Staging>(Staging{staging, {}, std::move(buffers), {}});
+  for (const Contribution& c : ready) staged->owners.push_back(c.session);
   const uint64_t generation = job->generation;
   for (const Contribution& c : ready) {
     if (c.device == nullptr) continue;
@@ -567,6 +570,11 @@ void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, 
       auto live = jobs_.find(job->id);
       if (live == jobs_.end() || live->second != job) return;  // every trainer left meanwhile
       Status why = staged->first_error;
+      // A trainer that left meanwhile took its buffer with it.
+      for (const auto& owner : staged->owners) {
+        auto session = owner.lock();
+        if (why.ok() && (!session || session->closed())) why = Status::unavailable("a trainer of the job left");
+      }
       if (why.ok() && generation != job->generation)
         why = Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
       if (why.ok()) why = engine_.reduce(job->id, iteration, key, std::move(staged->buffers));

@@ -97,7 +97,24 @@ class MemfdDevicePath : public DevicePath {
     auto& slots = static_cast<MemfdSlots&>(s);
     std::memcpy(slots.hostBuffer(index), slots.base + slots.offer_.slot_offsets.at(index), elements * sizeof(float));
     ++staged_in;
+    if (hold_stage_in) {  // finishes when the test says so (on the io thread, as here)
+      held_.push_back(std::move(done));
+      return;
+    }
     asio::post(io_, [done = std::move(done)] { done({}); });  // later, as a GPU copy would finish
+  }
+
+  // With hold_stage_in: the copies in that have not finished yet (read on the io thread), and
+  // finishing them.
+  size_t held() {
+    std::promise<size_t> p;
+    asio::post(io_, [&] { p.set_value(held_.size()); });
+    return p.get_future().get();
+  }
+  void releaseHeld() {
+    asio::post(io_, [this] {
+      for (Done& done : std::exchange(held_, {})) done({});
+    });
   }
 
   void stageOut(DeviceSlots& s, size_t index, uint64_t elements, Done done) override {
@@ -120,9 +137,11 @@ class MemfdDevicePath : public DevicePath {
   std::atomic<int> staged_out{0};
   std::atomic<int> awaited{0};
   std::atomic<int> signaled{0};
+  std::atomic<bool> hold_stage_in{false};
 
  private:
   asio::io_context& io_;
+  std::vector<Done> held_;
   std::shared_ptr<LocalCoder> coder_;
 };
 
@@ -382,6 +401,32 @@ TEST_F(DeviceSessionTest, ATrainerLeavingFailsItsJobOnTheCoderAndTheAgentGoesOn)
   }
   EXPECT_EQ(done, (std::set<uint64_t>{1, 2}));
   EXPECT_EQ(agent.path().staged_in.load(), 0);
+}
+
+TEST_F(DeviceSessionTest, AHostTrainerLeavingWhileTheDeviceSlotIsStagedFailsTheReductionSafely) {
+  Agent agent(socket_, /*coded=*/true);
+  agent.path().hold_stage_in = true;
+  Trainer device(socket_);
+  device.join("mixed", 0, 2);
+  device.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
+  device.expect<protocol::DeclaredDevice>(device.receive());
+  {
+    Trainer host(socket_);
+    host.join("mixed", 1, 2);
+    host.send({2, protocol::Declare{tensors()}});
+    host.expect<protocol::Declared>(host.receive());
+    device.send({3, protocol::Submit{1, {1}}});
+    host.send({3, protocol::Submit{1, {1}}});
+    for (int i = 0; i < 2000 && agent.path().held() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(agent.path().held(), 1u) << "the device slot is being staged";
+  }  // the host trainer leaves: its segment goes with it
+  for (int i = 0; i < 2000 && agent.counters().trainers_connected != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  agent.path().releaseHeld();
+  const auto reply = device.receive();
+  const auto error = device.expect<protocol::Error>(reply);
+  EXPECT_EQ(reply.request_id, 3u);
+  EXPECT_EQ(error.message, "tensor 1 iteration 1: a trainer of the job left") << error.message;
 }
 
 TEST_F(DeviceSessionTest, HostAndDeviceTrainersOfOneJobAverageTogether) {
