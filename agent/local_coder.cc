@@ -119,6 +119,19 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
   return &kc;
 }
 
+Result<std::span<float>> LocalCoder::stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements) {
+  if (k.states[slice] != nullptr || elements == 0) return std::span<float>(k.states[slice], elements);
+  const size_t bytes = elements * sizeof(float);
+  if (bytes > residual_budget_bytes_ - residual_bytes_)
+    return Status::resourceExhausted(strCat("residuals: tensor ", key, " slice ", slice, " needs ", bytes,
+                                            " bytes, but ", residual_bytes_, " of the ", residual_budget_bytes_,
+                                            "-byte budget are in use"));
+  GC_ASSIGN_OR_RETURN(void* state, device_->allocateDevice(bytes));  // zeroed
+  k.states[slice] = static_cast<float*>(state);
+  residual_bytes_ += bytes;
+  return std::span<float>(k.states[slice], elements);
+}
+
 void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
   auto prepared = prepare(w);
   if (!prepared.ok()) {
@@ -141,28 +154,17 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
     if (compressed) {
-      if (k.states[s] == nullptr && state_n > 0) {
-        const size_t bytes = state_n * sizeof(float);
-        if (bytes > residual_budget_bytes_ - residual_bytes_) {
-          st = Status::resourceExhausted(strCat("residuals: tensor ", w.key, " slice ", s, " needs ", bytes,
-                                                " bytes, but ", residual_bytes_, " of the ", residual_budget_bytes_,
-                                                "-byte budget are in use"));
-          break;
-        }
-        auto state = device_->allocateDevice(bytes);
-        if (!state.ok()) {
-          st = state.status();
-          break;
-        }
-        k.states[s] = static_cast<float*>(*state);
-        residual_bytes_ += bytes;
+      auto state = stateOf(k, w.key, s, state_n);
+      if (!state.ok()) {
+        st = state.status();
+        break;
       }
-      size = k.push->encode(values, {k.states[s], k.states[s] ? state_n : 0}, out, id);
+      size = k.push->encode(values, *state, out, id);
     } else {
       if (k.states[s] != nullptr) {
         // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
         const std::span<const float> r = k.push_layout->residual({k.states[s], state_n}, n);
-        if (!r.empty()) st = device_->flush(values.data(), const_cast<float*>(r.data()), n);
+        if (!r.empty()) st = device_->flush(values.data(), k.states[s] + (r.data() - k.states[s]), n);
         if (st.ok()) st = device_->zero(k.states[s], state_n * sizeof(float));
       }
       if (st.ok()) size = k.raw->encode(values, {}, out, id);

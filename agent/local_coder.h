@@ -65,6 +65,9 @@ class LocalCoder {
  private:
   struct KeyCoding;
   Result<KeyCoding*> prepare(const KeyWork& work);
+  // A slice's residual state on the device, allocated (zeroed) at its first compressed encode
+  // and counted against the budget.
+  Result<std::span<float>> stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements);
   void release(KeyCoding& k);
 
   std::unique_ptr<CoderDevice> device_;
