@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from cluster import Cluster, Namespaces
+from cluster import SANITIZED, Cluster, Namespaces
 
 # Eight layers of 400k elements (1.6 MB each), produced last layer first, 5 ms apart.
 LAYERS = ",".join(["400000"] * 8)
@@ -32,6 +32,10 @@ def test_high_priority_tensor_submitted_last_finishes_first_over_a_throttled_lin
     ok, why = Namespaces.available()
     if not ok:
         pytest.skip(why)
+    if SANITIZED:
+        # Measured against the clock: in the sanitized tree the order is a matter of luck
+        # (about half the runs there put another layer first).
+        pytest.skip("P3's timing is checked in the release tree; the sanitizers slow the agent unevenly")
     with Namespaces(2) as ns:
         ns.shape("200mbit")
         p3 = run_backward_pass(tmp_path / "p3", ns, ["--scheduler.inflight_per_peer", "2"])
@@ -42,9 +46,8 @@ def test_high_priority_tensor_submitted_last_finishes_first_over_a_throttled_lin
         order = completion_order(out)
         assert sorted(order) == list(range(8)), out
         # Layer 0 was submitted last, behind 11.2 MB of other layers on a 25 MB/s link; with
-        # P3 it overtakes everything that was still queued. (Under the sanitizers on a busy
-        # host, one more layer may already be on the wire when it arrives; FIFO puts it last.)
-        assert order.index(0) <= 2, out
+        # P3 it overtakes everything that was still queued.
+        assert order.index(0) <= 1, out
     # Without the window every slice is on the wire at once and layer 0 shares the link
     # with all of them until the end.
     for p, f in zip(p3, fifo):
