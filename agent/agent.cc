@@ -151,6 +151,16 @@ Status Agent::run() {
   metrics::Stats& stats = *impl_->stats;
   asio::io_context io;
 
+  // SIGINT and SIGTERM stay pending until the loop below can shut down cleanly: a signal that
+  // came after the metrics endpoint answered, but before the handler existed, used to kill
+  // the agent outright. Threads started meanwhile inherit the mask, so the signals reach this
+  // one (main() blocks them too, before the codec pool starts).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   // Prometheus endpoint first: a busy address fails the start, before any peer waits on us.
   std::unique_ptr<metrics::Endpoint> endpoint;
   if (!c.metrics_listen.empty()) {
@@ -324,6 +334,7 @@ Status Agent::run() {
     refresh.cancel();
     io.stop();
   });
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
   io.run();
   server.stop(Status::unavailable("agent shutting down"));

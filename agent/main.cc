@@ -1,6 +1,9 @@
 // gcagent: the per-node gradient-communication sidecar.
 //   gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]
 #include <malloc.h>
+#include <pthread.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,14 @@ void usage() {
 
 int main(int argc, char** argv) {
   using namespace gcagent::agent;
+  // SIGINT and SIGTERM wait until Agent::run() handles them (it unblocks them in its loop's
+  // thread). Blocked before any thread starts (the codec pool, the metrics endpoint, UCX), so
+  // none of those threads takes a stop signal with the default action, which kills at once.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   // Slice buffers (about 160 KB each) come and go thousands of times an iteration. With
   // glibc's defaults each one is a fresh mmap or lands past the trim threshold, so every
   // slice paid page faults and kernel zeroing: a tenth of the agent's CPU. Keep them in the
