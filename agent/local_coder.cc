@@ -75,6 +75,7 @@ void LocalCoder::forget(uint64_t job, uint64_t key) {
 }
 
 void LocalCoder::forgetJob(uint64_t job) {
+  std::erase_if(deferred_, [job](const auto& d) { return d.first.first == job; });
   for (auto it = keys_.lower_bound({job, 0}); it != keys_.end() && it->first.first == job;) {
     release(*it->second);
     it = keys_.erase(it);
@@ -132,7 +133,8 @@ Result<std::span<float>> LocalCoder::stateOf(KeyCoding& k, uint64_t key, uint32_
   return std::span<float>(k.states[slice], elements);
 }
 
-void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
+void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<bool>& exact, Encoded done) {
+  deferred_.erase({w.job, w.key});  // a new iteration: what an abandoned one left is moot
   auto prepared = prepare(w);
   if (!prepared.ok()) {
     forget(w.job, w.key);
@@ -145,7 +147,9 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n_all);
   const uint32_t slices = w.geometry.count();
   std::vector<size_t> returned(slices, 0);
+  std::vector<bool> fixed(slices, true);  // sparse encodings say their size once they have run
   for (uint32_t s = 0; s < slices && st.ok(); ++s) {
+    const bool compress_slice = compressed && !(s < exact.size() && exact[s]);
     const size_t n = w.geometry.size(s);
     const std::span<float> values(sum + w.geometry.begin(s), n);
     const std::span<std::byte> out(at(k.encode_device, k.encode_offsets[s]),
@@ -153,7 +157,8 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
     const compress::SliceId id{w.key, s, w.iteration};
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
-    if (compressed) {
+    if (compress_slice) {
+      fixed[s] = k.push_layout->isFixedSize();
       auto state = stateOf(k, w.key, s, state_n);
       if (!state.ok()) {
         st = state.status();
@@ -171,10 +176,10 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
     }
     if (!size.ok()) st = size.status();
     if (st.ok()) returned[s] = *size;
+    // Only the encoding crosses PCIe: its size, or the most a sparse one can take.
+    if (st.ok()) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), out.data(), *size);
   }
-  if (st.ok()) st = device_->copy(k.encode_host, k.encode_device, k.encode_bytes);
-  const bool fixed = compressed ? k.push_layout->isFixedSize() : true;
-  device_->after([this, job = w.job, key = w.key, &k, st, fixed, returned = std::move(returned),
+  device_->after([this, job = w.job, key = w.key, &k, st, fixed = std::move(fixed), returned = std::move(returned),
                   done = std::move(done)](const Status& ran) {
     Status first = st.ok() ? ran : st;
     if (!first.ok()) return done(Status(first.code(), strCat("encoding on ", device_->describe(), ": ", first.message())));
@@ -186,7 +191,7 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, Encoded done) {
     for (uint32_t s = 0; s < returned.size(); ++s) {
       const std::byte* bytes = at(k.encode_host, k.encode_offsets[s]);
       const size_t capacity = (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
-      auto size = encodedSize(fixed, returned[s], bytes, capacity);
+      auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
       if (!size.ok()) return done(size.status());
       payloads.push_back(std::make_shared<ByteBuffer>(bytes, bytes + *size));
     }
@@ -199,6 +204,7 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   auto prepared = prepare(w);
   if (!prepared.ok()) {
     forget(w.job, w.key);
+    if (!done) return defer(w, slice, prepared.status());
     return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
   }
   KeyCoding& k = **prepared;
@@ -218,11 +224,21 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
   if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, scale, {w.key, slice, w.iteration});
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
+  if (!done) return defer(w, slice, st);
+  if (auto it = deferred_.find({w.job, w.key}); it != deferred_.end()) {
+    st = std::move(it->second);
+    deferred_.erase(it);
+  }
   device_->after([this, st, done = std::move(done)](const Status& ran) {
     const Status first = st.ok() ? ran : st;
     if (!first.ok()) return done(Status(first.code(), strCat("decoding on ", device_->describe(), ": ", first.message())));
     done({});
   });
+}
+
+void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {
+  if (st.ok()) return;
+  deferred_.emplace(std::pair{w.job, w.key}, Status(st.code(), strCat("slice ", slice, ": ", st.message())));
 }
 
 void LocalCoder::average(const KeyWork& w, Done done) {

@@ -47,10 +47,14 @@ class LocalCoder {
 
   // Sums the buffers into buffers[0] and encodes every slice of the sum: with the push codec
   // and the slice's residual when `compressed`, else uncompressed with whatever residual the
-  // slice still owes added in (and cleared). `done` gets one payload per slice.
-  void encode(const KeyWork& work, bool compressed, Encoded done);
+  // slice still owes added in (and cleared). Slices marked in `exact` (those this node owns,
+  // whose sum it adds itself, as the host path does) always go uncompressed. `done` gets one
+  // payload per slice.
+  void encode(const KeyWork& work, bool compressed, const std::vector<bool>& exact, Encoded done);
   // Writes scale * (the decoding of an owner's result for `slice`) into every buffer;
-  // `compressed`: encoded with the pull codec, else uncompressed.
+  // `compressed`: encoded with the pull codec, else uncompressed. An empty `done` enqueues
+  // without a report (one after() per slice would stall the stream each time): the next call
+  // with a `done` reports for every decode of the key since, with the first failure.
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
                     float scale, Done done);
   // A node on its own: every buffer gets the average of the buffers.
@@ -69,11 +73,14 @@ class LocalCoder {
   // and counted against the budget.
   Result<std::span<float>> stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements);
   void release(KeyCoding& k);
+  // Keeps the first failure of a decode enqueued without a report, for the key's next report.
+  void defer(const KeyWork& w, uint32_t slice, const Status& st);
 
   std::unique_ptr<CoderDevice> device_;
   size_t residual_budget_bytes_;
   size_t residual_bytes_ = 0;
   std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<KeyCoding>> keys_;
+  std::map<std::pair<uint64_t, uint64_t>, Status> deferred_;
 };
 
 }  // namespace gcagent::agent

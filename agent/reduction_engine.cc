@@ -295,7 +295,10 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       return {};
     }
     const bool compressed = k.plan.compress && k.push_spec.name != "none";
-    k.coder->encode(k.work, compressed,
+    // The slices this node owns go exact: it adds its own sum to theirs, as on the host path.
+    std::vector<bool> own(k.slice_count);
+    for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = ownerOf(key, s) == transport_.rank();
+    k.coder->encode(k.work, compressed, own,
                     [engine, job, key, iteration, compressed](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
                       if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
                     });
@@ -556,10 +559,12 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const float scale = 1.0f / static_cast<float>(contributors);
   if (k.coded) {
     stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
+    // The device runs the decodes in order: only the last one reports, for all of them.
+    if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, scale, {});
     auto engine = std::weak_ptr<ReductionEngine*>(alive_);
     k.coder->decodeResult(k.work, slice, compressed, encoded, scale,
-                          [engine, job, key = k.spec.key, iteration, slice](const Status& s) {
-                            if (auto e = engine.lock(); e && *e) (*e)->onDecoded(job, key, iteration, slice, s);
+                          [engine, job, key = k.spec.key, iteration](const Status& s) {
+                            if (auto e = engine.lock(); e && *e) (*e)->onDecoded(job, key, iteration, s);
                           });
     return;
   }
@@ -621,8 +626,8 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     std::shared_ptr<ByteBuffer>& payload = (*payloads)[s];
     const uint32_t owner = ownerOf(key, s);
     if (owner == self) {
-      // This node's own contribution, encoded like the others (its residual lives on the device).
-      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload, compressed);
+      // This node's own contribution: the exact sum, as on the host path.
+      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload, false);
       continue;
     }
     const uint64_t raw = k->geometry.size(s) * sizeof(float);
@@ -640,15 +645,15 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     if (touched[r]) dispatch(r);
 }
 
-void ReductionEngine::onDecoded(uint64_t job, uint64_t key, uint64_t iteration, uint32_t slice, const Status& status) {
+void ReductionEngine::onDecoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
   KeyState* k = findKey(job, key);
   if (k == nullptr || !k->active || k->iteration != iteration) return;
   if (!status.ok()) {
-    const std::string why = strCat("result of tensor ", key, " slice ", slice, ": ", status.message());
+    const std::string why = strCat("results of tensor ", key, ": ", status.message());
     badMessage(why);
     return completeKey(job, *k, Status::dataLoss(why));
   }
-  if (--k->slices_left == 0) completeKey(job, *k, {});
+  completeKey(job, *k, {});  // the last slice's report, for every slice
 }
 
 void ReductionEngine::onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {

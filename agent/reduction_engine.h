@@ -130,7 +130,7 @@ class ReductionEngine {
   // The coder's side of a reduction: its encodings are in, or a result was decoded.
   void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
                  Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads);
-  void onDecoded(uint64_t job, uint64_t key, uint64_t iteration, uint32_t slice, const Status& status);
+  void onDecoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
   void onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);

@@ -26,7 +26,7 @@ class LocalCoderTest : public ::testing::Test {
 
   Result<std::vector<std::shared_ptr<ByteBuffer>>> encode(const KeyWork& w, bool compressed) {
     Result<std::vector<std::shared_ptr<ByteBuffer>>> got = Status::internal("no report");
-    coder_.encode(w, compressed, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+    coder_.encode(w, compressed, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
     settle();
     return got;
   }
@@ -165,6 +165,40 @@ TEST_F(LocalCoderTest, ACorruptResultIsReportedWithTheCodecsWords) {
   EXPECT_NE(s.message().find("a result of 1048576 bytes for 1000 elements"), std::string::npos) << s.toString();
 }
 
+TEST_F(LocalCoderTest, DecodesWithoutAReportAreReportedByTheNextOne) {
+  const uint64_t n = 3000, slice = 1000;
+  auto codec = compress::makeCodec("fp16").value();
+  std::vector<float> a(n, -7.0f);
+  KeyWork w = workOf("fp16", n, slice, {a.data()}, 1);
+  auto encodingOf = [&](uint32_t s, uint32_t seed) {
+    std::vector<float> values = randomValues(slice, seed);
+    ByteBuffer encoded(codec->maxEncodedBytes(slice));
+    encoded.resize(codec->encode(values, {}, encoded, {42, s, 1}).value());
+    return encoded;
+  };
+  const ByteBuffer e0 = encodingOf(0, 5), e2 = encodingOf(2, 6);
+  const ByteBuffer huge(1 << 20);
+  bool reported = false;
+  coder_.decodeResult(w, 0, true, e0, 1.0f, {});
+  coder_.decodeResult(w, 1, true, huge, 1.0f, {});  // refused: the next report says so
+  coder_.decodeResult(w, 2, true, e2, 1.0f, [&](const Status& s) {
+    reported = true;
+    EXPECT_EQ(s.message(), "decoding on host: slice 1: a result of 1048576 bytes for 1000 elements") << s.toString();
+  });
+  settle();
+  EXPECT_TRUE(reported);
+  std::vector<float> want(slice);
+  ASSERT_TRUE(codec->decode(e2, want, 1.0f, {42, 2, 1}).ok());
+  for (uint64_t i = 0; i < slice; ++i) ASSERT_EQ(a[2 * slice + i], want[i]) << i;
+  // Reported once: the next report is clean.
+  EXPECT_TRUE(decode(w, 0, true, e0, 1.0f).ok());
+  // A new iteration's encode drops what an abandoned one left.
+  coder_.decodeResult(w, 1, true, huge, 1.0f, {});
+  std::vector<float> b(n, 1.0f);
+  ASSERT_TRUE(encode(workOf("fp16", n, slice, {b.data()}, 2), true).ok());
+  EXPECT_TRUE(decode(w, 0, true, e0, 1.0f).ok());
+}
+
 TEST_F(LocalCoderTest, AverageOfTheLocalBuffers) {
   std::vector<float> a = {1, 2, 3}, b = {3, 4, 5}, c = {5, 6, 10};
   KeyWork w = workOf("none", 3, 3, {a.data(), b.data(), c.data()}, 1);
@@ -182,7 +216,7 @@ TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {
   std::vector<float> a(2500, 0.5f);
   KeyWork w = workOf("2bit", 2500, 1000, {a.data()}, 1);  // 2bit keeps 4 bytes per element
   Result<std::vector<std::shared_ptr<ByteBuffer>>> got = Status::internal("no report");
-  small.encode(w, true, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  small.encode(w, true, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
   settle();
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kResourceExhausted);
@@ -194,7 +228,7 @@ TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {
   small.forget(w.job, w.key);
   std::vector<float> b(1500, 0.5f);
   KeyWork fits = workOf("2bit", 1500, 1000, {b.data()}, 1);
-  small.encode(fits, true, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  small.encode(fits, true, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
   settle();
   EXPECT_TRUE(got.ok()) << got.status().toString();
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -70,9 +71,10 @@ float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
 }
 
 // Runs `iterations` of every key on every node with `local` trainers per node; checks every
-// trainer's buffer against the exact average within `tolerance` (absolute).
+// trainer's buffer against the exact average within `tolerance` (absolute). `results`, when
+// given, gets what the trainers saw, by iteration then key.
 void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations, double tolerance,
-                 const std::string& codec = "") {
+                 const std::string& codec = "", std::vector<std::vector<float>>* results = nullptr) {
   const uint64_t job = jobIdOf("test-job");
   std::vector<TensorSpec> specs;
   for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), {codec, {}}});
@@ -117,6 +119,8 @@ void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes,
           for (uint32_t l = 0; l < local; ++l)
             ASSERT_EQ(buffers[r][l][k][i], first) << "every trainer must see the same bytes";
       }
+    if (results != nullptr)
+      for (auto& b : buffers[0][0]) results->push_back(std::move(b));
   }
 }
 
@@ -161,14 +165,43 @@ TEST(ReductionEngineTest, CodedNodesAverageExactlyWithNone) {
 TEST(ReductionEngineTest, CodedAndHostNodesOfOneJobAgreeBitForBit) {
   // GPU and CPU nodes in one job: the same bytes reach every trainer.
   Cluster c(3, smallSlices(), {true, false, true});
-  runAndCheck(c, 2, {3000, 17, 4096}, 3, 2e-3, "fp16");
-  // Only encodings cross PCIe on a coded node: fp16 both ways, 2 bytes per element.
-  const double fp16_bytes = 3 * 2 * (3000 + 17 + 4096);
-  EXPECT_EQ(c.engine(0).stats().gpuCopy(true).Value(), fp16_bytes);
-  EXPECT_EQ(c.engine(0).stats().gpuCopy(false).Value(), fp16_bytes);
+  const std::vector<uint64_t> sizes = {3000, 17, 4096};
+  runAndCheck(c, 2, sizes, 3, 2e-3, "fp16");
+  // On a coded node only encodings cross PCIe: the fp16 results, 2 bytes per element, and the
+  // fp16 contributions, except for the slices the node owns, whose exact sum it adds itself.
+  double sent = 0, received = 0;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    for (uint32_t s = 0; s * 1000 < sizes[k]; ++s) {
+      const double n = static_cast<double>(std::min<uint64_t>(1000, sizes[k] - s * 1000));
+      sent += 3 * n * (c.engine(0).ownerOf(100 + k, s) == 0 ? 4 : 2);
+      received += 3 * n * 2;
+    }
+  EXPECT_EQ(c.engine(0).stats().gpuCopy(true).Value(), sent);
+  EXPECT_EQ(c.engine(0).stats().gpuCopy(false).Value(), received);
   EXPECT_EQ(c.engine(1).stats().gpuCopy(true).Value(), 0);
   Cluster sparse(2, smallSlices(), {false, true});
   runAndCheck(sparse, 1, {5000}, 2, 2.0, "dgc");  // dgc sends 0.1%: only the agreement is checked
+}
+
+TEST(ReductionEngineTest, CodedJobsGiveTheHostJobsBytesForEveryCodec) {
+  // A node's side of the reduction on its coder (sum, encode with its residuals, decode) is
+  // bit for bit the engine's own: a job run on coded nodes gives what it gives on host nodes.
+  for (const char* codec : {"none", "fp16", "bf16", "2bit", "1bit", "onebit", "terngrad", "qsgd", "randomk", "topk",
+                            "dgc", "threshold"}) {
+    SCOPED_TRACE(codec);
+    std::vector<std::vector<float>> on_host, on_coders, mixed;
+    Cluster host(3, smallSlices());
+    runAndCheck(host, 2, {3000, 17, 4096}, 3, 8.0, codec, &on_host);  // the bound is the codecs' tests' business
+    Cluster coded(3, smallSlices(), {true, true, true});
+    runAndCheck(coded, 2, {3000, 17, 4096}, 3, 8.0, codec, &on_coders);
+    Cluster both(3, smallSlices(), {false, true, false});
+    runAndCheck(both, 2, {3000, 17, 4096}, 3, 8.0, codec, &mixed);
+    ASSERT_EQ(on_host.size(), on_coders.size());
+    for (size_t i = 0; i < on_host.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(on_host[i].data(), on_coders[i].data(), on_host[i].size() * sizeof(float))) << i;
+      EXPECT_EQ(0, std::memcmp(on_host[i].data(), mixed[i].data(), on_host[i].size() * sizeof(float))) << i;
+    }
+  }
 }
 
 void errorFeedbackConverges(std::vector<bool> coded) {
@@ -211,7 +244,10 @@ TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextItera
   const uint64_t job = jobIdOf("nan");
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}}}).ok());
   std::vector<float> a(2000, 0.5f), b(2000, 0.25f);
-  a[1500] = std::nanf("");
+  // In a slice node 0 sends: the ones it owns go exact, and their owner's codec rejects them.
+  const uint32_t sent_slice = c.engine(0).ownerOf(3, 0) == 1 ? 0 : 1;
+  ASSERT_EQ(c.engine(0).ownerOf(3, sent_slice), 1u);
+  a[sent_slice * 1000 + 500] = std::nanf("");
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 3, {a.data()}, c.coder(0)).ok());
   ASSERT_TRUE(c.engine(1).reduce(job, 1, 3, {b.data()}, c.coder(1)).ok());
   c.pump();

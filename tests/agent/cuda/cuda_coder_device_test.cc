@@ -364,7 +364,9 @@ TEST_F(CudaCoderDeviceTest, AFaultStopsOnlyTheWorkOfItsOwnAfter) {
   std::unique_ptr<DeviceCodec> gpu_codec, host_codec;
   ASSERT_NO_FATAL_FAILURE(makeBoth({"topk", {}}, gpu_codec, host_codec));
   const std::vector<std::byte> corrupt = sparsePairs(301, {0, 1, 2}, 3);
-  const std::vector<std::byte> good = sparsePairs(2, {4, 7}, 3);
+  std::vector<float> state;
+  auto reference = compress::testing::mustMake("topk");
+  const std::vector<std::byte> good = compress::testing::encode(*reference, gaussian(kSparseN, 11), state);
   std::byte* gpu_corrupt = upload(corrupt);
   std::byte* gpu_good = upload(good);
   float* gpu_out = upload(std::vector<float>(kSparseN, 1.0f));
@@ -373,7 +375,7 @@ TEST_F(CudaCoderDeviceTest, AFaultStopsOnlyTheWorkOfItsOwnAfter) {
   auto keep = [&](const Status& s) { reports.push_back(s); };
   ASSERT_TRUE(gpu_codec->decode({gpu_corrupt, corrupt.size()}, {gpu_out, kSparseN}, 1.0f, {}).ok());
   gpu_->after(keep);
-  const std::span<const std::byte> good_bytes(good.data(), compress::sparse::bytesFor(2));
+  const std::span<const std::byte> good_bytes(good);
   ASSERT_TRUE(gpu_codec->decode({gpu_good, good_bytes.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
   gpu_->after(keep);
   runUntil([&] { return reports.size() == 2; });

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -27,7 +28,8 @@ using client::sendByte;
 namespace cuda = shm::cuda;
 namespace protocol = shm::protocol;
 
-// Runs the io context until `done` has been called once; returns its status.
+// Runs the io context until `done` has been called once; returns its status. The report is
+// posted from the driver's thread once the stream gets there, so the context must not run dry.
 Status runUntilDone(asio::io_context& io, const std::function<void(DevicePath::Done)>& start) {
   bool called = false;
   Status result;
@@ -36,9 +38,10 @@ Status runUntilDone(asio::io_context& io, const std::function<void(DevicePath::D
     result = s;
   });
   io.restart();
-  while (!called && io.run_one() > 0) {
-  }
-  return called ? result : Status::internal("the io context ran dry before the copy finished");
+  auto guard = asio::make_work_guard(io);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!called && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(100));
+  return called ? result : Status::deadlineExceeded("the copy did not report within 30 s");
 }
 
 int agentSide(int sock) {
