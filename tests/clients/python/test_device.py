@@ -37,10 +37,14 @@ def host_has_gpu():
     return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
 
 
-def metric(cluster, name, labels):
-    text = urllib.request.urlopen(f"http://{cluster.metrics_address(0)}/metrics", timeout=5).read().decode()
+def metric_at(cluster, rank, name, labels):
+    text = urllib.request.urlopen(f"http://{cluster.metrics_address(rank)}/metrics", timeout=5).read().decode()
     m = re.search(re.escape(name + "{" + labels + "}") + r" (\S+)", text)
     return float(m.group(1)) if m else None
+
+
+def metric(cluster, name, labels):
+    return metric_at(cluster, 0, name, labels)
 
 
 def reduce_host(client, key, values, iteration):
@@ -132,3 +136,28 @@ def test_device_tensors_reduce_through_cuda_ipc(tmp_path):
                 assert torch.equal(back[k], grads[k]), f"key {k} iteration {it}"
         assert metric(c, "gcagent_errors_total", 'kind="device_unavailable"') == 0
         trainer.close()
+
+
+def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path):
+    """2 agents x 2 trainer processes on one GPU: the same gradients reduced once through host
+    tensors and once through device slots, where the agent sums, encodes (residuals on the
+    GPU) and decodes on the GPU, must give bit-identical results for all 12 codecs."""
+    torch = pytest.importorskip("torch")
+    if not host_has_gpu() or not torch.cuda.is_available():
+        pytest.skip("no GPU: the device path needs one (and PyTorch with CUDA)")
+    from shim_cluster import reports, run_trainers
+    iterations = 4
+    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "16384"]) as c:
+        rep = reports(run_trainers(c, 2, "device_trainer.py", [str(iterations)]), c)
+        sent = [metric_at(c, rank, "gcagent_gpu_copy_bytes_total", 'direction="sent"') for rank in range(2)]
+        received = [metric_at(c, rank, "gcagent_gpu_copy_bytes_total", 'direction="received"') for rank in range(2)]
+        errors = [metric_at(c, rank, "gcagent_errors_total", 'kind="device_unavailable"') for rank in range(2)]
+    for r in rep:
+        assert all(n == 0 for counts in r["differing"].values() for n in counts), r
+        assert max(r["none_error"]) < 1e-6, r
+    assert errors == [0, 0]
+    # The GPU sums a node's two trainers and only encodings cross PCIe: less than one fp32
+    # gradient per iteration each way (staging would move two, 4 bytes per element each).
+    fp32_bytes = 4 * iterations * (70_001 + 2 * 50_000 + 65_537 + 5 * 40_000 + 3 * 100_000)
+    for s, rc in zip(sent, received):
+        assert 0 < s < fp32_bytes and 0 < rc < fp32_bytes, (sent, received, fp32_bytes)

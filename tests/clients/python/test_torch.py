@@ -1,7 +1,9 @@
 """gcagent.torch with PyPI's torch on the CPU: 2 agents with 2 trainer processes each."""
 
+import re
 import signal
 import time
+import urllib.request
 
 import pytest
 
@@ -39,6 +41,29 @@ def test_ddp_hook_and_distributed_optimizer(tmp_path):
     assert len({r["train"]["param_sum"] for r in rep}) == 1, rep
     # The 2bit job's bytes shrank on the wire (the none jobs count at ratio 1).
     assert ratio > 1.5, ratio
+
+
+def test_ddp_hook_with_cuda_buckets_takes_the_device_path(tmp_path):
+    """The same DDP parts with the models on GPU 0: the hook copies each bucket into its device
+    slot, the agent sums, codes and averages it on the GPU, and the results match the CPU's."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: the device path needs one (and PyTorch with CUDA)")
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["suite-cuda"]), c)
+        sent = []
+        for rank in range(2):
+            text = urllib.request.urlopen(f"http://{c.metrics_address(rank)}/metrics", timeout=5).read().decode()
+            sent.append(float(re.search(r'gcagent_gpu_copy_bytes_total\{direction="sent"\} (\S+)', text).group(1)))
+    for r in rep:
+        exact, train = r["exact"], r["train"]
+        assert exact["device"] == train["device"] == "cuda:0", r
+        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 3, exact
+        assert max(exact["errors"]) < 1e-5, exact  # the GPU's float32 against the CPU's float64
+        assert train["last_loss"] < 0.6 * train["first_loss"], train
+        assert train["agent_buckets"] >= 2 * 30, train
+    assert len({r["train"]["param_sum"] for r in rep}) == 1, rep
+    assert all(s > 0 for s in sent), sent
 
 
 def test_a_lost_agent_fails_the_futures_instead_of_hanging(tmp_path):

@@ -1,10 +1,11 @@
 """A PyTorch trainer for the shim tests; the environment comes from shim_cluster.py.
 
-    torch_trainer.py suite | ddp-agent-dies
+    torch_trainer.py suite | suite-cuda | ddp-agent-dies
 
 suite runs three parts, each as its own job on the agents: the DDP hook with codec none
 against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
-broadcast_parameters. It prints "report: {json}" last."""
+broadcast_parameters. suite-cuda runs the two DDP parts with the model on GPU 0, so that the
+hook's buckets take the agent's device path. It prints "report: {json}" last."""
 
 import copy
 import json
@@ -21,6 +22,7 @@ import gcagent
 import gcagent.torch
 
 RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+DEVICE = torch.device("cpu")  # where the DDP models live; suite-cuda moves them to GPU 0
 
 
 def mlp(seed=0):
@@ -47,7 +49,7 @@ def reference_grads(model, it):
 
 
 def max_error(params, reference):
-    return max(float((p.grad.double() - r).abs().max()) for p, r in zip(params, reference))
+    return max(float((p.grad.double().cpu() - r).abs().max()) for p, r in zip(params, reference))
 
 
 def init_group():
@@ -57,7 +59,7 @@ def init_group():
 
 def ddp(model):
     # Small buckets: several of them, so priorities and the rebuild matter.
-    return DistributedDataParallel(model, bucket_cap_mb=0.01)
+    return DistributedDataParallel(model.to(DEVICE), bucket_cap_mb=0.01)
 
 
 def ddp_exact():
@@ -77,12 +79,12 @@ def ddp_exact():
         model.zero_grad()
         x, y = batch(RANK, it)
         before = state.agent_buckets
-        nn.functional.cross_entropy(model(x), y).backward()
+        nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE)).backward()
         errors.append(max_error(model.parameters(), reference_grads(ref, it)))
         buckets.append(state.agent_buckets - before)
     # Priority order of the buckets, highest first, and where each bucket's layers start.
     order = sorted(state.priorities, key=lambda i: -state.priorities[i])
-    return {"errors": errors, "agent_buckets": buckets, "fallback": state.fallback_buckets,
+    return {"errors": errors, "agent_buckets": buckets, "fallback": state.fallback_buckets, "device": str(state.device),
             "declared": sorted(state.declared.items()), "first_param_by_priority": [first_param[i] for i in order]}
 
 
@@ -98,6 +100,7 @@ def ddp_train():
     for it in range(1, 41):
         x = torch.randn(64, 32, generator=torch.Generator().manual_seed(100 * it + RANK))
         y = (x @ w).argmax(1)
+        x, y = x.to(DEVICE), y.to(DEVICE)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -105,7 +108,7 @@ def ddp_train():
         losses.append(float(loss.detach()))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "param_sum": float(params.sum()),
-            "agent_buckets": state.agent_buckets}
+            "agent_buckets": state.agent_buckets, "device": str(state.device)}
 
 
 def optimizer_exact():
@@ -129,6 +132,13 @@ def optimizer_exact():
 def suite():
     init_group()
     return {"exact": ddp_exact(), "train": ddp_train(), "optimizer": optimizer_exact()}
+
+
+def suite_cuda():
+    global DEVICE
+    DEVICE = torch.device("cuda", 0)
+    init_group()
+    return {"exact": ddp_exact(), "train": ddp_train()}
 
 
 def ddp_agent_dies():
@@ -155,6 +165,6 @@ def ddp_agent_dies():
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    result = {"suite": suite, "ddp-agent-dies": ddp_agent_dies}[mode]()
+    result = {"suite": suite, "suite-cuda": suite_cuda, "ddp-agent-dies": ddp_agent_dies}[mode]()
     print("report: " + json.dumps(result), flush=True)
     os._exit(0)  # the process group may still wait on peers that failed
