@@ -136,6 +136,10 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.inflight_per_peer = static_cast<uint32_t>(config.scheduler_inflight_per_peer);
   o.inflight_bytes = static_cast<uint64_t>(config.scheduler_inflight_bytes);
   o.result_codec = config.compress_result_codec;
+  for (const std::string& name : config.compress_gpu_staged_codecs)
+    if (Status s = compress::makeCodec(name).status(); !s.ok())
+      return Status(s.code(), strCat("compress.gpu_staged_codecs: ", s.message()));
+  o.gpu_staged_codecs = config.compress_gpu_staged_codecs;
   o.residual_budget_bytes = static_cast<size_t>(config.compress_residual_budget_bytes);
   o.codec_env.pool = impl->pool.get();
   impl->stats = std::make_shared<metrics::Stats>();

@@ -530,11 +530,12 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
 void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, uint64_t key,
                            std::vector<Contribution> ready) {
   ++job->inFlight;
-  // On the GPU when every local gradient is in device slots of one GPU with a coder.
+  // On the GPU when every local gradient is in device slots of one GPU with a coder, and the
+  // GPU codes this tensor's codec faster than the CPU.
   const std::shared_ptr<LocalCoder> coder = ready.front().coder;
   const bool on_device = coder && std::all_of(ready.begin(), ready.end(), [&](const Contribution& c) {
     return c.device != nullptr && c.coder == coder;
-  });
+  }) && engine_.codesOnDevice(job->id, key);
   if (on_device) {
     std::vector<float*> buffers;
     for (const Contribution& c : ready) buffers.push_back(c.device);

@@ -150,6 +150,16 @@ Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) cons
   return k->second.plan;
 }
 
+bool ReductionEngine::codesOnDevice(uint64_t job, uint64_t key) const {
+  if (transport_.size() == 1) return true;
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return false;
+  auto k = j->second->keys.find(key);
+  if (k == j->second->keys.end()) return false;
+  const auto& staged = options_.gpu_staged_codecs;
+  return std::find(staged.begin(), staged.end(), k->second.push_spec.name) == staged.end();
+}
+
 void ReductionEngine::replan(KeyState& k, bool log_always) {
   const scheduler::Plan plan = planner_.decide(k.spec.elements, *k.push);
   const bool changed = !k.planned || plan.compress != k.plan.compress;

@@ -58,6 +58,10 @@ struct EngineOptions {
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
   size_t residual_budget_bytes = SIZE_MAX;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
+  // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
+  // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
+  // per slice, slower than the CPU on an H100 (bench/gpu_path/h100.txt).
+  std::vector<std::string> gpu_staged_codecs = {"topk", "dgc", "threshold"};
   compress::CodecEnv codec_env;
   // Where the engine counts bytes, times and errors; null: a private, unexported set.
   std::shared_ptr<metrics::Stats> stats;
@@ -103,6 +107,10 @@ class ReductionEngine {
   size_t queuedSlices(transport::Rank peer) const;
   // Whether a declared tensor currently travels compressed, and in how many partitions.
   Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
+  // Whether a declared tensor's gradients on a GPU reduce through the GPU's LocalCoder, or
+  // are staged through host memory (its codec is in gpu_staged_codecs). A node on its own
+  // only averages, on the GPU whatever the codec.
+  bool codesOnDevice(uint64_t job, uint64_t key) const;
   // Slices owned here that wait for contributions (all jobs).
   size_t pendingAccumulators() const;
   // Sets the gauges that are cheaper to compute when read than to keep current (queue

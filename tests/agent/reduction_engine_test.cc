@@ -204,6 +204,30 @@ TEST(ReductionEngineTest, CodedJobsGiveTheHostJobsBytesForEveryCodec) {
   }
 }
 
+TEST(ReductionEngineTest, SelectionCodecsAreStagedOffTheGpuByDefault) {
+  const uint64_t job = jobIdOf("staged");
+  const std::vector<TensorSpec> specs = {{1, 5000, 0, {"topk", {}}}, {2, 5000, 0, {"2bit", {}}},
+                                         {3, 5000, 0, {"dgc", {}}}, {4, 5000, 0, {"threshold", {}}},
+                                         {5, 5000, 0, {}}};
+  Cluster c(2, smallSlices());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  EXPECT_FALSE(c.engine(0).codesOnDevice(job, 1));
+  EXPECT_TRUE(c.engine(0).codesOnDevice(job, 2));
+  EXPECT_FALSE(c.engine(0).codesOnDevice(job, 3));
+  EXPECT_FALSE(c.engine(0).codesOnDevice(job, 4));
+  EXPECT_TRUE(c.engine(0).codesOnDevice(job, 5));  // the default codec, none
+  EXPECT_FALSE(c.engine(0).codesOnDevice(job, 6));  // not declared
+  EngineOptions all = smallSlices();
+  all.gpu_staged_codecs.clear();
+  Cluster every(2, all);
+  ASSERT_TRUE(every.engine(0).declareJob(job, specs).ok());
+  EXPECT_TRUE(every.engine(0).codesOnDevice(job, 1));
+  // A node on its own only averages: on the GPU whatever the codec.
+  Cluster one(1, smallSlices());
+  ASSERT_TRUE(one.engine(0).declareJob(job, specs).ok());
+  EXPECT_TRUE(one.engine(0).codesOnDevice(job, 3));
+}
+
 void errorFeedbackConverges(std::vector<bool> coded) {
   // With 2bit both ways each step is coarse, but what is not sent stays in the residuals:
   // the running mean of the outputs approaches the true average.

@@ -2,11 +2,12 @@
 trainers themselves against the exact average they can compute."""
 
 import os
+import subprocess
 import time
 
 import pytest
 
-from cluster import Cluster, Namespaces
+from cluster import AGENT, Cluster, Namespaces
 
 SIZES = "1,7,16,17,4096,40000,40001,100003"
 
@@ -100,6 +101,13 @@ def test_unknown_codec_is_an_error_for_the_trainer(tmp_path):
         rc, out = results[0]
         assert rc == 2 and "unknown codec '9bit'" in out, out
         stop_clean(c)
+
+
+def test_an_unknown_gpu_staged_codec_stops_the_start():
+    r = subprocess.run([str(AGENT), "--validate", "--compress.gpu_staged_codecs", "topk,zip"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r
+    assert "compress.gpu_staged_codecs: unknown codec 'zip' (known: none, fp16" in r.stderr, r
 
 
 def test_namespaces(tmp_path):

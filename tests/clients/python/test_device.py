@@ -138,16 +138,19 @@ def test_device_tensors_reduce_through_cuda_ipc(tmp_path):
         trainer.close()
 
 
-def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path):
+@pytest.mark.parametrize("staged", ["", "topk,dgc,threshold"], ids=["all-coded", "default"])
+def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path, staged):
     """2 agents x 2 trainer processes on one GPU: the same gradients reduced once through host
     tensors and once through device slots, where the agent sums, encodes (residuals on the
-    GPU) and decodes on the GPU, must give bit-identical results for all 12 codecs."""
+    GPU) and decodes on the GPU, must give bit-identical results for all 12 codecs; with the
+    default configuration the selection codecs are staged through the host instead."""
     torch = pytest.importorskip("torch")
     if not host_has_gpu() or not torch.cuda.is_available():
         pytest.skip("no GPU: the device path needs one (and PyTorch with CUDA)")
     from shim_cluster import reports, run_trainers
     iterations = 4
-    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "16384"]) as c:
+    args = ["--compress.min_elements", "0", "--scheduler.slice_elements", "16384", "--compress.gpu_staged_codecs", staged]
+    with Cluster(tmp_path, 2, args) as c:
         rep = reports(run_trainers(c, 2, "device_trainer.py", [str(iterations)]), c)
         sent = [metric_at(c, rank, "gcagent_gpu_copy_bytes_total", 'direction="sent"') for rank in range(2)]
         received = [metric_at(c, rank, "gcagent_gpu_copy_bytes_total", 'direction="received"') for rank in range(2)]
@@ -159,5 +162,7 @@ def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path):
     # The GPU sums a node's two trainers and only encodings cross PCIe: less than one fp32
     # gradient per iteration each way (staging would move two, 4 bytes per element each).
     fp32_bytes = 4 * iterations * (70_001 + 2 * 50_000 + 65_537 + 5 * 40_000 + 3 * 100_000)
+    staged_bytes = 0 if not staged else 2 * 4 * iterations * 3 * 100_000  # both trainers' slots
     for s, rc in zip(sent, received):
-        assert 0 < s < fp32_bytes and 0 < rc < fp32_bytes, (sent, received, fp32_bytes)
+        assert staged_bytes < s < staged_bytes + fp32_bytes, (sent, received, fp32_bytes)
+        assert staged_bytes < rc < staged_bytes + fp32_bytes, (sent, received, fp32_bytes)
