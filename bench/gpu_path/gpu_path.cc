@@ -13,6 +13,7 @@
 // network is left out: it is the same for both.
 //
 //   gcagent_gpu_path_bench [--model bench/models/vgg16.csv] [--iterations N] [--codec NAME]...
+//                          [--slice-elements N] [--encode-only]
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -33,7 +34,7 @@ namespace gcagent::agent {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kSliceElements = 40000;  // the agent's default scheduler.slice_elements
+uint64_t slice_elements = 40000;  // the agent's default scheduler.slice_elements; --slice-elements
 
 void must(bool ok, const std::string& what) {
   if (!ok) {
@@ -55,6 +56,8 @@ std::vector<uint64_t> readModel(const std::string& path) {
   return sizes;
 }
 
+bool encode_only = false;  // --encode-only: time the encodings alone, no result decodes
+
 struct Run {
   double seconds = 0;   // per iteration
   double to_host = 0;   // bytes per iteration
@@ -71,7 +74,7 @@ Run iterate(asio::io_context& io, LocalCoder& coder, const std::vector<uint64_t>
   std::vector<KeyWork> works(sizes.size());
   for (size_t t = 0; t < sizes.size(); ++t) {
     KeyWork& w = works[t];
-    w = {1, t, iteration, codec, codec, {sizes[t], kSliceElements}, {buffers[t]}};
+    w = {1, t, iteration, codec, codec, {sizes[t], slice_elements}, {buffers[t]}};
     ++outstanding;
     coder.encode(w, compressed, {}, [&, t](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
       --outstanding;
@@ -79,6 +82,7 @@ Run iterate(asio::io_context& io, LocalCoder& coder, const std::vector<uint64_t>
       for (uint32_t s = 0; s < r->size(); ++s) {
         const ByteBuffer& bytes = *(*r)[s];
         run.to_host += static_cast<double>(bytes.size());
+        if (encode_only) continue;
         run.to_device += static_cast<double>(bytes.size());
         if (s + 1 < r->size()) {  // as the engine does: the last decode reports for all
           coder.decodeResult(works[t], s, compressed, bytes, 0.5f, {});
@@ -108,7 +112,10 @@ int main(int argc, char** argv) {
     if (arg == "--model" && i + 1 < argc) model = argv[++i];
     else if (arg == "--iterations" && i + 1 < argc) iterations = std::atoi(argv[++i]);
     else if (arg == "--codec" && i + 1 < argc) codecs.push_back(argv[++i]);
-    else must(false, "usage: gcagent_gpu_path_bench [--model CSV] [--iterations N] [--codec NAME]...");
+    else if (arg == "--slice-elements" && i + 1 < argc) slice_elements = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg == "--encode-only") encode_only = true;
+    else must(false, "usage: gcagent_gpu_path_bench [--model CSV] [--iterations N] [--codec NAME]... "
+                     "[--slice-elements N] [--encode-only]");
   }
   if (codecs.empty()) codecs = {"none", "fp16", "2bit", "onebit", "dgc", "topk"};
   if (Status s = compress::cuda::gpuAvailable(); !s.ok()) {
@@ -146,8 +153,9 @@ int main(int argc, char** argv) {
   LocalCoder gpu(std::move(cuda_device).value());
   LocalCoder host(makeHostCoderDevice(io));
 
-  std::printf("model %s: %zu tensors, %.1f M elements, %d iterations after one warm-up\n", model.c_str(),
-              sizes.size(), static_cast<double>(total) / 1e6, iterations);
+  std::printf("model %s: %zu tensors, %.1f M elements, %d iterations after one warm-up, %llu-element slices%s\n",
+              model.c_str(), sizes.size(), static_cast<double>(total) / 1e6, iterations,
+              static_cast<unsigned long long>(slice_elements), encode_only ? ", encodings only" : "");
   std::printf("| codec | coded ms | staged ms | staged / coded | coded PCIe MB | staged PCIe MB |\n");
   std::printf("|---|---|---|---|---|---|\n");
   const double gradient_bytes = static_cast<double>(total) * sizeof(float);
