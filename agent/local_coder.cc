@@ -157,6 +157,7 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
     const compress::SliceId id{w.key, s, w.iteration};
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
+    const std::byte* encoded = out.data();
     if (compress_slice) {
       fixed[s] = k.push_layout->isFixedSize();
       auto state = stateOf(k, w.key, s, state_n);
@@ -172,12 +173,14 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         if (!r.empty()) st = device_->flush(values.data(), k.states[s] + (r.data() - k.states[s]), n);
         if (st.ok()) st = device_->zero(k.states[s], state_n * sizeof(float));
       }
-      if (st.ok()) size = k.raw->encode(values, {}, out, id);
+      // Uncompressed, the encoding is the floats themselves: copied out from where they are.
+      encoded = reinterpret_cast<const std::byte*>(values.data());
+      size = n * sizeof(float);
     }
     if (!size.ok()) st = size.status();
     if (st.ok()) returned[s] = *size;
     // Only the encoding crosses PCIe: its size, or the most a sparse one can take.
-    if (st.ok()) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), out.data(), *size);
+    if (st.ok()) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), encoded, *size);
   }
   device_->after([this, job = w.job, key = w.key, &k, st, fixed = std::move(fixed), returned = std::move(returned),
                   done = std::move(done)](const Status& ran) {
