@@ -37,10 +37,11 @@ struct LocalCoder::KeyCoding {
   std::unique_ptr<compress::Codec> pull_layout;
   std::unique_ptr<DeviceCodec> push, pull, raw;
   std::vector<float*> states;  // by slice; null until its first compressed encode
-  // Per slice: room for either encoding (compressed or uncompressed).
-  std::vector<size_t> encode_offsets, decode_offsets;
-  size_t encode_bytes = 0, decode_bytes = 0;
-  void* encode_device = nullptr;
+  // Per slice, on the host: room for either encoding (compressed or uncompressed). On the
+  // device only compressed encodings need room: uncompressed slices leave from the sum.
+  std::vector<size_t> encode_offsets, decode_offsets, device_encode_offsets;
+  size_t encode_bytes = 0, decode_bytes = 0, device_encode_bytes = 0;
+  void* encode_device = nullptr;  // null when the push codec is none
   void* encode_host = nullptr;
   void* decode_device = nullptr;
   void* decode_host = nullptr;
@@ -108,12 +109,16 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
     const size_t n = w.geometry.size(s), raw = n * sizeof(float);
     k->encode_offsets.push_back(k->encode_bytes);
     k->encode_bytes += aligned(std::max(k->push_layout->maxEncodedBytes(n), raw));
+    k->device_encode_offsets.push_back(k->device_encode_bytes);
+    k->device_encode_bytes += aligned(k->push_layout->maxEncodedBytes(n));
     k->decode_offsets.push_back(k->decode_bytes);
     k->decode_bytes += aligned(std::max(k->pull_layout->maxEncodedBytes(n), raw));
   }
   // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
-  GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.encode_bytes));
+  if (kc.push_spec.name != "none") {  // none is never compressed: every slice leaves from the sum
+    GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.device_encode_bytes));
+  }
   GC_ASSIGN_OR_RETURN(kc.encode_host, device_->allocateHost(kc.encode_bytes));
   GC_ASSIGN_OR_RETURN(kc.decode_device, device_->allocateDevice(kc.decode_bytes));
   GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
@@ -149,15 +154,14 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
   std::vector<size_t> returned(slices, 0);
   std::vector<bool> fixed(slices, true);  // sparse encodings say their size once they have run
   for (uint32_t s = 0; s < slices && st.ok(); ++s) {
-    const bool compress_slice = compressed && !(s < exact.size() && exact[s]);
+    // none's encoding is the floats themselves: it leaves from the sum like an exact slice.
+    const bool compress_slice = compressed && k.encode_device != nullptr && !(s < exact.size() && exact[s]);
     const size_t n = w.geometry.size(s);
     const std::span<float> values(sum + w.geometry.begin(s), n);
-    const std::span<std::byte> out(at(k.encode_device, k.encode_offsets[s]),
-                                   std::max(k.push_layout->maxEncodedBytes(n), n * sizeof(float)));
     const compress::SliceId id{w.key, s, w.iteration};
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
-    const std::byte* encoded = out.data();
+    const std::byte* encoded = nullptr;
     if (compress_slice) {
       fixed[s] = k.push_layout->isFixedSize();
       auto state = stateOf(k, w.key, s, state_n);
@@ -165,6 +169,9 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         st = state.status();
         break;
       }
+      const std::span<std::byte> out(at(k.encode_device, k.device_encode_offsets[s]),
+                                     k.push_layout->maxEncodedBytes(n));
+      encoded = out.data();
       size = k.push->encode(values, *state, out, id);
     } else {
       if (k.states[s] != nullptr) {
@@ -196,8 +203,6 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
       const size_t capacity = (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
       auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
       if (!size.ok()) return done(size.status());
-      // Sized, then copied: a ByteBuffer built from a pointer range copies byte by byte (its
-      // allocator's construct() keeps the library from using memmove), 20 times slower.
       auto payload = std::make_shared<ByteBuffer>(*size);
       std::memcpy(payload->data(), bytes, *size);
       payloads.push_back(std::move(payload));

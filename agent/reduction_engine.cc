@@ -338,7 +338,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.source = k.outputs[0];
   if (k.outputs.size() > 1) {
     const auto merge_start = Clock::now();
-    k.local_sum.resize(n);  // then copied: assign() from pointers copies element by element
+    k.local_sum.resize(n);  // then memcpy (see FloatBuffer)
     std::memcpy(k.local_sum.data(), k.outputs[0], n * sizeof(float));
     for (size_t b = 1; b < k.outputs.size(); ++b) {
       addInto(k.local_sum.data(), k.outputs[b], n);

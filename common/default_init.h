@@ -32,7 +32,9 @@ class DefaultInitAllocator : public std::allocator<T> {
   }
 };
 
-// resize() of these leaves the new elements with whatever the memory held.
+// resize() of these leaves the new elements with whatever the memory held. Build them sized,
+// then memcpy: constructed or assigned from a pointer range they copy element by element, as
+// the allocator's construct() keeps libstdc++ from using memmove (20 times slower).
 using ByteBuffer = std::vector<std::byte, DefaultInitAllocator<std::byte>>;
 using FloatBuffer = std::vector<float, DefaultInitAllocator<float>>;
 
