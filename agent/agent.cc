@@ -9,6 +9,7 @@
 #include "agent/gpu_coders.h"
 #include "agent/io.h"
 #include "agent/job_notice.h"
+#include "agent/progress_line.h"
 #include "agent/reduction_engine.h"
 #include "common/build_config.h"
 #include "common/log.h"
@@ -300,27 +301,17 @@ Status Agent::run() {
 
   // The periodic one-line summary, read from the same stats Prometheus scrapes.
   asio::steady_timer summary(io);
-  metrics::Stats::Totals last_totals = stats.totals();
-  double last_iterations = stats.iterationsCompleted().Value();
-  auto last_time = std::chrono::steady_clock::now();
+  auto reading = [&] {
+    const metrics::Stats::Totals t = stats.totals();
+    return ProgressLine::Reading{stats.iterationsCompleted().Value(), t.raw_sent, t.wire_sent};
+  };
+  ProgressLine progress(reading(), steadyNow());
   std::function<void()> summarize = [&] {
     if (c.agent_summary_interval <= 0) return;
-    summary.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(c.agent_summary_interval)));
+    summary.expires_after(steadySeconds(c.agent_summary_interval));
     summary.async_wait([&](boost::system::error_code ec) {
       if (ec) return;
-      const auto now = std::chrono::steady_clock::now();
-      const double secs = std::chrono::duration<double>(now - last_time).count();
-      const metrics::Stats::Totals t = stats.totals();
-      const double raw = t.raw_sent - last_totals.raw_sent;
-      const double wire = t.wire_sent - last_totals.wire_sent;
-      const double iterations = stats.iterationsCompleted().Value();
-      GC_LOG(kInfo, "agent", "progress: ", (iterations - last_iterations) / secs, " iterations/s, ",
-             raw / secs / 1e6, " MB/s raw, ", wire / secs / 1e6, " MB/s on the wire, ratio ",
-             wire > 0 ? raw / wire : 0.0);
-      last_totals = t;
-      last_iterations = iterations;
-      last_time = now;
+      if (auto line = progress.next(reading(), steadyNow())) GC_LOG(kInfo, "agent", *line);
       summarize();
     });
   };

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "agent/slice_math.h"
 #include "agent/slice_message.h"
@@ -15,12 +16,6 @@
 
 namespace gcagent::agent {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // One residual in this many encodes has its norm computed: a full pass over the slice.
 constexpr uint64_t kResidualSampleEvery = 64;
@@ -65,7 +60,7 @@ struct ReductionEngine::KeyState {
   metrics::CodecStats* pull_stats = nullptr;
   metrics::CodecStats* raw_stats = nullptr;
   metrics::SizeClass size_class = metrics::SizeClass::kSmall;
-  std::chrono::steady_clock::time_point started;
+  SteadyTime started;
   scheduler::SliceGeometry geometry;
   uint32_t slice_count = 0;
   // The planner's decision: compressed or not, re-made when the planner re-fits.
@@ -105,7 +100,7 @@ struct ReductionEngine::Outgoing {
 struct ReductionEngine::Lane {
   scheduler::PriorityQueue<Outgoing> queue;
   scheduler::CreditWindow window;
-  Clock::time_point last_completion{};
+  std::optional<SteadyTime> last_completion;  // of the last send on this lane; none yet
   bool dispatching = false;
   Lane(uint32_t slices, uint64_t bytes) : window(slices, bytes) {}
 };
@@ -283,7 +278,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.iteration = iteration;
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
-  k.started = Clock::now();
+  k.started = options_.now();
   if (planner_.maybeRefit(k.started)) updateCostGauges();
   if (k.plan_epoch != planner_.epoch()) {
     const bool before = k.plan.compress;
@@ -337,13 +332,13 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   }
   k.source = k.outputs[0];
   if (k.outputs.size() > 1) {
-    const auto merge_start = Clock::now();
+    const auto merge_start = options_.now();
     k.local_sum.resize(n);  // then memcpy (see FloatBuffer)
     std::memcpy(k.local_sum.data(), k.outputs[0], n * sizeof(float));
     for (size_t b = 1; b < k.outputs.size(); ++b) {
       addInto(k.local_sum.data(), k.outputs[b], n);
     }
-    stats_->merge().Observe(secondsSince(merge_start));
+    stats_->merge().Observe(secondsBetween(merge_start, options_.now()));
     k.source = k.local_sum.data();
   }
   const uint32_t self = transport_.rank();
@@ -407,7 +402,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
     // complete after the engine is gone.
     prometheus::Gauge* inflight = peer_stats_[to]->inflight;
     inflight->Increment();
-    const auto handed = Clock::now();
+    const auto handed = options_.now();
     Status s = transport_.send(to, header, *payload,
                                [payload, inflight, bytes, handed, to, keep = stats_,
                                 engine = std::weak_ptr<ReductionEngine*>(alive_)](const Status& done) {
@@ -425,14 +420,15 @@ void ReductionEngine::dispatch(transport::Rank to) {
   lane.dispatching = false;
 }
 
-void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, Clock::time_point handed, const Status& s) {
+void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s) {
   Lane& lane = *lanes_[to];
   lane.window.give(bytes);
-  const auto now = Clock::now();
+  const auto now = options_.now();
   if (s.ok()) {
     // The link's time for this message: since it was handed over, or since the previous
     // completion if it waited behind that one.
-    planner_.recordWire(bytes, std::chrono::duration<double>(now - std::max(handed, lane.last_completion)).count());
+    const SteadyTime began = lane.last_completion ? std::max(handed, *lane.last_completion) : handed;
+    planner_.recordWire(bytes, secondsBetween(began, now));
   }
   lane.last_completion = now;
   dispatch(to);
@@ -468,9 +464,9 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
     std::fill(old.begin(), old.end(), 0.0f);
   }
   auto payload = std::make_shared<ByteBuffer>(codec.maxEncodedBytes(n));
-  const auto start = Clock::now();
+  const auto start = options_.now();
   GC_ASSIGN_OR_RETURN(size_t written, codec.encode(values, state, *payload, {key, slice, iteration}));
-  const double took = secondsSince(start);
+  const double took = secondsBetween(start, options_.now());
   stats.encode->Observe(took);
   if (compressed) {
     planner_.recordEncode(codec.name(), n, written, took);
@@ -501,14 +497,14 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     GC_LOG(kWarn, "agent", why);
     return;
   }
-  const auto start = Clock::now();
+  const auto start = options_.now();
   if (local != nullptr) {
     if (first) {
       std::memcpy(acc.sum.data(), local, (e - b) * sizeof(float));
     } else {
       addInto(acc.sum.data(), local, e - b);
     }
-    stats_->merge().Observe(secondsSince(start));
+    stats_->merge().Observe(secondsBetween(start, options_.now()));
   } else {
     const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
     Status s;
@@ -517,7 +513,7 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     } else {
       s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
     }
-    const double took = secondsSince(start);
+    const double took = secondsBetween(start, options_.now());
     (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
     planner_.recordDecode(codec.name(), encoded.size(), took);
     if (!s.ok()) {
@@ -581,11 +577,11 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   }
   float* out = k.outputs[0] + b;
   std::span<float> dst(out, e - b);
-  const auto decode_start = Clock::now();
+  const auto decode_start = options_.now();
   const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
   // Decoded and averaged in one pass, the same on every node for the same bytes.
   Status s = codec.decode(encoded, dst, scale, {k.spec.key, slice, iteration});
-  const double took = secondsSince(decode_start);
+  const double took = secondsBetween(decode_start, options_.now());
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
   planner_.recordDecode(codec.name(), encoded.size(), took);
   if (!s.ok()) {
@@ -608,7 +604,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   if (status.ok()) {
     ++counters_.keys_completed;
     stats_->tensorsReduced().Increment();
-    stats_->reduction(k.size_class).Observe(secondsSince(k.started));
+    stats_->reduction(k.size_class).Observe(secondsBetween(k.started, options_.now()));
   } else {
     stats_->recordError(metrics::ErrorKind::kReductionFailed, strCat("tensor ", k.spec.key, ": ", status.message()));
     // Partial sums of the failed iteration must never mix into a later one.

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "agent/local_coder.h"
+#include "common/clock.h"
 #include "common/default_init.h"
 #include "common/status.h"
 #include "compress/codec.h"
@@ -65,6 +66,8 @@ struct EngineOptions {
   compress::CodecEnv codec_env;
   // Where the engine counts bytes, times and errors; null: a private, unexported set.
   std::shared_ptr<metrics::Stats> stats;
+  // The clock of the planner's re-fits, the link timings and the reduction times.
+  SteadyNow now = steadyNow;
 };
 
 struct EngineCounters {
@@ -152,7 +155,7 @@ class ReductionEngine {
                                                                metrics::CodecStats& tensor_stats, bool compressed,
                                                                KeyState& k, uint32_t slice, uint64_t iteration,
                                                                std::span<const float> values, uint32_t copies);
-  void onSent(transport::Rank to, uint64_t bytes, std::chrono::steady_clock::time_point handed, const Status& s);
+  void onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s);
   void updatePlanGauges();
   void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);

@@ -123,7 +123,7 @@ void Planner::recordWire(uint64_t bytes, double secs) { wire_.add(static_cast<do
 
 bool Planner::maybeRefit(Clock::time_point now) {
   if (options_.selection != Selection::kAuto) return false;
-  if (now - last_refit_ < std::chrono::duration<double>(options_.refit_interval)) return false;
+  if (last_refit_ && now - *last_refit_ < std::chrono::duration<double>(options_.refit_interval)) return false;
   last_refit_ = now;
   for (auto& [name, m] : codecs_) {
     if (auto fit = m.encode.fit()) m.encode_cost = *fit;

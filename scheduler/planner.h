@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,7 +61,8 @@ class Planner {
   void recordDecode(std::string_view codec, uint64_t encoded_bytes, double seconds);
   void recordWire(uint64_t bytes, double seconds);
 
-  // Re-fits when refit_interval has passed; returns true (and bumps epoch()) when it did.
+  // Re-fits when it never has, or when refit_interval has passed since it last did; returns
+  // true (and bumps epoch()) when it did.
   bool maybeRefit(Clock::time_point now);
   uint64_t epoch() const { return epoch_; }
   // The model auto mode currently plans `codec` with.
@@ -80,7 +82,7 @@ class Planner {
   std::map<std::string, CodecModel, std::less<>> codecs_;
   CostFit wire_{1024};
   LinearCost wire_cost_, aggregate_cost_;
-  Clock::time_point last_refit_{};
+  std::optional<Clock::time_point> last_refit_;  // none: never re-fitted
   uint64_t epoch_ = 0;
 };
 

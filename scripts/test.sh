@@ -1,40 +1,111 @@
 #!/usr/bin/env bash
-# Runs every test: the release tree, then the sanitizer tree.
-set -euo pipefail
+# Runs every test stage: the release tree, the sanitizer tree, the framework shims and the
+# fuzzers. A failing stage does not stop the others (one failure must not hide the rest); the
+# end prints one line per stage and the exit status is non-zero if any stage failed.
+set -uo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${GCAGENT_CACHE:-$HOME/.cache/gcagent}"
-# The bench venv (plots) is not needed here.
-GCAGENT_VENVS="${GCAGENT_VENVS:-dev torch tensorflow mxnet}" "$REPO_DIR/scripts/setup.sh"
-
+LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/gcagent-test.XXXXXX")"
 jobs=$(nproc)
 # halt_on_error: a sanitizer report fails the test (and the agents it starts) instead of
 # scrolling past.
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+summary=()  # "stage|verdict|counts", in the order run
+
+# The counts a stage's log reports: ctest's "N tests failed out of M", pytest's last line,
+# the fuzzers' own summary.
+counts_of() {
+  local kind="$1" log="$2"
+  case "$kind" in
+    ctest)
+      grep -Eo '[0-9]+ tests failed out of [0-9]+' "$log" | tail -1 |
+        awk '{ printf "%d passed, %d failed of %d", $6 - $1, $1, $6 }' ;;
+    pytest)
+      grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|error)|no tests ran' "$log" | tail -1 | sed -E 's/^=+ //; s/ =+$//; s/ in [0-9.]+s.*$//' ;;
+    fuzz)
+      grep -E '^fuzz: [0-9]+ of [0-9]+ targets' "$log" | tail -1 | sed 's/^fuzz: //' ;;
+    *) ;;
+  esac
+}
+
+# stage NAME KIND COMMAND...: runs the command, keeps its output in LOG_DIR, records a line.
+stage() {
+  local name="$1" kind="$2"
+  shift 2
+  local log="$LOG_DIR/${name// /_}.log"
+  echo "== $name" >&2
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local counts
+  counts="$(counts_of "$kind" "$log")"
+  if [ "$rc" -eq 0 ]; then
+    summary+=("$name|passed|$counts")
+  else
+    summary+=("$name|FAILED (exit $rc)|$counts")
+  fi
+  return "$rc"
+}
+
+# A stage that cannot run because one it needs failed.
+skipped() { summary+=("$1|FAILED (not run: $2)|"); }
+
+print_summary() {
+  local failed=0 line name verdict counts
+  echo >&2
+  echo "== summary (logs in $LOG_DIR)" >&2
+  for line in "${summary[@]}"; do
+    IFS='|' read -r name verdict counts <<<"$line"
+    printf '%-28s %-28s %s\n' "$name" "$verdict" "$counts" >&2
+    [ "$verdict" = passed ] || failed=1
+  done
+  if [ "$failed" -eq 0 ]; then
+    echo "== all stages passed" >&2
+  else
+    echo "== some stages FAILED" >&2
+  fi
+  return "$failed"
+}
+
+# The bench venv (plots) is not needed here.
+if ! stage "setup" none env GCAGENT_VENVS="${GCAGENT_VENVS:-dev torch tensorflow mxnet}" "$REPO_DIR/scripts/setup.sh"; then
+  print_summary
+  exit 1
+fi
+
+release_built=0
 for flavor in release asan; do
-  echo "== $flavor build" >&2
-  "$REPO_DIR/scripts/build.sh" "$flavor"
-  echo "== $flavor tests" >&2
-  ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
-  echo "== $flavor integration tests" >&2
-  # Multi-process agents and trainers, on loopback and in network namespaces; the deployment
-  # files and the operator guide checked against this tree's gcagent.
-  GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
-    "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
-    "$REPO_DIR/tests/docker" "$REPO_DIR/tests/docs"
+  if stage "$flavor build" none "$REPO_DIR/scripts/build.sh" "$flavor"; then
+    [ "$flavor" = release ] && release_built=1
+    stage "$flavor ctest" ctest ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
+    # Multi-process agents and trainers, on loopback and in network namespaces; the deployment
+    # files and the operator guide checked against this tree's gcagent.
+    stage "$flavor integration" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
+      "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
+      "$REPO_DIR/tests/docker" "$REPO_DIR/tests/docs"
+  else
+    skipped "$flavor ctest" "$flavor build failed"
+    skipped "$flavor integration" "$flavor build failed"
+  fi
 done
+
 # The framework shims (clients/python) against the release agents, each framework in its own
 # venv (their numpy pins conflict); the package tests need only numpy and run with torch's.
 shims="$REPO_DIR/tests/clients/python"
 for run in "torch:test_package.py test_torch.py test_device.py" "tensorflow:test_tensorflow.py" "mxnet:test_mxnet.py"; do
   venv="${run%%:*}"
+  if [ "$release_built" -eq 0 ]; then
+    skipped "$venv shims" "release build failed"
+    continue
+  fi
   files=()
   for f in ${run#*:}; do files+=("$shims/$f"); done
-  echo "== $venv shim tests" >&2
-  GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
+  stage "$venv shims" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
     "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
 done
-echo "== fuzz targets (briefly)" >&2
-FUZZ_SECONDS="${FUZZ_SECONDS:-10}" "$REPO_DIR/scripts/fuzz.sh"
-echo "== all tests passed" >&2
+
+stage "fuzz (briefly)" fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-10}" "$REPO_DIR/scripts/fuzz.sh"
+
+print_summary

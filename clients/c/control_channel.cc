@@ -28,11 +28,11 @@ bool retriable(int err) { return err == ENOENT || err == ECONNREFUSED || err == 
 
 }  // namespace
 
-Deadline Deadline::after(int timeout_ms) {
+Deadline Deadline::after(int timeout_ms, Clock::time_point now) {
   Deadline d;
   if (timeout_ms >= 0) {
     d.infinite_ = false;
-    d.at_ = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    d.at_ = now + std::chrono::milliseconds(timeout_ms);
   }
   return d;
 }
@@ -42,9 +42,9 @@ Deadline Deadline::latest(const Deadline& a, const Deadline& b) {
   return a.at_ >= b.at_ ? a : b;
 }
 
-int Deadline::pollTimeoutMs() const {
+int Deadline::pollTimeoutMs(Clock::time_point now) const {
   if (infinite_) return -1;
-  const auto left = at_ - Clock::now();
+  const auto left = at_ - now;
   if (left <= Clock::duration::zero()) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return static_cast<int>(std::min<decltype(ms)>(ms, INT_MAX));

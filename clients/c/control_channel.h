@@ -18,21 +18,21 @@ namespace gcagent::client {
 class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
-  // timeout_ms < 0: never.
-  static Deadline after(int timeout_ms);
+  // timeout_ms < 0: never. `now` is a parameter so tests can run near the clock's epoch.
+  static Deadline after(int timeout_ms, Clock::time_point now = Clock::now());
   static Deadline never() { return Deadline(); }
   // The later of two deadlines.
   static Deadline latest(const Deadline& a, const Deadline& b);
 
   bool infinite() const { return infinite_; }
-  bool passed() const { return !infinite_ && Clock::now() >= at_; }
+  bool passed(Clock::time_point now = Clock::now()) const { return !infinite_ && now >= at_; }
   // For poll(2): -1 when infinite, else the milliseconds left, rounded up, >= 0.
-  int pollTimeoutMs() const;
+  int pollTimeoutMs(Clock::time_point now = Clock::now()) const;
 
  private:
   Deadline() = default;
-  bool infinite_ = true;
-  Clock::time_point at_{};
+  bool infinite_ = true;  // "never" is this flag, not a time
+  Clock::time_point at_;
 };
 
 class ControlChannel {

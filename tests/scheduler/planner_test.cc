@@ -70,6 +70,17 @@ TEST(Planner, CalibrationFitsTheCodecFromItsOwnRuns) {
   EXPECT_NEAR(costs.ratio, 1.0 / 16, 0.01);  // 2 bits of 32, plus a small header
 }
 
+TEST(Planner, FirstRefitDoesNotWaitWhenTheClockIsNearItsEpoch) {
+  // A machine booted a second ago: steady_clock reads its epoch plus one second.
+  Planner p({Selection::kAuto, 0, 4, 40000, 3600});
+  const auto booted = Planner::Clock::time_point{} + std::chrono::seconds(1);
+  EXPECT_TRUE(p.maybeRefit(booted));
+  EXPECT_EQ(p.epoch(), 1u);
+  EXPECT_FALSE(p.maybeRefit(booted + std::chrono::seconds(3599)));
+  EXPECT_TRUE(p.maybeRefit(booted + std::chrono::seconds(3600)));
+  EXPECT_EQ(p.epoch(), 2u);
+}
+
 TEST(Planner, RefitWaitsForTheInterval) {
   Planner p({Selection::kAuto, 0, 4, 40000, 60});
   const auto now = Planner::Clock::now();

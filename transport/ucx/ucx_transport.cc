@@ -73,12 +73,12 @@ struct EpContext {
   UcxTransport* self;
   Rank peer;         // for an accepted endpoint: the rank its hello claimed
   bool identified;   // in peers_ (as opposed to unidentified_)
+  Clock::time_point opened;  // when the endpoint was created or accepted
   ucp_ep_h ep = nullptr;
   bool closing = false;  // handed to progress() for closing: its errors no longer matter
   enum class Stage { kHello, kChallenged, kProved, kUp } stage = Stage::kHello;
   Nonce connector_nonce{};
   Nonce acceptor_nonce{};
-  Clock::time_point opened = Clock::now();
 };
 
 struct ChallengeBody {
@@ -154,9 +154,10 @@ struct Peer {
   std::string address;
   std::unique_ptr<EpContext> ep;
   bool up = false;
-  Clock::time_point reconnect_at{};
-  Clock::time_point last_heard{};      // any message from the peer's endpoint
-  Clock::time_point next_heartbeat{};
+  std::optional<Clock::time_point> reconnect_at;  // none: connect at once
+  // Set when the link comes up and read only while it is up.
+  Clock::time_point last_heard;  // any message from the peer's endpoint
+  Clock::time_point next_heartbeat;
 };
 
 class UcxTransport final : public Transport {
@@ -328,7 +329,7 @@ class UcxTransport final : public Transport {
     Peer& peer = peers_[r];
     socklen_t length = 0;
     GC_ASSIGN_OR_RETURN(sockaddr_storage addr, resolve(peer.address, false, &length));
-    peer.ep = std::make_unique<EpContext>(EpContext{this, r, true});
+    peer.ep = std::make_unique<EpContext>(EpContext{this, r, true, options_.now()});
     Status random = randomBytes(peer.ep->connector_nonce);
     if (!random.ok()) {
       peer.ep.reset();
@@ -346,7 +347,7 @@ class UcxTransport final : public Transport {
     ucs_status_t st = ucp_ep_create(worker_, &ep, &peer.ep->ep);
     if (st != UCS_OK) {
       peer.ep.reset();
-      peer.reconnect_at = Clock::now() + reconnectDelay();
+      peer.reconnect_at = options_.now() + reconnectDelay();
       return ucsError(strCat("connecting to rank ", r, " at ", peer.address), st);
     }
     return postInternal(peer.ep->ep, r, kAmHello, std::as_bytes(std::span(peer.ep->connector_nonce)));
@@ -392,7 +393,7 @@ class UcxTransport final : public Transport {
     Peer& p = peers_[r];
     if (!p.up) {
       p.up = true;
-      p.last_heard = Clock::now();
+      p.last_heard = options_.now();
       p.next_heartbeat = p.last_heard + seconds(options_.heartbeat_seconds);
       GC_LOG(kInfo, "transport", "rank ", options_.rank, ": peer ", r, " is up");
       events_.push_back({r, PeerEvent::kUp, {}});
@@ -408,7 +409,7 @@ class UcxTransport final : public Transport {
       events_.push_back({r, PeerEvent::kDown, status});
     }
     p.up = false;
-    p.reconnect_at = Clock::now() + reconnectDelay();
+    p.reconnect_at = options_.now() + reconnectDelay();
   }
 
   static Clock::duration seconds(double s) {
@@ -434,7 +435,7 @@ class UcxTransport final : public Transport {
   // after tens of seconds.
   bool checkLiveness() {
     bool worked = false;
-    const auto now = Clock::now();
+    const auto now = options_.now();
     const auto timeout = seconds(options_.peer_timeout_seconds);
     for (Rank r = 0; r < options_.size; ++r) {
       Peer& p = peers_[r];
@@ -481,10 +482,10 @@ class UcxTransport final : public Transport {
 
   bool retryConnections() {
     bool worked = false;
-    const auto now = Clock::now();
+    const auto now = options_.now();
     for (Rank r = 0; r < options_.size; ++r) {
       Peer& p = peers_[r];
-      if (r <= options_.rank || p.address.empty() || p.ep || now < p.reconnect_at) continue;
+      if (r <= options_.rank || p.address.empty() || p.ep || (p.reconnect_at && now < *p.reconnect_at)) continue;
       worked = true;
       Status s = openEndpoint(r);
       if (!s.ok()) GC_LOG(kDebug, "transport", s.message());
@@ -501,9 +502,10 @@ class UcxTransport final : public Transport {
       ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &rp);
       if (req != nullptr && !UCS_PTR_IS_ERR(req)) pending.push_back(req);
     }
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    // A bound on a busy wait, on the real clock: an injected one may stand still.
+    const auto deadline = steadyNow() + std::chrono::seconds(2);
     for (void* req : pending) {
-      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker_);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && steadyNow() < deadline) ucp_worker_progress(worker_);
       ucp_request_free(req);
     }
   }
@@ -536,7 +538,7 @@ class UcxTransport final : public Transport {
 
   static void onConnectionRequest(ucp_conn_request_h request, void* arg) {
     auto* self = static_cast<UcxTransport*>(arg);
-    auto ctx = std::make_unique<EpContext>(EpContext{self, 0, false});
+    auto ctx = std::make_unique<EpContext>(EpContext{self, 0, false, self->options_.now()});
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -586,7 +588,7 @@ class UcxTransport final : public Transport {
              ": it did not come on that rank's authenticated link");
       return false;
     }
-    p.last_heard = Clock::now();
+    p.last_heard = options_.now();
     return true;
   }
 
@@ -647,7 +649,7 @@ class UcxTransport final : public Transport {
                                        p.ep->connector_nonce, challenge.acceptor_nonce);
     if (!self->checkProof(challenge.proof, want)) {
       self->refuse(std::move(p.ep), authFailure(from, p.address));
-      p.reconnect_at = Clock::now() + std::max(self->reconnectDelay(), seconds(1.0));
+      p.reconnect_at = self->options_.now() + std::max(self->reconnectDelay(), seconds(1.0));
       return UCS_OK;
     }
     p.ep->acceptor_nonce = challenge.acceptor_nonce;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/clock.h"
 #include "transport/transport.h"
 
 namespace gcagent::transport {
@@ -29,6 +30,8 @@ struct UcxOptions {
   uint64_t eager_bytes = 0;
   // Called (from progress()) when a peer fails authentication and its link is refused.
   std::function<void(const Status&)> on_refused;
+  // The clock of heartbeats, peer and handshake timeouts and reconnect pauses.
+  SteadyNow now = steadyNow;
 };
 
 Result<std::unique_ptr<Transport>> makeUcxTransport(const UcxOptions& options);
