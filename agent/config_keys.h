@@ -14,7 +14,7 @@
     "prefix of the shared-memory segment names in /dev/shm")                                    \
   X(agent, node_rank, Integer, "0", 0, 4095, "", "this agent's index in transport.peers")      \
   X(agent, summary_interval, Real, "10", 0, 86400, "",                                         \
-    "seconds between progress summaries in the log; 0 turns them off")                         \
+    "seconds between progress summaries in the log (an idle agent says so once); 0: none")      \
   X(agent, group, Text, "", 0, 0, "",                                                           \
     "group that may use the control socket and the segments (mode 0660); empty: owner only (0600)") \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
@@ -33,7 +33,7 @@
   X(scheduler, inflight_bytes, Integer, "0", 0, 68719476736, "",                               \
     "optional byte budget in flight per peer; 0 means no byte limit")                          \
   X(scheduler, refit_interval, Real, "5", 0, 86400, "",                                         \
-    "seconds between re-fits of the auto selection's cost model from measured timings")        \
+    "seconds between re-fits of the auto selection's cost model (the first: at once)")        \
   X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \
   X(compress, params, TextList, "", 0, 0, "",                                                   \
     "parameters of the default codec, as key=value items")                                     \

@@ -25,6 +25,7 @@
 #include "shm/fd_passing.h"
 #include "shm/protocol.h"
 #include "shm/segment.h"
+#include "tests/common/wait_for.h"
 #include "transport/loopback/loopback.h"
 
 namespace gcagent::agent {
@@ -417,11 +418,10 @@ TEST_F(DeviceSessionTest, AHostTrainerLeavingWhileTheDeviceSlotIsStagedFailsTheR
     host.expect<protocol::Declared>(host.receive());
     device.send({3, protocol::Submit{1, {1}}});
     host.send({3, protocol::Submit{1, {1}}});
-    for (int i = 0; i < 2000 && agent.path().held() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(gcagent::testing::waitFor([&] { return agent.path().held() != 0; }));
     ASSERT_EQ(agent.path().held(), 1u) << "the device slot is being staged";
   }  // the host trainer leaves: its segment goes with it
-  for (int i = 0; i < 2000 && agent.counters().trainers_connected != 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(gcagent::testing::waitFor([&] { return agent.counters().trainers_connected == 1; }));
   agent.path().releaseHeld();
   const auto reply = device.receive();
   const auto error = device.expect<protocol::Error>(reply);

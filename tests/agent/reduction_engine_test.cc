@@ -144,6 +144,44 @@ TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJust
   for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 1u) << "node " << r;
 }
 
+// P3: eight layers submitted last layer first while the credit window holds two slices
+// per peer. Layer 0, submitted last, overtakes every slice still queued and completes
+// first; with a window larger than the iteration every slice was handed over on submit, so
+// the layers complete in submission order. Over loopback the order is a function of the
+// submissions only, never of timing (the shaped-link timings are in bench/scheduler_bench.py).
+std::vector<uint64_t> completionOrderOfABackwardPass(uint32_t window) {
+  EngineOptions o = smallSlices();
+  o.inflight_per_peer = window;
+  Cluster c(2, o);
+  const uint64_t job = jobIdOf("p3");
+  std::vector<TensorSpec> layers;
+  for (uint64_t k = 0; k < 8; ++k) layers.push_back({k, 10000, -static_cast<int32_t>(k), {"none", {}}});
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_TRUE(c.engine(r).declareJob(job, layers).ok());
+  std::vector<std::vector<std::vector<float>>> grads(2, std::vector<std::vector<float>>(8));
+  for (uint64_t k = 8; k-- > 0;)
+    for (uint32_t r = 0; r < 2; ++r) {
+      grads[r][k].assign(10000, 1.0f + static_cast<float>(r));
+      EXPECT_TRUE(c.engine(r).reduce(job, 1, k, {grads[r][k].data()}).ok());
+    }
+  c.pump();
+  std::vector<uint64_t> order;
+  for (const Done& d : c.done(0)) {
+    EXPECT_TRUE(d.status.ok()) << d.status.toString();
+    order.push_back(d.key);
+  }
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint64_t k = 0; k < 8; ++k) EXPECT_EQ(grads[r][k], std::vector<float>(10000, 1.5f)) << r << " " << k;
+  return order;
+}
+
+TEST(ReductionEngineTest, HighPriorityLayerSubmittedLastCompletesFirst) {
+  const std::vector<uint64_t> p3 = completionOrderOfABackwardPass(2);
+  ASSERT_EQ(p3.size(), 8u);
+  EXPECT_EQ(p3, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  const std::vector<uint64_t> fifo = completionOrderOfABackwardPass(4096);
+  EXPECT_EQ(fifo, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+}
+
 TEST(ReductionEngineTest, SingleNodeIsALocalAllreduce) {
   Cluster c(1, smallSlices());
   runAndCheck(c, 2, {1, 7, 1000, 2501}, 3, 1e-6);

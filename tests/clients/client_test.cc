@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "scripted_agent.h"
+#include "tests/common/wait_for.h"
 
 namespace gcagent::client::testing {
 namespace {
@@ -143,8 +144,7 @@ TEST_F(ClientTest, DeviceOfferIsTakenWithItsDescriptorAndRefusedWithoutCuda) {
                                "libcuda.so.1: libcuda.so.1: cannot open shared object file: No such file or directory",
                                "the agent offered GPU memory, but this gcagent client library was built without CUDA"));
   // The scripted agent (a thread of this process) closes its own copy just after sending.
-  for (int i = 0; i < 2000 && agent_->memfd_offers_closed.load() < 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(gcagent::testing::waitFor([&] { return agent_->memfd_offers_closed.load() >= 1; }));
   EXPECT_EQ(openFds(), before) << "the received descriptor must be closed";
   // Nothing is declared now, and the connection still works for host tensors.
   EXPECT_EQ(gcagent_device_buffer(client_, 1), 0u);
@@ -240,6 +240,7 @@ TEST_F(ClientTest, TimeoutInTheMiddleOfAFrameLosesNothing) {
   fill(2, 2.0f);
   ASSERT_EQ(gcagent_submit(client_, 1, keys, 2), GCAGENT_OK);
   EXPECT_EQ(gcagent_wait(client_, 1, keys, 2, 100), GCAGENT_ERR_TIMEOUT);  // holds part of the frame
+  agent_->release_rest = true;
   ASSERT_EQ(gcagent_wait(client_, 1, keys, 2, 5000), GCAGENT_OK) << lastError();
   expectReduced(1, 1.0f);
   expectReduced(2, 2.0f);
@@ -329,12 +330,12 @@ TEST_F(ClientTest, ConnectToMissingSocketTimesOut) {
 }
 
 TEST_F(ClientTest, ConnectWaitsForAStartingAgent) {
+  const auto start = Clock::now();  // before the starter's pause begins
   std::thread starter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     agent_->start();
   });
-  const auto start = Clock::now();
-  const int rc = gcagent_connect(agent_->socketPath().c_str(), "job", 0, 1, 10000, &client_);
+  const int rc = gcagent_connect(agent_->socketPath().c_str(), "job", 0, 1, 60000, &client_);
   starter.join();
   ASSERT_EQ(rc, GCAGENT_OK) << gcagent_last_error(nullptr);
   EXPECT_GE(msSince(start), 250);

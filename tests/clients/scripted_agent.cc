@@ -12,6 +12,7 @@
 
 #include "common/str_cat.h"
 #include "shm/fd_passing.h"
+#include "tests/common/wait_for.h"
 
 namespace gcagent::client::testing {
 namespace protocol = shm::protocol;
@@ -135,7 +136,8 @@ bool ScriptedAgent::answer(int fd, const HeldSubmit& held) {
     case OnSubmit::kCompleteSlowly: {
       const auto frame = protocol::encode({held.request_id, protocol::Complete{iteration, done}});
       if (::send(fd, frame.data(), 10, MSG_NOSIGNAL) != 10) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      // The rest once the test saw its client time out holding the first part.
+      if (!gcagent::testing::waitFor([&] { return release_rest.load(); })) return false;
       if (::send(fd, frame.data() + 10, frame.size() - 10, MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size() - 10))
         return false;
       break;

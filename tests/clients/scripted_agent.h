@@ -24,7 +24,7 @@ class ScriptedAgent {
  public:
   enum class OnSubmit {
     kComplete,               // one Complete per submit
-    kCompleteSlowly,         // one Complete per submit, its first 10 bytes 300 ms before the rest
+    kCompleteSlowly,         // one Complete per submit, its first 10 bytes, the rest after release_rest
     kCompleteSplitReversed,  // one Complete per key, last key first
     kSilent,                 // never answer
     kClose,                  // close the connection
@@ -52,6 +52,7 @@ class ScriptedAgent {
   std::string reject_job = "rejected";
   std::string reject_codec = "bogus";
   std::atomic<int> submits_seen{0};
+  std::atomic<bool> release_rest{false};       // kCompleteSlowly: send the rest of the frame
   std::atomic<int> memfd_offers_closed{0};  // offers sent whose memfd this side has closed again
 
   // How a DeclareDevice is answered.

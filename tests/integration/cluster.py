@@ -14,9 +14,6 @@ from pathlib import Path
 BUILD = Path(os.environ.get("GCAGENT_BUILD_DIR", Path(__file__).resolve().parents[2] / "build" / "release"))
 AGENT = BUILD / "agent" / "gcagent"
 TRAINER = BUILD / "clients" / "gcagent_test_trainer"
-# Whether the tree under test was built with the sanitizers (its agent is several times slower).
-SANITIZED = "GCAGENT_SANITIZE:BOOL=ON" in (BUILD / "CMakeCache.txt").read_text() \
-    if (BUILD / "CMakeCache.txt").exists() else False
 
 
 def free_ports(n):
