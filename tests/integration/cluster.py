@@ -181,7 +181,7 @@ class Cluster:
     def log(self, rank):
         return self.logs[rank].read_text()
 
-    def metrics_address(self, rank, timeout=10):
+    def metrics_address(self, rank, timeout=60):
         """host:port of an agent's Prometheus endpoint, from its "metrics on" log line."""
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -19,9 +19,10 @@ PEER_TIMEOUT = 2.0
 FLAGS = ["--transport.peer_timeout", str(PEER_TIMEOUT), "--transport.heartbeat_interval", "0.2",
          "--scheduler.slice_elements", "4096"]
 TENSORS = "40000,4096,17"
-# Detection within the peer timeout, plus the time the error takes to reach a trainer and
-# the trainer to exit on a loaded machine.
-ERROR_WITHIN = PEER_TIMEOUT + 3.0
+# A generous bound on the wait for a trainer to fail: it must be the peer timeout (named in
+# the error) that ends the wait, not the trainers' own --timeout-ms of 60 s, whatever the
+# machine's load. How fast the loss is seen is measured in bench/, not here.
+ERROR_WITHIN = 45.0
 
 
 def shm_entries(prefix):
@@ -51,7 +52,7 @@ class Trainers:
     def output(self, i):
         return self.outputs[i].read_text()
 
-    def wait_iterations(self, count, timeout=30):
+    def wait_iterations(self, count, timeout=120):
         """Until every trainer has completed `count` iterations."""
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -87,7 +88,7 @@ def restart_agent(cluster, rank):
                                            env=cluster.env)
 
 
-def wait_mesh_whole(cluster, timeout=30, steady=1.0):
+def wait_mesh_whole(cluster, timeout=120, steady=1.0):
     """Until every agent's log has shown every peer up (after its last loss) for `steady`
     seconds: links that were retried while a peer was away may still be replaced."""
     deadline = time.time() + timeout
@@ -132,13 +133,11 @@ def test_peer_killed_mid_step_fails_the_step_and_rejoins(tmp_path):
     with Cluster(tmp_path, 3, FLAGS) as c:
         trainers = Trainers(c, 1, "victim")
         trainers.wait_iterations(3)
-        started = time.time()
         c.procs[2].send_signal(signal.SIGKILL)
         c.procs[2].wait()
         # Trainers on the surviving agents get the loss; the one on the dead agent its I/O error.
         assert_lost_peer_error(trainers, [0, 1], 2, "")
         assert trainers.wait_exit([2], ERROR_WITHIN) == [2]
-        assert time.time() - started < ERROR_WITHIN
         # The survivors keep serving; the restarted agent removes its predecessor's segments.
         restart_agent(c, 2)
         assert_new_iteration_completes(c, "after")
@@ -209,7 +208,7 @@ def test_killed_trainer_fails_its_job_only_and_frees_its_slots(tmp_path):
         assert "trainer" in victim.output(0) and "left" in victim.output(0), victim.output(0)[-800:]
         # The other job on the same agents keeps iterating, with exact results.
         done = bystander.output(0).count("iteration=")
-        deadline = time.time() + 20
+        deadline = time.time() + 120
         while bystander.output(0).count("iteration=") < done + 5 and time.time() < deadline:
             time.sleep(0.05)
         assert bystander.output(0).count("iteration=") >= done + 5, bystander.output(0)[-500:]
@@ -217,7 +216,7 @@ def test_killed_trainer_fails_its_job_only_and_frees_its_slots(tmp_path):
         # Only the bystanders' segments are left.
         assert len(shm_entries(c.prefix)) == 2, shm_entries(c.prefix)
         bystander.kill()
-        deadline = time.time() + 5
+        deadline = time.time() + 60
         while shm_entries(c.prefix) != before and time.time() < deadline:
             time.sleep(0.05)
         assert shm_entries(c.prefix) == before

@@ -24,7 +24,7 @@ def get(address, path):
         return e.code, json.loads(e.read())
 
 
-def wait_for(predicate, timeout=15, what="condition"):
+def wait_for(predicate, timeout=60, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = predicate()

@@ -106,7 +106,7 @@ def test_prometheus_scrapes_two_agents_during_a_2bit_run(tmp_path):
         prom = Prometheus(tmp_path, targets)
         try:
             # Trainers start once both agents are scraped, so growth is seen from zero.
-            poll("both targets up", lambda: prom.values_by_instance("up") == {t: 1.0 for t in targets}, 30)
+            poll("both targets up", lambda: prom.values_by_instance("up") == {t: 1.0 for t in targets}, 120)
             stop = threading.Event()
             failures = []
 
@@ -124,17 +124,19 @@ def test_prometheus_scrapes_two_agents_during_a_2bit_run(tmp_path):
                 sent = 'sum by (instance) (gcagent_{}_bytes_total{{codec="2bit",direction="sent"}})'
                 first = poll("2bit bytes on both agents",
                              lambda: (v := prom.values_by_instance(sent.format("wire"))) and len(v) == 2
-                             and all(x > 0 for x in v.values()) and v, 40)
+                             and all(x > 0 for x in v.values()) and v, 120)
                 poll("the byte counters to grow",
                      lambda: (v := prom.values_by_instance(sent.format("wire"))) and all(
-                         v.get(t, 0) > first[t] for t in targets), 40)
+                         v.get(t, 0) > first[t] for t in targets), 120)
             finally:
                 stop.set()
                 runner.join()
             assert not failures, failures[0] + "\nagent 0 log:\n" + c.log(0)[-3000:]
 
             # Wait for a scrape after the last batch, then the counters must agree with each other.
-            time.sleep(2.5)
+            poll("a scrape after the last batch",
+                 lambda: all(v >= 40 for v in prom.values_by_instance("gcagent_iterations_completed_total").values())
+                 and len(prom.values_by_instance("gcagent_iterations_completed_total")) == 2, 120)
             raw = prom.values_by_instance(sent.format("raw"))
             wire = prom.values_by_instance(sent.format("wire"))
             for t in targets:
