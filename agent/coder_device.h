@@ -50,6 +50,7 @@ class CoderDevice {
   // Element work on device memory, enqueued.
   virtual Status add(float* dst, const float* src, size_t n) = 0;             // dst += src
   virtual Status scale(float* p, size_t n, float factor) = 0;                 // p *= factor
+  virtual Status divide(float* p, size_t n, float divisor) = 0;               // p /= divisor
   virtual Status flush(float* dst, float* residual, size_t n) = 0;            // dst += residual; residual = 0
   virtual Status zero(void* p, size_t bytes) = 0;
   // Between any two of: device memory, allocateHost() memory.

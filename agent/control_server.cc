@@ -234,7 +234,9 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     std::vector<TensorSpec> specs;
     for (const auto& t : tensors) {
       compress::Params params(t.params.begin(), t.params.end());
-      specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}});
+      auto policy = takeReductionPolicy(params);  // what is left is the codec's
+      if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
+      specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
     }
     GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
     job.tensors = tensors;

@@ -49,6 +49,10 @@ class HostCoderDevice : public CoderDevice {
     for (size_t i = 0; i < n; ++i) p[i] *= factor;
     return {};
   }
+  Status divide(float* p, size_t n, float divisor) override {
+    divideBy(p, n, divisor);
+    return {};
+  }
   Status flush(float* dst, float* residual, size_t n) override {
     addInto(dst, residual, n);
     std::memset(residual, 0, n * sizeof(float));

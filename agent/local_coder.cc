@@ -212,7 +212,7 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
 }
 
 void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
-                              float scale, Done done) {
+                              float divisor, Done done) {
   auto prepared = prepare(w);
   if (!prepared.ok()) {
     forget(w.job, w.key);
@@ -234,7 +234,8 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   }
   float* out = w.buffers.at(0) + b;
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
-  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, scale, {w.key, slice, w.iteration});
+  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, {w.key, slice, w.iteration});
+  if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
   if (!done) return defer(w, slice, st);
   if (auto it = deferred_.find({w.job, w.key}); it != deferred_.end()) {
@@ -253,12 +254,12 @@ void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {
   deferred_.emplace(std::pair{w.job, w.key}, Status(st.code(), strCat("slice ", slice, ": ", st.message())));
 }
 
-void LocalCoder::average(const KeyWork& w, Done done) {
+void LocalCoder::sum(const KeyWork& w, float divisor, Done done) {
   const size_t n = w.geometry.elements;
   float* sum = w.buffers.at(0);
   Status st;
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n);
-  if (st.ok() && w.buffers.size() > 1) st = device_->scale(sum, n, 1.0f / static_cast<float>(w.buffers.size()));
+  if (st.ok() && divisor != 1.0f) st = device_->divide(sum, n, divisor);
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->copy(w.buffers[b], sum, n * sizeof(float));
   device_->after([st, done = std::move(done)](const Status& ran) { done(st.ok() ? ran : st); });
 }

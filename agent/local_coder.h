@@ -51,14 +51,15 @@ class LocalCoder {
   // whose sum it adds itself, as the host path does) always go uncompressed. `done` gets one
   // payload per slice.
   void encode(const KeyWork& work, bool compressed, const std::vector<bool>& exact, Encoded done);
-  // Writes scale * (the decoding of an owner's result for `slice`) into every buffer;
-  // `compressed`: encoded with the pull codec, else uncompressed. An empty `done` enqueues
-  // without a report (one after() per slice would stall the stream each time): the next call
-  // with a `done` reports for every decode of the key since, with the first failure.
+  // Writes the decoding of an owner's result for `slice`, divided by `divisor` (1: the sum),
+  // into every buffer; `compressed`: encoded with the pull codec, else uncompressed. An empty
+  // `done` enqueues without a report (one after() per slice would stall the stream each
+  // time): the next call with a `done` reports for every decode of the key since, with the
+  // first failure.
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
-                    float scale, Done done);
-  // A node on its own: every buffer gets the average of the buffers.
-  void average(const KeyWork& work, Done done);
+                    float divisor, Done done);
+  // A node on its own: every buffer gets the sum of the buffers divided by `divisor` (1: the sum).
+  void sum(const KeyWork& work, float divisor, Done done);
 
   // Drops the residuals and scratch memory of a key (its size or codec changed) or a job.
   void forget(uint64_t job, uint64_t key);

@@ -21,6 +21,9 @@ namespace {
 constexpr uint64_t kResidualSampleEvery = 64;
 // Marks result fingerprints, so a contribution is never mistaken for a result.
 constexpr uint32_t kResultMark = 0x5bd1e995u;
+// Marks the contributions of tensors under the mxnet policy: nodes that disagree on the
+// policy would sum differently, so their slices are refused like a codec mismatch.
+constexpr uint32_t kMxnetMark = 0x2545f491u;
 
 uint32_t fingerprint(const compress::CodecSpec& spec) {
   uint32_t h = 2166136261u;  // FNV-1a over name and sorted parameters
@@ -44,12 +47,33 @@ uint64_t jobIdOf(std::string_view name) {
   return h;
 }
 
-struct ReductionEngine::Accumulator {
-  FloatBuffer sum;
-  std::vector<bool> seen;  // which nodes contributed
-  uint32_t nodes = 0;
+// A contribution that arrived before its turn. Contributions are summed in rank order, so
+// the sum has the same bits whatever order the network delivers them in.
+struct ParkedContribution {
+  const float* local = nullptr;    // this node's own share (it stays put while its key is active)
+  std::vector<std::byte> encoded;  // a peer's bytes, copied: the message is gone after onMessage
+  bool compressed = false;
   uint32_t contributors = 0;
 };
+
+struct ReductionEngine::Accumulator {
+  FloatBuffer sum;
+  std::vector<bool> seen;  // which nodes' contributions arrived (added or parked)
+  std::map<transport::Rank, ParkedContribution> parked;
+  transport::Rank next = 0;  // the rank added next; all below it are in the sum
+  uint32_t contributors = 0;
+};
+
+namespace {
+
+bool isMxnet(const TensorSpec& t) { return t.policy.aggregation == Aggregation::kMxnet; }
+
+// What the result is divided by: the number of trainers for an average, 1 for a sum.
+float divisorOf(const TensorSpec& t, uint32_t contributors) {
+  return t.policy.result == ResultKind::kSum ? 1.0f : static_cast<float>(contributors);
+}
+
+}  // namespace
 
 struct ReductionEngine::KeyState {
   TensorSpec spec;
@@ -156,17 +180,25 @@ bool ReductionEngine::codesOnDevice(uint64_t job, uint64_t key) const {
 }
 
 void ReductionEngine::replan(KeyState& k, bool log_always) {
-  const scheduler::Plan plan = planner_.decide(k.spec.elements, *k.push);
+  scheduler::Plan plan = planner_.decide(k.spec.elements, *k.push);
+  // MXNet compresses every dense fp32 key, whatever its size.
+  if (isMxnet(k.spec)) plan.compress = true;
   const bool changed = !k.planned || plan.compress != k.plan.compress;
   k.plan = plan;
   k.plan.partitions = k.geometry.count() < plan.partitions ? k.geometry.count() : plan.partitions;
   k.plan_epoch = planner_.epoch();
   k.planned = true;
-  if ((changed || log_always) && k.push_spec.name != "none")
-    GC_LOG(kInfo, "scheduler", "tensor ", k.spec.key, " (", k.spec.elements, " elements, ", k.push_spec.name, "): ",
-           planner_.selection() == scheduler::Selection::kAuto ? k.plan.describe()
-                                                              : strCat(k.plan.compress ? "compressed" : "uncompressed",
-                                                                       " (min_elements ", options_.min_elements, ")"));
+  if (!(changed || log_always) || k.push_spec.name == "none") return;
+  std::string why;
+  if (isMxnet(k.spec)) {
+    why = "compressed (aggregation mxnet compresses every key)";
+  } else if (planner_.selection() == scheduler::Selection::kAuto) {
+    why = k.plan.describe();
+  } else {
+    why = strCat(k.plan.compress ? "compressed" : "uncompressed", " (min_elements ", options_.min_elements, ")");
+  }
+  GC_LOG(kInfo, "scheduler", "tensor ", k.spec.key, " (", k.spec.elements, " elements, ", k.push_spec.name, ", ",
+         describe(k.spec.policy), "): ", why);
 }
 
 void ReductionEngine::updatePlanGauges() {
@@ -187,10 +219,13 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     k.spec = t;
     k.push_spec = t.codec.name.empty() ? options_.default_codec : t.codec;
     // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
-    // codec of an uncompressed push codec stays uncompressed.
-    k.pull_spec = options_.result_codec == "same" || k.push_spec.name == "none"
-                      ? k.push_spec
-                      : compress::CodecSpec{options_.result_codec, {}};
+    // codec of an uncompressed push codec stays uncompressed, and so does every result
+    // under the mxnet policy.
+    if (isMxnet(t) || k.push_spec.name == "none") {
+      k.pull_spec = {"none", {}};
+    } else {
+      k.pull_spec = options_.result_codec == "same" ? k.push_spec : compress::CodecSpec{options_.result_codec, {}};
+    }
     auto push = compress::makeCodec(k.push_spec, options_.codec_env);
     if (!push.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", push.status().message()));
     auto pull = compress::makeCodec(k.pull_spec, options_.codec_env);
@@ -201,7 +236,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
     k.pull_stats = &stats_->codec(k.pull_spec.name);
     k.raw_stats = &stats_->codec("none");
     k.size_class = metrics::sizeClassOf(t.elements * sizeof(float));
-    k.push_fp = fingerprint(k.push_spec);
+    k.push_fp = fingerprint(k.push_spec) ^ (isMxnet(t) ? kMxnetMark : 0u);
     k.pull_fp = fingerprint(k.pull_spec) ^ kResultMark;
     k.geometry = scheduler::SliceGeometry::of(t.elements, options_.slice_elements, planner_.partitions(t.elements));
     k.slice_count = k.geometry.count();
@@ -285,24 +320,28 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     replan(k, /*log_always=*/false);
     if (before != k.plan.compress) updatePlanGauges();
   }
-  stats_->decision(k.plan.compress && k.push_spec.name != "none").Increment();
+  const bool compressed = k.plan.compress && k.push_spec.name != "none";
+  stats_->decision(compressed).Increment();
+  // Under mxnet a node's own share is encoded like every other node's; otherwise the owner
+  // adds it exactly. A lone node then still encodes and decodes, as a one-worker dist_sync.
+  const bool own_share_encoded = isMxnet(k.spec) && compressed;
+  const bool alone = transport_.size() == 1 && !own_share_encoded;
+  k.contributors = static_cast<uint32_t>(k.outputs.size());
   k.coded = coder != nullptr;
   if (coder) {
     if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
     k.coder = std::move(coder);
     k.work = {job, key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs};
-    k.contributors = static_cast<uint32_t>(k.outputs.size());
     auto engine = std::weak_ptr<ReductionEngine*>(alive_);
-    if (transport_.size() == 1) {
-      k.coder->average(k.work, [engine, job, key, iteration](const Status& s) {
-        if (auto e = engine.lock(); e && *e) (*e)->onAveraged(job, key, iteration, s);
+    if (alone) {
+      k.coder->sum(k.work, divisorOf(k.spec, k.contributors), [engine, job, key, iteration](const Status& s) {
+        if (auto e = engine.lock(); e && *e) (*e)->onSummedLocally(job, key, iteration, s);
       });
       return {};
     }
-    const bool compressed = k.plan.compress && k.push_spec.name != "none";
-    // The slices this node owns go exact: it adds its own sum to theirs, as on the host path.
+    // The slices this node owns go exact unless its own share is encoded (mxnet).
     std::vector<bool> own(k.slice_count);
-    for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = ownerOf(key, s) == transport_.rank();
+    for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = !own_share_encoded && ownerOf(key, s) == transport_.rank();
     k.coder->encode(k.work, compressed, own,
                     [engine, job, key, iteration, compressed](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
                       if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
@@ -310,17 +349,17 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     return {};
   }
   const uint64_t n = k.spec.elements;
-  if (transport_.size() == 1) {
-    // A node on its own: the local sum is the whole sum. One fused pass sums and scales into
-    // the first trainer's buffer; the others get a copy.
+  if (alone) {
+    // A node on its own: the local sum is the whole sum. The last add divides (for an
+    // average) into the first trainer's buffer; the others get a copy.
     if (k.outputs.size() > 1) {
-      const float scale = 1.0f / static_cast<float>(k.outputs.size());
+      const float divisor = divisorOf(k.spec, k.contributors);
       float* out = k.outputs[0];
       for (size_t b = 1; b < k.outputs.size(); ++b) {
         const float* in = k.outputs[b];
         const bool last = b + 1 == k.outputs.size();
-        if (last) {
-          addAndScale(out, in, n, scale);
+        if (last && divisor != 1.0f) {
+          addAndDivide(out, in, n, divisor);
         } else {
           addInto(out, in, n);
         }
@@ -342,10 +381,21 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     k.source = k.local_sum.data();
   }
   const uint32_t self = transport_.rank();
-  k.contributors = static_cast<uint32_t>(k.outputs.size());
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k.slice_count && k.active; ++s) {
     const uint32_t owner = ownerOf(key, s);
+    if (owner == self && own_share_encoded) {
+      // Encoded with this node's residual, as it would be for another owner; not on the wire.
+      const uint64_t b = k.geometry.begin(s), size = k.geometry.size(s);
+      auto payload = encodeSlice(js.push_residuals, *k.push, *k.push_stats, true, k, s, iteration,
+                                 {k.source + b, size}, /*copies=*/0);
+      if (!payload.ok()) {
+        completeKey(job, k, payload.status());
+        break;
+      }
+      addContribution(js, job, k, s, iteration, self, k.contributors, nullptr, **payload, true);
+      continue;
+    }
     if (owner == self) {
       addContribution(js, job, k, s, iteration, self, k.contributors, k.source + k.geometry.begin(s), {}, false);
       continue;
@@ -483,13 +533,8 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
 void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                       transport::Rank from, uint32_t contributors, const float* local,
                                       std::span<const std::byte> encoded, bool compressed) {
-  const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   Accumulator& acc = k.accumulators[{slice, iteration}];
-  const bool first = acc.seen.empty();
-  if (first) {
-    acc.sum.resize(e - b);  // left uninitialised: the first contribution is copied in
-    acc.seen.assign(transport_.size(), false);
-  }
+  if (acc.seen.empty()) acc.seen.assign(transport_.size(), false);
   if (acc.seen[from]) {
     const std::string why = strCat("tensor ", k.spec.key, " slice ", slice, " iteration ", iteration,
                                    ": second contribution from rank ", from, " dropped");
@@ -497,38 +542,64 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     GC_LOG(kWarn, "agent", why);
     return;
   }
+  acc.seen[from] = true;
+  if (from != acc.next) {
+    ParkedContribution& parked = acc.parked[from];
+    parked.local = local;
+    if (local == nullptr) parked.encoded.assign(encoded.begin(), encoded.end());
+    parked.compressed = compressed;
+    parked.contributors = contributors;
+    return;
+  }
+  ParkedContribution now{local, {}, compressed, contributors};
+  for (;;) {
+    const std::span<const std::byte> bytes = now.encoded.empty() ? encoded : std::span<const std::byte>(now.encoded);
+    if (!addToSum(k, acc, slice, iteration, acc.next, now.local, bytes, now.compressed).ok()) {
+      // Dropped: that rank may still send a valid one; nothing after it is added before.
+      acc.seen[acc.next] = false;
+      if (acc.next == 0 && acc.parked.empty()) k.accumulators.erase({slice, iteration});
+      return;
+    }
+    acc.contributors += now.contributors;
+    ++acc.next;
+    auto waiting = acc.parked.find(acc.next);
+    if (waiting == acc.parked.end()) break;
+    now = std::move(waiting->second);
+    acc.parked.erase(waiting);
+    encoded = {};
+  }
+  if (acc.next == transport_.size()) finishSlice(job, js, k, slice, iteration);
+}
+
+Status ReductionEngine::addToSum(KeyState& k, Accumulator& acc, uint32_t slice, uint64_t iteration,
+                                 transport::Rank from, const float* local, std::span<const std::byte> encoded,
+                                 bool compressed) {
+  const uint64_t n = k.geometry.size(slice);
+  const bool first = acc.next == 0;
+  if (first) acc.sum.resize(n);  // left uninitialised: the first contribution is written over it
   const auto start = options_.now();
   if (local != nullptr) {
     if (first) {
-      std::memcpy(acc.sum.data(), local, (e - b) * sizeof(float));
+      std::memcpy(acc.sum.data(), local, n * sizeof(float));
     } else {
-      addInto(acc.sum.data(), local, e - b);
+      addInto(acc.sum.data(), local, n);
     }
     stats_->merge().Observe(secondsBetween(start, options_.now()));
-  } else {
-    const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
-    Status s;
-    if (first) {
-      s = codec.decode(encoded, acc.sum, 1.0f, {k.spec.key, slice, iteration});  // the sum so far
-    } else {
-      s = codec.decodeAdd(encoded, acc.sum, {k.spec.key, slice, iteration});
-    }
-    const double took = secondsBetween(start, options_.now());
-    (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
-    planner_.recordDecode(codec.name(), encoded.size(), took);
-    if (!s.ok()) {
-      const std::string why = strCat("contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
-                                     " rejected: ", s.message());
-      badMessage(why);
-      GC_LOG(kWarn, "agent", why);
-      if (first) k.accumulators.erase({slice, iteration});  // nothing valid in it yet
-      return;
-    }
+    return {};
   }
-  acc.seen[from] = true;
-  acc.nodes += 1;
-  acc.contributors += contributors;
-  if (acc.nodes == transport_.size()) finishSlice(job, js, k, slice, iteration);
+  const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
+  const compress::SliceId id{k.spec.key, slice, iteration};
+  Status s = first ? codec.decode(encoded, acc.sum, 1.0f, id) : codec.decodeAdd(encoded, acc.sum, id);
+  const double took = secondsBetween(start, options_.now());
+  (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
+  planner_.recordDecode(codec.name(), encoded.size(), took);
+  if (!s.ok()) {
+    const std::string why = strCat("contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
+                                   " rejected: ", s.message());
+    badMessage(why);
+    GC_LOG(kWarn, "agent", why);
+  }
+  return s;
 }
 
 void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint32_t slice, uint64_t iteration) {
@@ -563,13 +634,13 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
     return;
   }
   const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
-  const float scale = 1.0f / static_cast<float>(contributors);
+  const float divisor = divisorOf(k.spec, contributors);
   if (k.coded) {
     stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
     // The device runs the decodes in order: only the last one reports, for all of them.
-    if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, scale, {});
+    if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, divisor, {});
     auto engine = std::weak_ptr<ReductionEngine*>(alive_);
-    k.coder->decodeResult(k.work, slice, compressed, encoded, scale,
+    k.coder->decodeResult(k.work, slice, compressed, encoded, divisor,
                           [engine, job, key = k.spec.key, iteration](const Status& s) {
                             if (auto e = engine.lock(); e && *e) (*e)->onDecoded(job, key, iteration, s);
                           });
@@ -579,8 +650,9 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   std::span<float> dst(out, e - b);
   const auto decode_start = options_.now();
   const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
-  // Decoded and averaged in one pass, the same on every node for the same bytes.
-  Status s = codec.decode(encoded, dst, scale, {k.spec.key, slice, iteration});
+  // The same bits on every node for the same bytes; an average is one division of the sum.
+  Status s = codec.decode(encoded, dst, 1.0f, {k.spec.key, slice, iteration});
+  if (s.ok() && divisor != 1.0f) divideBy(out, e - b, divisor);
   const double took = secondsBetween(decode_start, options_.now());
   (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
   planner_.recordDecode(codec.name(), encoded.size(), took);
@@ -633,8 +705,9 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     std::shared_ptr<ByteBuffer>& payload = (*payloads)[s];
     const uint32_t owner = ownerOf(key, s);
     if (owner == self) {
-      // This node's own contribution: the exact sum, as on the host path.
-      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload, false);
+      // This node's own contribution: exact, or encoded under mxnet (as on the host path).
+      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload,
+                      compressed && isMxnet(k->spec));
       continue;
     }
     const uint64_t raw = k->geometry.size(s) * sizeof(float);
@@ -663,7 +736,7 @@ void ReductionEngine::onDecoded(uint64_t job, uint64_t key, uint64_t iteration, 
   completeKey(job, *k, {});  // the last slice's report, for every slice
 }
 
-void ReductionEngine::onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
+void ReductionEngine::onSummedLocally(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
   KeyState* k = findKey(job, key);
   if (k == nullptr || !k->active || k->iteration != iteration) return;
   completeKey(job, *k, status);
@@ -735,7 +808,9 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (h.kind == SliceKind::kContribution) {
     const bool compressed = h.codec_fingerprint == k.push_fp && k.push_spec.name != "none";
     if (h.codec_fingerprint != k.push_fp && h.codec_fingerprint != raw_fp_)
-      return reject(m, Status::invalidArgument(strCat("tensor ", h.key, ": codec differs from '", k.push_spec.name, "'")));
+      return reject(m, Status::invalidArgument(strCat("tensor ", h.key, ": codec differs from '", k.push_spec.name,
+                                                      "' (aggregation ", aggregationName(k.spec.policy.aggregation),
+                                                      ")")));
     if (ownerOf(h.key, h.slice) != transport_.rank())
       return reject(m, Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, " is not owned here")));
     if (k.completed_once && h.iteration <= k.last_iteration && !(k.active && h.iteration == k.iteration))

@@ -1,9 +1,12 @@
 // The agent's reduction across nodes. Each slice of a tensor has an owner agent (round
 // robin from a hash of the key, as P3 places slices on servers). Every other node encodes
 // its locally reduced slice with its own residual and sends it to the owner; the owner
-// decodes and sums every contribution in fp32, re-encodes the sum with the owner's residual
-// and sends it to every node; each node, the owner included, decodes that one result, so
-// every trainer everywhere sees the same bytes, and divides by the number of trainers.
+// decodes and sums every contribution in fp32, in rank order, and sends the sum to every
+// node; each node, the owner included, decodes that one result, so every trainer everywhere
+// sees the same bytes, and divides it once by the number of trainers (or keeps the sum).
+// How the owner treats its own share and the result is the tensor's aggregation policy
+// (agent/reduction_policy.h): bidirectional (its share exact, the sum re-encoded with the
+// owner's residual) or mxnet (its share encoded like every other, the sum sent as is).
 //
 // Iterations are synchronous per key: a key reduces one iteration at a time on a node, and
 // owners keep contributions of different iterations apart. Everything runs on the thread
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "agent/local_coder.h"
+#include "agent/reduction_policy.h"
 #include "common/clock.h"
 #include "common/default_init.h"
 #include "common/status.h"
@@ -46,6 +50,7 @@ struct TensorSpec {
   uint64_t elements = 0;
   int32_t priority = 0;
   compress::CodecSpec codec;  // empty name: the engine's default
+  ReductionPolicy policy;
 };
 
 struct EngineOptions {
@@ -81,7 +86,7 @@ struct EngineCounters {
 
 class ReductionEngine {
  public:
-  // Called once per (job, iteration, key) reduce(): ok when the buffers hold the average.
+  // Called once per (job, iteration, key) reduce(): ok when the buffers hold the result.
   using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&)>;
 
   ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete);
@@ -93,7 +98,8 @@ class ReductionEngine {
   void dropJob(uint64_t job);
 
   // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
-  // gradient (elements floats each); they receive the average in place. With a `coder`, the
+  // gradient (elements floats each), in local rank order; they receive the result (the
+  // average or the sum, per the tensor's policy) in place. With a `coder`, the
   // buffers are in its device's memory, and the node's side of the reduction (local sum,
   // encoding with this node's residuals, decoding the results) runs there.
   Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
@@ -142,7 +148,10 @@ class ReductionEngine {
   void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
                  Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads);
   void onDecoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
-  void onAveraged(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
+  void onSummedLocally(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
+  // Adds one node's contribution to the slice's sum: the sum so far when it is the first.
+  Status addToSum(KeyState& k, Accumulator& acc, uint32_t slice, uint64_t iteration, transport::Rank from,
+                  const float* local, std::span<const std::byte> encoded, bool compressed);
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);

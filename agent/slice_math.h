@@ -11,7 +11,9 @@ namespace gcagent::agent {
 
 // acc[i] += in[i]
 void addInto(float* acc, const float* in, uint64_t n);
-// out[i] = (out[i] + in[i]) * scale
-void addAndScale(float* out, const float* in, uint64_t n, float scale);
+// out[i] = (out[i] + in[i]) / divisor: an average is one division of the sum
+void addAndDivide(float* out, const float* in, uint64_t n, float divisor);
+// p[i] /= divisor
+void divideBy(float* p, uint64_t n, float divisor);
 
 }  // namespace gcagent::agent

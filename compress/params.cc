@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "common/str_cat.h"
 
@@ -43,6 +44,24 @@ double ParamReader::real(std::string_view key, double fallback, Range range) {
   if (!range.contains(v)) {
     fail(Status::outOfRange(strCat("codec '", codec_, "': parameter '", key, "' = ", *text,
                                    " is outside ", range.describe())));
+    return fallback;
+  }
+  return v;
+}
+
+float ParamReader::real32(std::string_view key, float fallback, Range range) {
+  const std::string* text = lookup(key);
+  if (text == nullptr) return fallback;
+  const Status before = first_error_;
+  const double wide = real(key, fallback, range);
+  if (!before.ok() || !first_error_.ok()) return fallback;  // real() named the problem
+  // strtof rounds as MXNet's parser does: 1.17549435e-38 is FLT_MIN, a normal float.
+  const float v = std::strtof(text->c_str(), nullptr);
+  if (wide != 0 && !std::isnormal(v)) {
+    fail(Status::outOfRange(strCat("codec '", codec_, "': parameter '", key, "' = ", *text,
+                                   " is out of range for a float (its magnitude must lie in [",
+                                   std::numeric_limits<float>::min(), ", ", std::numeric_limits<float>::max(),
+                                   "])")));
     return fallback;
   }
   return v;

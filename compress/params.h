@@ -39,6 +39,10 @@ class ParamReader {
   ParamReader(std::string_view codec, const Params& params) : codec_(codec), params_(params) {}
 
   double real(std::string_view key, double fallback, Range range);
+  // A parameter the codec keeps as a float: besides real()'s checks, a nonzero value that
+  // is no normal float (1e-50, 1e-40 round to zero or a subnormal; 1e39 overflows) is
+  // refused, as MXNet's parameter parser refuses it ("Out of range value for threshold").
+  float real32(std::string_view key, float fallback, Range range);
   int64_t integer(std::string_view key, int64_t fallback, Range range);
   uint64_t seed(std::string_view key, uint64_t fallback);
   bool boolean(std::string_view key, bool fallback);

@@ -32,6 +32,10 @@ __global__ void scaleKernel(float* __restrict__ p, size_t n, float factor) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) p[i] = __fmul_rn(p[i], factor);
 }
 
+__global__ void divideKernel(float* __restrict__ p, size_t n, float divisor) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) p[i] = __fdiv_rn(p[i], divisor);
+}
+
 __global__ void flushKernel(float* __restrict__ dst, float* __restrict__ residual, size_t n) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) {
     dst[i] = __fadd_rn(dst[i], residual[i]);
@@ -234,6 +238,12 @@ class CudaCoderDevice : public CoderDevice {
     if (n == 0) return {};
     GC_RETURN_IF_ERROR(q_->use());
     return q_->scale(p, n, factor);
+  }
+  Status divide(float* p, size_t n, float divisor) override {
+    if (n == 0) return {};
+    GC_RETURN_IF_ERROR(q_->use());
+    divideKernel<<<blocksFor(n), kThreads, 0, q_->stream>>>(p, n, divisor);
+    return q_->launched("divide");
   }
   Status flush(float* dst, float* residual, size_t n) override {
     if (n == 0) return {};

@@ -85,11 +85,11 @@ Run iterate(asio::io_context& io, LocalCoder& coder, const std::vector<uint64_t>
         if (encode_only) continue;
         run.to_device += static_cast<double>(bytes.size());
         if (s + 1 < r->size()) {  // as the engine does: the last decode reports for all
-          coder.decodeResult(works[t], s, compressed, bytes, 0.5f, {});
+          coder.decodeResult(works[t], s, compressed, bytes, 2.0f, {});
           continue;
         }
         ++outstanding;
-        coder.decodeResult(works[t], s, compressed, bytes, 0.5f, [&](const Status& st) {
+        coder.decodeResult(works[t], s, compressed, bytes, 2.0f, [&](const Status& st) {
           --outstanding;
           must(st.ok(), "decode: " + st.toString());
         });

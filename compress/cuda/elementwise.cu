@@ -254,16 +254,16 @@ Result<std::unique_ptr<GpuCodec>> makeGpuBf16(const Params& params) {
 
 Result<std::unique_ptr<GpuCodec>> makeGpuMx2bit(const Params& params) {
   ParamReader reader("2bit", params);
-  const double t = reader.real("threshold", 0.5, Range::above(0));
+  const float t = reader.real32("threshold", 0.5f, Range::above(0));
   GC_RETURN_IF_ERROR(reader.finish());
-  return initialized(std::make_unique<GpuMxCodec<MxKind::k2bit>>(static_cast<float>(t)));
+  return initialized(std::make_unique<GpuMxCodec<MxKind::k2bit>>(t));
 }
 
 Result<std::unique_ptr<GpuCodec>> makeGpuMx1bit(const Params& params) {
   ParamReader reader("1bit", params);
-  const double t = reader.real("threshold", 0.0, Range::any());
+  const float t = reader.real32("threshold", 0.0f, Range::any());
   GC_RETURN_IF_ERROR(reader.finish());
-  return initialized(std::make_unique<GpuMxCodec<MxKind::k1bit>>(static_cast<float>(t)));
+  return initialized(std::make_unique<GpuMxCodec<MxKind::k1bit>>(t));
 }
 
 }  // namespace gcagent::compress::cuda

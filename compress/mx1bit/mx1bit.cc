@@ -80,11 +80,11 @@ class Mx1bitCodec final : public Codec {
 
 Result<std::unique_ptr<Codec>> makeMx1bitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("1bit", params);
-  const double threshold = reader.real("threshold", 0.0, Range::any());
+  const float threshold = reader.real32("threshold", 0.0f, Range::any());
   const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
-                            std::unique_ptr<Codec>(new Mx1bitCodec(static_cast<float>(threshold), env)));
+                            std::unique_ptr<Codec>(new Mx1bitCodec(threshold, env)));
 }
 
 }  // namespace gcagent::compress

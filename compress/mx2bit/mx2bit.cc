@@ -101,11 +101,11 @@ class Mx2bitCodec final : public Codec {
 
 Result<std::unique_ptr<Codec>> makeMx2bitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("2bit", params);
-  const double threshold = reader.real("threshold", 0.5, Range::above(0));
+  const float threshold = reader.real32("threshold", 0.5f, Range::above(0));
   const bool error_feedback = reader.boolean("error_feedback", true);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
-                            std::unique_ptr<Codec>(new Mx2bitCodec(static_cast<float>(threshold), env)));
+                            std::unique_ptr<Codec>(new Mx2bitCodec(threshold, env)));
 }
 
 }  // namespace gcagent::compress

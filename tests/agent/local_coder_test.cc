@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -31,9 +32,9 @@ class LocalCoderTest : public ::testing::Test {
     return got;
   }
 
-  Status decode(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes, float scale) {
+  Status decode(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes, float divisor) {
     Status got = Status::internal("no report");
-    coder_.decodeResult(w, slice, compressed, bytes, scale, [&](const Status& s) { got = s; });
+    coder_.decodeResult(w, slice, compressed, bytes, divisor, [&](const Status& s) { got = s; });
     settle();
     return got;
   }
@@ -123,7 +124,7 @@ TEST_F(LocalCoderTest, UncompressedAfterCompressedCarriesTheResidualAndClearsIt)
   EXPECT_EQ(*(*again)[0], fresh);
 }
 
-TEST_F(LocalCoderTest, ResultsAreDecodedScaledIntoEveryBuffer) {
+TEST_F(LocalCoderTest, ResultsAreDecodedAndDividedOnceIntoEveryBuffer) {
   const uint64_t n = 3000, slice = 1024;
   auto codec = compress::makeCodec("fp16").value();
   std::vector<float> a(n, -7.0f), b(n, -7.0f);
@@ -132,18 +133,21 @@ TEST_F(LocalCoderTest, ResultsAreDecodedScaledIntoEveryBuffer) {
   std::vector<float> values = randomValues(g.size(2), 3);
   ByteBuffer encoded(codec->maxEncodedBytes(values.size()));
   encoded.resize(codec->encode(values, {}, encoded, {42, 2, 1}).value());
-  ASSERT_TRUE(decode(w, 2, true, encoded, 0.25f).ok());
+  ASSERT_TRUE(decode(w, 2, true, encoded, 3.0f).ok());
   std::vector<float> want(values.size());
-  ASSERT_TRUE(codec->decode(encoded, want, 0.25f, {42, 2, 1}).ok());
+  ASSERT_TRUE(codec->decode(encoded, want, 1.0f, {42, 2, 1}).ok());
+  for (float& v : want) v /= 3.0f;  // a division, not a multiply by a rounded 1/3
   for (uint64_t i = 0; i < n; ++i) {
     const bool in_slice = i >= g.begin(2);
     ASSERT_EQ(a[i], in_slice ? want[i - g.begin(2)] : -7.0f) << i;
     ASSERT_EQ(b[i], a[i]) << i;
   }
-  // Uncompressed results take the raw decoder.
+  // Uncompressed results take the raw decoder; a divisor of 1 leaves the sum as it came.
   std::vector<float> raw = randomValues(g.size(0), 4);
-  ASSERT_TRUE(decode(w, 0, false, std::as_bytes(std::span<const float>(raw)), 0.5f).ok());
-  for (uint64_t i = 0; i < g.size(0); ++i) ASSERT_EQ(b[i], raw[i] * 0.5f) << i;
+  ASSERT_TRUE(decode(w, 0, false, std::as_bytes(std::span<const float>(raw)), 3.0f).ok());
+  for (uint64_t i = 0; i < g.size(0); ++i) ASSERT_EQ(b[i], raw[i] / 3.0f) << i;
+  ASSERT_TRUE(decode(w, 0, false, std::as_bytes(std::span<const float>(raw)), 1.0f).ok());
+  for (uint64_t i = 0; i < g.size(0); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), std::bit_cast<uint32_t>(raw[i])) << i;
 }
 
 TEST_F(LocalCoderTest, ACorruptResultIsReportedWithTheCodecsWords) {
@@ -203,12 +207,26 @@ TEST_F(LocalCoderTest, AverageOfTheLocalBuffers) {
   std::vector<float> a = {1, 2, 3}, b = {3, 4, 5}, c = {5, 6, 10};
   KeyWork w = workOf("none", 3, 3, {a.data(), b.data(), c.data()}, 1);
   Status got = Status::internal("no report");
-  coder_.average(w, [&](const Status& s) { got = s; });
+  coder_.sum(w, 3.0f, [&](const Status& s) { got = s; });
   settle();
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(a, (std::vector<float>{3, 4, 6}));
   EXPECT_EQ(b, a);
   EXPECT_EQ(c, a);
+}
+
+TEST_F(LocalCoderTest, SumOfTheLocalBuffersInLocalRankOrder) {
+  // 1 + 2^-24 + 2^-24: (1 + 2^-24) rounds to 1 (ties to even), then 1 again; another order
+  // (2^-24 + 2^-24 first) would give 1 + 2^-23.
+  const float tiny = std::ldexp(1.0f, -24);
+  std::vector<float> a = {1.0f}, b = {tiny}, c = {tiny};
+  KeyWork w = workOf("none", 1, 1, {a.data(), b.data(), c.data()}, 1);
+  Status got = Status::internal("no report");
+  coder_.sum(w, 1.0f, [&](const Status& s) { got = s; });
+  settle();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(c[0], 1.0f);
 }
 
 TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {

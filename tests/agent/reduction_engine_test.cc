@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -78,7 +79,7 @@ void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes,
                  const std::string& codec = "", std::vector<std::vector<float>>* results = nullptr) {
   const uint64_t job = jobIdOf("test-job");
   std::vector<TensorSpec> specs;
-  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), {codec, {}}});
+  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), {codec, {}}, {}});
   for (uint32_t r = 0; r < c.size(); ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
   const uint32_t world = c.size() * local;
   // buffers[node][local][key]
@@ -155,7 +156,7 @@ std::vector<uint64_t> completionOrderOfABackwardPass(uint32_t window) {
   Cluster c(2, o);
   const uint64_t job = jobIdOf("p3");
   std::vector<TensorSpec> layers;
-  for (uint64_t k = 0; k < 8; ++k) layers.push_back({k, 10000, -static_cast<int32_t>(k), {"none", {}}});
+  for (uint64_t k = 0; k < 8; ++k) layers.push_back({k, 10000, -static_cast<int32_t>(k), {"none", {}}, {}});
   for (uint32_t r = 0; r < 2; ++r) EXPECT_TRUE(c.engine(r).declareJob(job, layers).ok());
   std::vector<std::vector<std::vector<float>>> grads(2, std::vector<std::vector<float>>(8));
   for (uint64_t k = 8; k-- > 0;)
@@ -258,9 +259,9 @@ TEST(ReductionEngineTest, CodedJobsGiveTheHostJobsBytesForEveryCodec) {
 
 TEST(ReductionEngineTest, SelectionCodecsAreStagedOffTheGpuByDefault) {
   const uint64_t job = jobIdOf("staged");
-  const std::vector<TensorSpec> specs = {{1, 5000, 0, {"topk", {}}}, {2, 5000, 0, {"2bit", {}}},
-                                         {3, 5000, 0, {"dgc", {}}}, {4, 5000, 0, {"threshold", {}}},
-                                         {5, 5000, 0, {}}};
+  const std::vector<TensorSpec> specs = {{1, 5000, 0, {"topk", {}}, {}}, {2, 5000, 0, {"2bit", {}}, {}},
+                                         {3, 5000, 0, {"dgc", {}}, {}}, {4, 5000, 0, {"threshold", {}}, {}},
+                                         {5, 5000, 0, {}, {}}};
   Cluster c(2, smallSlices());
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
   EXPECT_FALSE(c.engine(0).codesOnDevice(job, 1));
@@ -288,7 +289,7 @@ void errorFeedbackConverges(std::vector<bool> coded) {
   Cluster c(2, o, coded);
   const uint64_t job = jobIdOf("ef");
   const uint64_t n = 2000;
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}}}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}, {}}}).ok());
   std::vector<double> sum(n, 0.0);
   const int steps = 400;
   for (int it = 1; it <= steps; ++it) {
@@ -318,7 +319,7 @@ TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextItera
   o.default_codec = {"onebit", {}};
   Cluster c(2, o, {true, false});
   const uint64_t job = jobIdOf("nan");
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}}}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}, {}}}).ok());
   std::vector<float> a(2000, 0.5f), b(2000, 0.25f);
   // In a slice node 0 sends: the ones it owns go exact, and their owner's codec rejects them.
   const uint32_t sent_slice = c.engine(0).ownerOf(3, 0) == 1 ? 0 : 1;
@@ -351,7 +352,7 @@ TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextItera
 TEST(ReductionEngineTest, SlicesThatArriveBeforeTheJobAreReplayed) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("late");
-  std::vector<TensorSpec> specs = {{5, 4000, 0, {}}};
+  std::vector<TensorSpec> specs = {{5, 4000, 0, {}, {}}};
   ASSERT_TRUE(c.engine(0).declareJob(job, specs).ok());
   std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
@@ -372,8 +373,8 @@ TEST(ReductionEngineTest, SlicesThatArriveBeforeTheJobAreReplayed) {
 TEST(ReductionEngineTest, SlicesOfATensorDeclaredThereFirstAreReplayed) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("growing");
-  const std::vector<TensorSpec> first = {{5, 4000, 0, {}}};
-  const std::vector<TensorSpec> both = {{5, 4000, 0, {}}, {6, 3000, -1, {}}};
+  const std::vector<TensorSpec> first = {{5, 4000, 0, {}, {}}};
+  const std::vector<TensorSpec> both = {{5, 4000, 0, {}, {}}, {6, 3000, -1, {}, {}}};
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, first).ok());
   ASSERT_TRUE(c.engine(0).declareJob(job, both).ok());
   std::vector<float> a(3000, 1.0f), b(3000, 5.0f);
@@ -394,8 +395,8 @@ TEST(ReductionEngineTest, SlicesOfATensorDeclaredThereFirstAreReplayed) {
 TEST(ReductionEngineTest, MismatchedCodecsAreRejectedNotMisdecoded) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("mismatch");
-  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}}}).ok());
-  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"none", {}}}}).ok());
+  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {}}}).ok());
+  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"none", {}}, {}}}).ok());
   std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
   ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
@@ -407,7 +408,7 @@ TEST(ReductionEngineTest, MismatchedCodecsAreRejectedNotMisdecoded) {
 TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("fail");
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}}}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}, {}}}).ok());
   std::vector<float> a(4000, 1.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}).ok());
   Status again = c.engine(0).reduce(job, 4, 5, {a.data()});
@@ -422,7 +423,7 @@ TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
 TEST(ReductionEngineTest, PeerLossWhileTheCoderEncodesFailsOnceAndTheLateReportIsIgnored) {
   Cluster c(2, smallSlices(), {true, true});
   const uint64_t job = jobIdOf("fail-coded");
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}}}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}, {}}}).ok());
   std::vector<float> a(4000, 1.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}, c.coder(0)).ok());
   c.engine(0).onPeerDown(1, Status::unavailable("gone"));  // before the coder has reported
@@ -462,7 +463,7 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
     ReductionEngine* e = engines.back().get();
     transports[r]->setHandlers([e](const transport::Message& m) { e->onMessage(m); }, nullptr);
     ASSERT_TRUE(transports[r]->connect({}).ok());
-    ASSERT_TRUE(e->declareJob(job, {{9, 5000, 0, {}}}).ok());
+    ASSERT_TRUE(e->declareJob(job, {{9, 5000, 0, {}, {}}}).ok());
   }
   EXPECT_TRUE(engines[0]->planOf(job, 9)->compress);
   EXPECT_FALSE(engines[1]->planOf(job, 9)->compress);
@@ -496,7 +497,7 @@ void switchingToUncompressedDeliversEverythingOwed(std::vector<bool> coded) {
   }
   const uint64_t job = jobIdOf("switch");
   const uint64_t n = 100000;
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}}}).ok());
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}, {}}}).ok());
   ASSERT_TRUE(c.engine(0).planOf(job, 1)->compress) << c.engine(0).planOf(job, 1)->describe();
   std::vector<double> in_sum(n, 0.0), out_sum(n, 0.0);
   auto step = [&](int it) {
@@ -535,6 +536,209 @@ TEST(ReductionEngineTest, SwitchingToUncompressedDeliversEverythingOwed) {
 
 TEST(ReductionEngineTest, SwitchingToUncompressedFlushesTheCodersResiduals) {
   switchingToUncompressedDeliversEverythingOwed({true, false});
+}
+
+// ---- aggregation policies and results (agent/reduction_policy.h)
+
+// Every trainer's buffers after each iteration: results[iteration][node][local][key].
+using Seen = std::vector<std::vector<std::vector<std::vector<std::vector<float>>>>>;
+
+// Values of very different magnitudes, so an fp32 sum depends on its order.
+float roughValueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
+  const float v = valueOf(trainer, iteration, key, i);
+  return std::ldexp(v, static_cast<int>((trainer * 7 + i) % 30) - 15);
+}
+
+// Runs `iterations` of each key of `sizes` (keys 100, 101, ...) under one codec and policy,
+// with the nodes submitting in a different order each iteration.
+Seen runPolicy(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations,
+               compress::CodecSpec codec, ReductionPolicy policy,
+               float (*value)(uint32_t, uint64_t, uint64_t, uint64_t) = valueOf) {
+  const uint64_t job = jobIdOf("policy-job");
+  std::vector<TensorSpec> specs;
+  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), codec, policy});
+  for (uint32_t r = 0; r < c.size(); ++r) EXPECT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  Seen seen;
+  for (int it = 1; it <= iterations; ++it) {
+    auto& buffers = seen.emplace_back(c.size());
+    for (uint32_t r = 0; r < c.size(); ++r) {
+      buffers[r].assign(local, {});
+      for (uint32_t l = 0; l < local; ++l)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          std::vector<float> v(sizes[k]);
+          for (uint64_t i = 0; i < sizes[k]; ++i) v[i] = value(r * local + l, it, 100 + k, i);
+          buffers[r][l].push_back(std::move(v));
+        }
+    }
+    for (uint32_t step = 0; step < c.size(); ++step) {
+      const uint32_t r = (c.size() - 1 - step + static_cast<uint32_t>(it)) % c.size();
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<float*> ptrs;
+        for (uint32_t l = 0; l < local; ++l) ptrs.push_back(buffers[r][l][k].data());
+        EXPECT_TRUE(c.engine(r).reduce(job, it, 100 + k, ptrs, c.coder(r)).ok());
+      }
+      c.pump(3);
+    }
+    c.pump();
+    for (uint32_t r = 0; r < c.size(); ++r) {
+      EXPECT_EQ(c.done(r).size(), sizes.size()) << "node " << r << " iteration " << it;
+      for (const Done& d : c.done(r)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
+      c.done(r).clear();
+    }
+  }
+  return seen;
+}
+
+// A node's local sum as the engine defines it: fp32, in local rank order.
+float localSum(uint32_t node, uint32_t local, uint64_t it, uint64_t key, uint64_t i,
+               float (*value)(uint32_t, uint64_t, uint64_t, uint64_t)) {
+  float s = value(node * local, it, key, i);
+  for (uint32_t l = 1; l < local; ++l) s += value(node * local + l, it, key, i);
+  return s;
+}
+
+// MXNet's 2bit rule (src/operator/contrib/two_bit_quantize-inl.h, quantize_2bit): the
+// residual takes the gradient; at or above +t the node sends +t and keeps the rest, at or
+// below -t it sends -t, else 0.
+float mxnet2bit(float gradient, float& residual, float t) {
+  residual += gradient;
+  if (residual >= t) {
+    residual -= t;
+    return t;
+  }
+  if (residual <= -t) {
+    residual += t;
+    return -t;
+  }
+  return 0.0f;
+}
+
+void expectBitEqual(float got, float want, const std::string& where) {
+  EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << where << ": " << got << " vs " << want;
+}
+
+TEST(ReductionEngineTest, SumsAreExactInRankOrderWhateverTheArrivalOrder) {
+  // Codec none: the caller gets ((n0 + n1) + n2) + ... in fp32, each node's share its local
+  // sum in local rank order; never a division then a multiplication.
+  for (uint32_t nodes : {2u, 3u, 4u}) {
+    for (bool coded : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << nodes << " nodes, coded " << coded);
+      const uint32_t local = nodes == 3 ? 2 : 1;
+      const std::vector<uint64_t> sizes = {1, 7, 1000, 2501};
+      Cluster c(nodes, smallSlices(), std::vector<bool>(nodes, coded));
+      const Seen seen = runPolicy(c, local, sizes, 3, {"none", {}}, {Aggregation::kBidirectional, ResultKind::kSum},
+                                  roughValueOf);
+      for (int it = 1; it <= 3; ++it)
+        for (size_t k = 0; k < sizes.size(); ++k)
+          for (uint64_t i = 0; i < sizes[k]; ++i) {
+            float want = localSum(0, local, it, 100 + k, i, roughValueOf);
+            for (uint32_t r = 1; r < nodes; ++r) want += localSum(r, local, it, 100 + k, i, roughValueOf);
+            for (uint32_t r = 0; r < nodes; ++r)
+              for (uint32_t l = 0; l < local; ++l)
+                expectBitEqual(seen[it - 1][r][l][k][i], want,
+                               ::testing::PrintToString(std::tuple{it, r, l, k, i}));
+            if (::testing::Test::HasFailure()) return;
+          }
+      EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+    }
+  }
+}
+
+TEST(ReductionEngineTest, AnAverageIsOneDivisionOfTheSum) {
+  const uint32_t nodes = 3, local = 1;
+  const std::vector<uint64_t> sizes = {1000, 17};
+  Cluster c(nodes, smallSlices());
+  const Seen seen = runPolicy(c, local, sizes, 2, {"none", {}}, {}, roughValueOf);
+  for (int it = 1; it <= 2; ++it)
+    for (size_t k = 0; k < sizes.size(); ++k)
+      for (uint64_t i = 0; i < sizes[k]; ++i) {
+        float sum = 0;
+        for (uint32_t r = 0; r < nodes; ++r) sum += roughValueOf(r, it, 100 + k, i);
+        expectBitEqual(seen[it - 1][1][0][k][i], sum / 3.0f, ::testing::PrintToString(std::tuple{it, k, i}));
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+// The mxnet policy against a model of MXNet's dist_sync: each node quantizes its local sum
+// with its own residual (the owner too), the owner adds the dequantized shares in rank
+// order, and every trainer gets that sum, uncompressed.
+void mxnetPolicyMatchesDistSync(uint32_t nodes, uint32_t local, std::vector<bool> coded) {
+  const float t = 0.5f;
+  const std::vector<uint64_t> sizes = {1, 17, 999, 2501};
+  const int iterations = 4;
+  Cluster c(nodes, smallSlices(), coded);
+  const Seen seen = runPolicy(c, local, sizes, iterations, {"2bit", {{"threshold", "0.5"}}},
+                              {Aggregation::kMxnet, ResultKind::kSum});
+  // residual[node][key][i]
+  std::vector<std::vector<std::vector<float>>> residual(nodes);
+  for (auto& r : residual)
+    for (uint64_t n : sizes) r.emplace_back(n, 0.0f);
+  for (int it = 1; it <= iterations; ++it)
+    for (size_t k = 0; k < sizes.size(); ++k)
+      for (uint64_t i = 0; i < sizes[k]; ++i) {
+        float want = 0;
+        for (uint32_t r = 0; r < nodes; ++r) {
+          const float sent = mxnet2bit(localSum(r, local, it, 100 + k, i, valueOf), residual[r][k][i], t);
+          want = r == 0 ? sent : want + sent;
+        }
+        for (uint32_t r = 0; r < nodes; ++r)
+          for (uint32_t l = 0; l < local; ++l)
+            expectBitEqual(seen[it - 1][r][l][k][i], want, ::testing::PrintToString(std::tuple{it, r, l, k, i}));
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
+TEST(ReductionEngineTest, MxnetPolicyMatchesAModelOfDistSync) {
+  mxnetPolicyMatchesDistSync(2, 1, {});
+  mxnetPolicyMatchesDistSync(2, 2, {});
+  mxnetPolicyMatchesDistSync(3, 2, {});
+  mxnetPolicyMatchesDistSync(1, 2, {});  // a lone node still quantizes, as a one-worker dist_sync
+}
+
+TEST(ReductionEngineTest, MxnetPolicyOnCodedNodesGivesTheSameBits) {
+  mxnetPolicyMatchesDistSync(2, 2, {true, true});
+  mxnetPolicyMatchesDistSync(3, 1, {true, false, true});
+  mxnetPolicyMatchesDistSync(1, 2, {true});
+}
+
+TEST(ReductionEngineTest, MxnetPolicyCompressesEveryKeyAndSendsResultsUncompressed) {
+  EngineOptions o = smallSlices();
+  o.min_elements = 1u << 20;  // the size rule would leave every key here uncompressed
+  const uint64_t job = jobIdOf("every-key");
+  Cluster c(2, o);
+  for (uint32_t r = 0; r < 2; ++r)
+    ASSERT_TRUE(c.engine(r)
+                    .declareJob(job, {{1, 3000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum}},
+                                      {2, 3000, 0, {"2bit", {}}, {}}})
+                    .ok());
+  EXPECT_TRUE(c.engine(0).planOf(job, 1)->compress);
+  EXPECT_FALSE(c.engine(0).planOf(job, 2)->compress);
+  std::vector<float> a(3000, 0.75f), b(3000, -0.25f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 1, {a.data()}).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 1, {b.data()}).ok());
+  c.pump();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  EXPECT_EQ(a, std::vector<float>(3000, 0.5f));  // 0.5 from node 0, 0 from node 1
+  EXPECT_EQ(b, a);
+  // Contributions leave as 2bit (16 values per float); results as fp32, 4 bytes per element.
+  const auto& sent0 = c.engine(0).counters();
+  const auto& sent1 = c.engine(1).counters();
+  // Per slice of 1000: the non-owner's share (2 bits each) and the result to the non-owner.
+  EXPECT_EQ(sent0.wire_bytes_sent + sent1.wire_bytes_sent, 3 * ((1000 + 15) / 16 * 4 + 1000 * 4));
+}
+
+TEST(ReductionEngineTest, NodesThatDisagreeOnTheAggregationAreRejected) {
+  Cluster c(2, smallSlices());
+  const uint64_t job = jobIdOf("policy-mismatch");
+  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum}}}).ok());
+  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {}}}).ok());
+  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
+  c.pump();
+  EXPECT_GT(c.engine(0).counters().bad_messages + c.engine(1).counters().bad_messages, 0u);
+  EXPECT_TRUE(c.done(0).empty());
+  EXPECT_TRUE(c.done(1).empty());
 }
 
 TEST(SliceMessageTest, RoundTripsAndValidates) {

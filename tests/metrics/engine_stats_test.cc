@@ -37,7 +37,7 @@ TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
     ReductionEngine* e = n.engine.get();
     transports[r]->setHandlers([e](const transport::Message& m) { e->onMessage(m); }, nullptr);
     ASSERT_TRUE(transports[r]->connect({}).ok());
-    ASSERT_TRUE(e->declareJob(7, {{1, kElements, 0, {"2bit", {}}}, {2, 1000, 0, {"none", {}}}}).ok());
+    ASSERT_TRUE(e->declareJob(7, {{1, kElements, 0, {"2bit", {}}, {}}, {2, 1000, 0, {"none", {}}, {}}}).ok());
   }
   // Two local trainers per node, so the local merge runs too.
   std::vector<std::vector<float>> buffers(4, std::vector<float>(kElements));
