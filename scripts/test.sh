@@ -94,7 +94,8 @@ done
 # The framework shims (clients/python) against the release agents, each framework in its own
 # venv (their numpy pins conflict); the package tests need only numpy and run with torch's.
 shims="$REPO_DIR/tests/clients/python"
-for run in "torch:test_package.py test_torch.py test_device.py" "tensorflow:test_tensorflow.py" "mxnet:test_mxnet.py"; do
+for run in "torch:test_package.py test_torch.py test_device.py test_frozen_weights.py" \
+           "tensorflow:test_tensorflow.py test_frozen_weights.py" "mxnet:test_mxnet.py test_frozen_weights.py"; do
   venv="${run%%:*}"
   if [ "$release_built" -eq 0 ]; then
     skipped "$venv shims" "release build failed"

@@ -80,10 +80,10 @@ GC_TARGET_AVX2 void fp16DecodeAdd(const std::byte* src, float* acc, size_t begin
 
 GC_TARGET_AVX2 void fp16Decode(const std::byte* src, float* out, size_t begin, size_t end, float scale) {
   size_t i = begin;
-  const __m256 zero = _mm256_setzero_ps();
+  const __m256 identity = _mm256_set1_ps(-0.0f);  // adding -0.0 changes no value, keeps -0.0
   const __m256 s = _mm256_set1_ps(scale);
   for (; i + 8 <= end; i += 8) {
-    const __m256 v = _mm256_add_ps(zero, _mm256_cvtph_ps(loadHalves(src + 2 * i)));
+    const __m256 v = _mm256_add_ps(identity, _mm256_cvtph_ps(loadHalves(src + 2 * i)));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(v, s));
   }
   castDecodeLoop<Fp16Format>(src, out, i, end, scale);

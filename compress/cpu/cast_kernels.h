@@ -88,7 +88,7 @@ template <class Format>
   for (size_t i = begin; i < end; ++i) {
     uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
-    out[i] = (0.0f + Format::toFloat(h)) * scale;
+    out[i] = Format::toFloat(h) * scale;  // -0.0 stays -0.0: a sum starts from its first value
   }
 }
 
@@ -98,7 +98,7 @@ template <class Format>
   for (size_t i = begin; i < end; ++i) {
     float v;
     std::memcpy(&v, src + 4 * i, 4);
-    out[i] = (0.0f + v) * scale;
+    out[i] = v * scale;  // -0.0 stays -0.0: a sum starts from its first value
   }
 }
 

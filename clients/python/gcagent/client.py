@@ -1,5 +1,6 @@
 """A trainer's connection to its node's gcagent (the C client, through ctypes), and Reducer,
-the synchronous "average these arrays over every trainer" that the shims share."""
+the synchronous "average (or sum, or broadcast) these arrays over every trainer" that the
+shims share."""
 
 import ctypes
 import os
@@ -201,12 +202,18 @@ class Client:
         self.close()
 
 
-class Reducer:
-    """Averages named float arrays over every trainer of the job, one call at a time.
+# Where Reducer.broadcast keys live: far above any key a shim numbers from 0, so a value's
+# broadcast and its gradient never share a key (nor a codec, nor a residual).
+BROADCAST_KEY_BASE = 1 << 48
+_REDUCER_CODEC = object()  # reduce(): the Reducer's codec and params
 
-    Keys are declared on first use; a call with a new key or a new size re-declares (each
-    trainer of a node must then make the same calls in the same order, as synchronous data
-    parallelism does anyway). Each key counts its own iterations."""
+
+class Reducer:
+    """Reduces named float arrays over every trainer of the job, one call at a time.
+
+    Keys are declared on first use; a call with a new key, size, codec or result re-declares
+    (each trainer of a node must then make the same calls in the same order, as synchronous
+    data parallelism does anyway). Each key counts its own iterations."""
 
     def __init__(self, client: Optional[Client] = None, codec: Optional[str] = None,
                  params: Optional[Dict[str, str]] = None, timeout_ms: int = 300000):
@@ -215,28 +222,62 @@ class Reducer:
         self.codec = codec if codec is not None else env_codec
         self.params = dict(params) if params is not None else env_params
         self.timeout_ms = timeout_ms
-        self._specs: Dict[int, Tuple[int, int]] = {}  # key -> (elements, priority)
+        # key -> (elements, priority, codec or _REDUCER_CODEC, params, reduce.* entries)
+        self._specs: Dict[int, tuple] = {}
         self._stale = False
         self._iteration: Dict[int, int] = {}
 
-    def ensure_declared(self, specs: Sequence[Tuple[int, int, int]]):
-        """(key, elements, priority) triples, added to the declaration when missing or changed."""
+    def _tensor_spec(self, key: int) -> TensorSpec:
+        elements, priority, codec, params, policy = self._specs[key]
+        if codec is _REDUCER_CODEC:
+            codec, params = self.codec, tuple(self.params.items())
+        return TensorSpec(key, elements, priority, codec, {**dict(params), **dict(policy)})
+
+    def ensure_declared(self, specs: Sequence[tuple]):
+        """(key, elements, priority[, codec, params, policy]) tuples, added to the declaration
+        when missing or changed; codec _REDUCER_CODEC (or absent) follows the Reducer's."""
         changed = self._stale
-        for key, elements, priority in specs:
-            if self._specs.get(key) != (elements, priority):
-                self._specs[key] = (elements, priority)
+        for spec in specs:
+            key, elements, priority = spec[:3]
+            codec, params, policy = spec[3:] if len(spec) > 3 else (_REDUCER_CODEC, (), ())
+            entry = (elements, priority, codec, tuple(sorted(params)), tuple(sorted(policy)))
+            if self._specs.get(key) != entry:
+                self._specs[key] = entry
                 changed = True
         if changed:
-            self.client.declare([TensorSpec(k, n, p, self.codec, self.params) for k, (n, p) in sorted(self._specs.items())])
+            self.client.declare([self._tensor_spec(k) for k in sorted(self._specs)])
             self._stale = False
 
     def redeclare(self):
         """Declares the known keys again, with the current codec, on the next reduce."""
         self._stale = bool(self._specs)
 
-    def reduce(self, arrays: Sequence[Tuple[int, np.ndarray, int]]) -> List[np.ndarray]:
-        """(key, array, priority) -> the averaged arrays (new float32 arrays, same shapes)."""
-        self.ensure_declared([(k, int(a.size), p) for k, a, p in arrays])
+    def reduce(self, arrays: Sequence[Tuple[int, np.ndarray, int]], codec=_REDUCER_CODEC,
+               params: Optional[Dict[str, str]] = None, result: str = "average",
+               aggregation: Optional[str] = None) -> List[np.ndarray]:
+        """(key, array, priority) -> the reduced arrays (new float32 arrays, same shapes).
+
+        result: "average" (the sum over every trainer divided once by their number) or
+        "sum". codec and params: for these keys (default: the Reducer's). aggregation:
+        "bidirectional" or "mxnet" (see the operator guide; default: the agent's)."""
+        if result not in ("average", "sum"):
+            raise ValueError(f"gcagent: result '{result}' is not one of: average, sum")
+        policy = (() if result == "average" else (("reduce.result", result),)) + \
+                 (() if aggregation is None else (("reduce.aggregation", aggregation),))
+        own = (_REDUCER_CODEC, ()) if codec is _REDUCER_CODEC else (codec, tuple((params or {}).items()))
+        self.ensure_declared([(k, int(a.size), p, *own, policy) for k, a, p in arrays])
+        return self._exchange(arrays)
+
+    def broadcast(self, arrays: Sequence[Tuple[int, np.ndarray, int]], root: int = 0) -> List[np.ndarray]:
+        """(key, array, priority) -> the arrays of the trainer whose world rank is root, bit
+        for bit. Travels uncompressed on its own keys (BROADCAST_KEY_BASE + key): every other
+        trainer adds -0.0, the identity of fp32 addition."""
+        mine = self.client.world_rank == root
+        contributions = [(BROADCAST_KEY_BASE + k, np.asarray(a, dtype=np.float32) if mine
+                          else np.full(np.shape(a), -0.0, dtype=np.float32), p) for k, a, p in arrays]
+        return self.reduce(contributions, codec="none", result="sum")
+
+    def _exchange(self, arrays) -> List[np.ndarray]:
         groups: Dict[int, List[int]] = {}
         for key, a, _ in arrays:
             self.client.buffer(key)[:] = np.asarray(a, dtype=np.float32).reshape(-1)

@@ -1,4 +1,4 @@
-"""MXNet 1.9: gcagent.mxnet.KVStore, a KVStoreBase whose instance goes to gluon.Trainer.
+"""MXNet 1.9: gcagent.mxnet.KVStore, a KVStoreBase that behaves as MXNet's dist_sync store.
 
     import gcagent.mxnet
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
@@ -6,18 +6,53 @@
                             compression_params={"type": "2bit", "threshold": 0.5})
 
 Pass an instance: a string name silently skips synchronisation when a process has one device.
-Like MXNet's dist_sync store, pushpull gives the sum over every trainer (and every device
-of each), so Trainer.step(batch_size) scales as it does there. Keys are declared to the agent
-as the store first meets them, with the priority MXNet passes (minus the parameter index)."""
+What dist_sync does, this store does (each trainer process is one of dist_sync's workers):
+
+- init(key, value) stores the value of the worker with rank 0; pull(key, out) copies the
+  stored value into out; broadcast is init then pull. The value travels uncompressed and
+  arrives bit for bit.
+- push(key, values) sums the values of this worker's devices, then over every worker; the
+  sum replaces the stored value, or, after set_optimizer, the optimizer updates the stored
+  value with it (as dist_sync's servers do; every worker applies the same update to the same
+  sum). pushpull is push then pull.
+- set_gradient_compression({"type": "2bit" | "1bit", "threshold": t}) compresses every
+  dense fp32 key as dist_sync does: each worker encodes its sum with its own residual, the
+  decoded contributions are added in fp32 and the sum travels uncompressed (the agent's
+  "mxnet" aggregation). Thresholds MXNet refuses are refused with MXNet's message. Any other
+  type names a gcagent codec, the other entries being its parameters.
+
+Keys are declared to the agent as the store first meets them, with the priority MXNet passes
+(minus the parameter index)."""
+
+import pickle
 
 import mxnet as mx
 import numpy as np
 from mxnet.kvstore import KVStoreBase
 
-from gcagent.client import Reducer
+from gcagent.client import GcagentError, Reducer
 
-# MXNet's compression names that differ from gcagent's codec names.
-_CODEC_NAMES = {"2bit": "2bit", "1bit": "1bit"}
+# MXNet's compression types, run by the codecs of the same name with MXNet's aggregation.
+_MXNET_TYPES = ("2bit", "1bit")
+# gradient_compression.h: DMLC_DECLARE_FIELD(threshold).set_default(0.5)
+_MXNET_DEFAULT_THRESHOLD = "0.5"
+# The barrier's key, apart from the keys the store numbers from 0 and from their broadcasts.
+_BARRIER_KEY = (1 << 47) - 1
+_INVALID_ARGUMENT = 1
+
+
+def _float_threshold(text):
+    """MXNet's parse of a float parameter: a number whose fp32 value is normal (or zero).
+    Returns the text for the agent; raises MXNet's message otherwise."""
+    try:
+        wide = float(text)
+    except ValueError:
+        raise GcagentError(_INVALID_ARGUMENT, f"Invalid Parameter format for threshold expect float but value='{text}'")
+    narrow = np.float32(wide) if np.isfinite(wide) else wide
+    tiny, huge = np.finfo(np.float32).tiny, np.finfo(np.float32).max
+    if wide != 0 and np.isfinite(wide) and not (tiny <= abs(float(narrow)) <= huge):
+        raise GcagentError(_INVALID_ARGUMENT, f"Out of range value for threshold, value='{text}'")
+    return str(text)
 
 
 # Registered as "gcagentkvstore" (mx.kv.create); the name "kvstore" belongs to MXNet's own.
@@ -27,11 +62,17 @@ class GcagentKVStore(KVStoreBase):
 
     def __init__(self, reducer=None):
         self._reducer = reducer or Reducer()
-        self._ids = {}  # MXNet key (int or str) -> (agent key, priority), in order of first use
+        self._ids = {}         # MXNet key (int or str) -> (agent key, priority), in order of first use
+        self._stored = {}      # MXNet key -> the stored value (float32), as on dist_sync's servers
+        self._codec = None     # (codec, params, aggregation) once set_gradient_compression ran
+        self._updater = None   # set_optimizer's updater
+
+    # ---- who is who ----
 
     @property
     def type(self):
-        return "gcagent"
+        # 'dist' and '_sync' make Gluon and Module treat the store as dist_sync.
+        return "dist_sync_gcagent"
 
     @property
     def rank(self):
@@ -41,14 +82,27 @@ class GcagentKVStore(KVStoreBase):
     def num_workers(self):
         return self._reducer.client.world_size
 
+    @property
+    def node_rank(self):
+        return self._reducer.client.node_rank
+
+    @property
+    def num_nodes(self):
+        return self._reducer.client.node_count
+
+    @property
+    def local_size(self):
+        return self._reducer.client.local_size
+
     @staticmethod
     def is_capable(capability):
-        # The optimizer runs in the trainer, never in the store.
-        return capability != KVStoreBase.OPTIMIZER
+        return capability == KVStoreBase.OPTIMIZER
+
+    # ---- keys ----
 
     def _id(self, key, priority):
         """The agent key and its priority, fixed at first use: MXNet's priority (minus the
-        parameter index), or minus the order of first use when MXNet passes none (broadcast)."""
+        parameter index), or minus the order of first use when MXNet passes none."""
         if key not in self._ids:
             self._ids[key] = (len(self._ids), int(priority) if priority else -len(self._ids))
         return self._ids[key]
@@ -57,53 +111,117 @@ class GcagentKVStore(KVStoreBase):
     def _as_list(x):
         return list(x) if isinstance(x, (list, tuple)) else [x]
 
-    def _exchange(self, keys, values, outs, priority, scale_root=None):
-        keys = self._as_list(keys)
-        if len(keys) > 1:
-            values = values if isinstance(values, (list, tuple)) and len(values) == len(keys) else [values] * len(keys)
-            outs = outs if outs is not None else [None] * len(keys)
-            for k, v, o in zip(keys, values, outs):
-                self._exchange(k, v, o, priority, scale_root)
-            return
-        key, priority = self._id(keys[0], priority)
-        vals = self._as_list(values)
-        local = vals[0].asnumpy().astype(np.float32)
-        for v in vals[1:]:
-            local += v.asnumpy()
-        world = self.num_workers
-        if scale_root is not None:  # broadcast: root's value, times N; zeros elsewhere
-            local = local * world if self.rank == scale_root else np.zeros_like(local)
-        averaged = self._reducer.reduce([(key, local, priority)])[0]
-        result = averaged if scale_root is not None else averaged * world
-        for o in self._as_list(outs if outs is not None else values):
-            o[:] = mx.nd.array(result, ctx=o.context, dtype=o.dtype)
+    def _pairs(self, keys, values):
+        """[(key, [NDArray, ...])]: one key with one or several devices' arrays, or a list of
+        keys each with its array (or its list of arrays)."""
+        if isinstance(keys, (list, tuple)):
+            if not isinstance(values, (list, tuple)) or len(values) != len(keys):
+                raise ValueError(f"gcagent: {len(keys)} keys need as many values")
+            return [(k, self._as_list(v)) for k, v in zip(keys, values)]
+        return [(keys, self._as_list(values))]
 
-    def broadcast(self, key, value, out, priority=0):
-        """Every out gets the value of the trainer with rank 0 (exact when the number of
-        trainers is a power of two)."""
-        self._exchange(key, value, out, priority, scale_root=0)
+    @staticmethod
+    def _local_sum(arrays):
+        """The worker's sum over its devices, in device order, in fp32 (dist_sync's Reduce)."""
+        total = arrays[0].asnumpy().astype(np.float32)
+        for a in arrays[1:]:
+            total += a.asnumpy().astype(np.float32)
+        return total
+
+    def _reduce_options(self):
+        codec, params, aggregation = self._codec or (self._reducer.codec or "none", self._reducer.params, None)
+        return {"codec": codec, "params": params, "result": "sum", "aggregation": aggregation}
+
+    # ---- KVStore ----
+
+    def init(self, key, value):
+        """Stores the value of the worker with rank 0 under each key (bit for bit)."""
+        for k, vals in self._pairs(key, value):
+            if k in self._stored:
+                raise GcagentError(_INVALID_ARGUMENT, f"duplicate init of key {k}. Please double check if you "
+                                                      "called kv.init or kv.broadcast with this key multiple times")
+            agent_key, priority = self._id(k, 0)
+            self._stored[k] = self._reducer.broadcast([(agent_key, self._local_sum(vals[:1]), priority)])[0]
+
+    def push(self, key, value, priority=0):
+        """Sums the values over this worker's devices and every worker; the sum becomes the
+        stored value, or updates it through the optimizer after set_optimizer."""
+        pairs = self._pairs(key, value)
+        ids = [self._id(k, priority) for k, _ in pairs]
+        sums = self._reducer.reduce([(agent_key, self._local_sum(vals), p) for (agent_key, p), (_, vals) in
+                                     zip(ids, pairs)], **self._reduce_options())
+        for (k, _), total in zip(pairs, sums):
+            if self._updater is None:
+                self._stored[k] = total
+                continue
+            if k not in self._stored:
+                raise GcagentError(_INVALID_ARGUMENT, f"key {k} has not been initialized: init or broadcast it "
+                                                      "before pushing with an optimizer")
+            weight = mx.nd.array(self._stored[k], dtype=np.float32)
+            self._updater(k, mx.nd.array(total, dtype=np.float32), weight)  # the key, as on the servers
+            self._stored[k] = weight.asnumpy()
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """Copies the stored value of each key into every out array."""
+        for k, outs in self._pairs(key, out):
+            if k not in self._stored:
+                raise GcagentError(_INVALID_ARGUMENT, f"key {k} has not been initialized: init, broadcast or push "
+                                                      "it before pulling")
+            for o in outs:
+                o[:] = mx.nd.array(self._stored[k].reshape(o.shape), ctx=o.context, dtype=o.dtype)
 
     def pushpull(self, key, value, out=None, priority=0):
-        """out (value when out is None) gets the sum of value over every trainer and device."""
-        self._exchange(key, value, out, priority)
+        """push, then pull into out (into value when out is None)."""
+        self.push(key, value, priority)
+        self.pull(key, out if out is not None else value, priority)
+
+    def broadcast(self, key, value, out, priority=0):
+        """init with value (rank 0's wins), then pull into out: bit for bit everywhere."""
+        self.init(key, value)
+        self.pull(key, out, priority)
+
+    def _barrier(self):
+        """Returns once every worker has called it."""
+        self._reducer.reduce([(_BARRIER_KEY, np.zeros(1, np.float32), 0)], codec="none", result="sum")
+
+    barrier = _barrier
+
+    # ---- configuration ----
 
     def set_gradient_compression(self, compression_params):
-        """{'type': '2bit', 'threshold': 0.5} -> codec 2bit with threshold=0.5; any other type
-        names a gcagent codec, and the other entries become its parameters."""
+        """{'type': '2bit' | '1bit', 'threshold': t}: MXNet's compression, threshold 0.5 when
+        absent. Any other type names a gcagent codec; its other entries are its parameters."""
         params = dict(compression_params)
         kind = str(params.pop("type", "none"))
-        self._reducer.codec = _CODEC_NAMES.get(kind, kind)
-        self._reducer.params = {k: str(v) for k, v in params.items()}
-        self._reducer.redeclare()
+        if kind in _MXNET_TYPES:
+            threshold = _float_threshold(params.pop("threshold", _MXNET_DEFAULT_THRESHOLD))
+            if kind == "2bit" and not float(threshold) > 0:
+                raise GcagentError(_INVALID_ARGUMENT, f"threshold must be greater than 0 for two bit compression, "
+                                                      f"got {threshold}")
+            if params:
+                raise GcagentError(_INVALID_ARGUMENT, f"{kind} compression takes type and threshold, not "
+                                                      f"{', '.join(sorted(params))}")
+            self._codec = (kind, {"threshold": threshold}, "mxnet")
+        else:
+            self._codec = (kind, {k: str(v) for k, v in params.items()}, None)
 
     def set_optimizer(self, optimizer):
-        raise NotImplementedError("gcagent.mxnet.KVStore runs no optimizer: use update_on_kvstore=False")
+        """The optimizer updates the stored values with each sum, as on dist_sync's servers:
+        a copy taken now (MXNet pickles it to the servers), so later changes to the Trainer's
+        optimizer do not reach it, as in dist_sync."""
+        self._updater = mx.optimizer.get_updater(pickle.loads(pickle.dumps(optimizer)))
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
-        raise NotImplementedError("gcagent.mxnet.KVStore keeps no optimizer: save the Trainer's states")
+        if self._updater is None:
+            raise GcagentError(_INVALID_ARGUMENT, "no optimizer to save: set_optimizer was not called")
+        with open(fname, "wb") as f:
+            f.write(self._updater.get_states(dump_optimizer))
 
     def load_optimizer_states(self, fname):
-        raise NotImplementedError("gcagent.mxnet.KVStore keeps no optimizer: load the Trainer's states")
+        if self._updater is None:
+            raise GcagentError(_INVALID_ARGUMENT, "no optimizer to load into: set_optimizer was not called")
+        with open(fname, "rb") as f:
+            self._updater.set_states(f.read())
 
 
 KVStore = GcagentKVStore

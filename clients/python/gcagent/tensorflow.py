@@ -78,11 +78,9 @@ def DistributedOptimizer(optimizer, reducer=None):  # noqa: N802 - named like th
 
 
 def broadcast_variables(variables, reducer=None, root=0):
-    """Sets every trainer's variables to the root trainer's values (exact when the number of
-    trainers is a power of two), through the gradient keys, so one declaration serves both."""
+    """Sets every trainer's variables to the root trainer's values, bit for bit (fp32):
+    uncompressed, on keys of their own (Reducer.broadcast), whatever the gradients' codec."""
     reducer = reducer or default_reducer()
-    world, mine = reducer.client.world_size, reducer.client.world_rank == root
-    arrays = [(i, np.asarray(v.numpy(), np.float32) * world if mine else np.zeros(tuple(v.shape), np.float32), -i)
-              for i, v in enumerate(variables)]
-    for v, a in zip(variables, reducer.reduce(arrays)):
-        v.assign(a)
+    arrays = [(i, np.asarray(v.numpy(), np.float32), -i) for i, v in enumerate(variables)]
+    for v, a in zip(variables, reducer.broadcast(arrays, root)):
+        v.assign(a.astype(v.numpy().dtype, copy=False))

@@ -203,15 +203,10 @@ class DistributedOptimizer:
 
 
 def broadcast_parameters(params, reducer: Reducer, root: int = 0):
-    """Copies the root trainer's parameter values to every trainer, through the keys and
-    priorities that DistributedOptimizer uses for the gradients (one declaration for both).
-    Exact when the number of trainers is a power of two: the average of root's value times
-    N and zeros elsewhere."""
+    """Copies the root trainer's parameter values to every trainer, bit for bit (fp32):
+    uncompressed, on keys of their own (Reducer.broadcast), whatever the gradients' codec."""
     params = list(params)
-    world = reducer.client.world_size
-    mine = reducer.client.world_rank == root
-    arrays = [(i, p.detach().cpu().numpy() * world if mine else np.zeros(tuple(p.shape), np.float32), -i)
-              for i, p in enumerate(params)]
+    arrays = [(i, p.detach().to("cpu", torch.float32).numpy(), -i) for i, p in enumerate(params)]
     with torch.no_grad():
-        for p, a in zip(params, reducer.reduce(arrays)):
+        for p, a in zip(params, reducer.broadcast(arrays, root)):
             p.copy_(torch.from_numpy(a))

@@ -19,8 +19,10 @@ def test_pushpull_and_gluon_trainer(tmp_path):
         assert pp["num_workers"] == 4 and max(pp["errors"]) == 0.0, pp
         assert pp["broadcast_exact"], pp
         # MXNet's compression parameters map onto the 2bit codec, and the Trainer trains.
-        assert (g["codec"], g["params"]) == ("2bit", {"threshold": "0.5"}), g
+        assert (g["codec"], g["params"], g["aggregation"]) == ("2bit", {"threshold": "0.5"}, "mxnet"), g
         assert g["last_loss"] < 0.6 * g["first_loss"], g
     # The Trainer's broadcast made the weights equal, and every step applied identical sums.
     assert len({r["gluon"]["weight_sum"] for r in rep}) == 1, rep
-    assert ratio > 1.5, ratio
+    # Under MXNet's aggregation the contributions travel 2bit (16x smaller) and the sums
+    # uncompressed, so 2 nodes move at most about 1.9x fewer bytes than raw.
+    assert 1.2 < ratio < 1.95, ratio

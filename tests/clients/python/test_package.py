@@ -85,3 +85,79 @@ def test_an_unknown_codec_is_refused_at_declare(agent):
         with pytest.raises(gcagent.GcagentError, match="unknown codec 'nosuch'") as e:
             reducer.reduce([(1, np.zeros(4, np.float32), 0)])
         assert e.value.code == 5
+
+
+def _each_node(cluster, job, work):
+    """work(reducer, rank) on one thread per agent (one trainer each); their results by rank."""
+    import threading
+
+    import gcagent
+    results, errors = [None] * cluster.n, []
+
+    def run(rank):
+        try:
+            with gcagent.Client(cluster.sockets[rank], job, 0, 1) as client:
+                results[rank] = work(gcagent.Reducer(client, codec="none"), rank)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((rank, e))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(cluster.n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results
+
+
+def _values(rank, it, n):
+    return np.random.default_rng(1000 * it + rank).standard_normal(n).astype(np.float32)
+
+
+def test_three_nodes_sum_in_rank_order_and_average_with_one_division(tmp_path, monkeypatch):
+    """Codec none, 3 agents: the sum is fp32 addition in rank order, bit for bit (whatever
+    order the contributions arrive in), and the average is that sum divided once by 3."""
+    monkeypatch.setenv("GCAGENT_CLIENT_LIB", str(LIBRARY))
+    sizes = [1, 1000, 70001]
+
+    def work(reducer, rank):
+        out = []
+        for it in range(1, 4):
+            arrays = [(k, _values(rank, it * 10 + k, n), -k) for k, n in enumerate(sizes)]
+            out.append((reducer.reduce(arrays, result="sum"),
+                        reducer.reduce([(10 + k, a, p) for k, a, p in arrays])))
+        return out
+
+    with Cluster(tmp_path, 3, ["--scheduler.slice_elements", "4096"]) as c:
+        results = _each_node(c, "exact", work)
+    for it in range(1, 4):
+        for k, n in enumerate(sizes):
+            total = (_values(0, it * 10 + k, n) + _values(1, it * 10 + k, n)) + _values(2, it * 10 + k, n)
+            average = total / np.float32(3)
+            for rank, got in enumerate(results):
+                summed, averaged = got[it - 1]
+                assert np.array_equal(summed[k].view(np.uint32), total.view(np.uint32)), (it, k, rank)
+                assert np.array_equal(averaged[k].view(np.uint32), average.view(np.uint32)), (it, k, rank)
+
+
+def test_broadcast_is_bit_for_bit_whatever_the_codec(tmp_path, monkeypatch):
+    monkeypatch.setenv("GCAGENT_CLIENT_LIB", str(LIBRARY))
+    special = np.array([-0.0, 0.0, 1e-45, -3e-39, np.inf, -np.inf, 3.4e38, 1.0 / 3], np.float32)
+
+    def work(reducer, rank):
+        reducer.codec, reducer.params = "2bit", {"threshold": "0.5"}  # the gradients' codec: not used
+        mine = np.concatenate([special, _values(rank, 7, 5000)]) if rank == 1 else np.full(5008, rank, np.float32)
+        return reducer.broadcast([(0, mine.reshape(2, 2504), 0)], root=1)[0]
+
+    with Cluster(tmp_path, 3) as c:
+        results = _each_node(c, "broadcast", work)
+    want = np.concatenate([special, _values(1, 7, 5000)]).reshape(2, 2504)
+    for got in results:
+        assert got.shape == (2, 2504) and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_result_kind_is_checked(agent):
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "kind", 0, 1) as client:
+        with pytest.raises(ValueError, match="result 'mean' is not one of: average, sum"):
+            gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], result="mean")
