@@ -95,7 +95,7 @@ done
 # venv (their numpy pins conflict); the package tests need only numpy and run with torch's.
 shims="$REPO_DIR/tests/clients/python"
 for run in "torch:test_package.py test_torch.py test_device.py test_frozen_weights.py" \
-           "tensorflow:test_tensorflow.py test_frozen_weights.py" "mxnet:test_mxnet.py test_frozen_weights.py"; do
+           "tensorflow:test_tensorflow.py test_frozen_weights.py" "mxnet:test_mxnet.py test_frozen_weights.py test_mxnet_ported.py test_mxnet_side_by_side.py"; do
   venv="${run%%:*}"
   if [ "$release_built" -eq 0 ]; then
     skipped "$venv shims" "release build failed"

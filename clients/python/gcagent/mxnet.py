@@ -18,8 +18,9 @@ What dist_sync does, this store does (each trainer process is one of dist_sync's
 - set_gradient_compression({"type": "2bit" | "1bit", "threshold": t}) compresses every
   dense fp32 key as dist_sync does: each worker encodes its sum with its own residual, the
   decoded contributions are added in fp32 and the sum travels uncompressed (the agent's
-  "mxnet" aggregation). Thresholds MXNet refuses are refused with MXNet's message. Any other
-  type names a gcagent codec, the other entries being its parameters.
+  "mxnet" aggregation). Thresholds MXNet refuses are refused with MXNet's message, other
+  entries ignored as MXNet ignores them. Any other type names a gcagent codec, the other
+  entries being its parameters.
 
 Keys are declared to the agent as the store first meets them, with the priority MXNet passes
 (minus the parameter index)."""
@@ -122,10 +123,15 @@ class GcagentKVStore(KVStoreBase):
 
     @staticmethod
     def _local_sum(arrays):
-        """The worker's sum over its devices, in device order, in fp32 (dist_sync's Reduce)."""
-        total = arrays[0].asnumpy().astype(np.float32)
-        for a in arrays[1:]:
-            total += a.asnumpy().astype(np.float32)
+        """The worker's sum over its devices in fp32, grouped as dist_sync's CommCPU adds them
+        (comm.h ReduceSumCPU: in_0 += in_1 + in_2 + in_3 + in_4, four at a time): three
+        arrays sum as a + (b + c), which rounds differently from (a + b) + c."""
+        total = arrays[0].asnumpy().astype(np.float32, copy=False)
+        for i in range(1, len(arrays), 4):
+            group = arrays[i].asnumpy().astype(np.float32, copy=False)
+            for a in arrays[i + 1:i + 4]:
+                group = group + a.asnumpy().astype(np.float32, copy=False)
+            total = total + group
         return total
 
     def _reduce_options(self):
@@ -146,7 +152,11 @@ class GcagentKVStore(KVStoreBase):
     def push(self, key, value, priority=0):
         """Sums the values over this worker's devices and every worker; the sum becomes the
         stored value, or updates it through the optimizer after set_optimizer."""
-        pairs = self._pairs(key, value)
+        pairs = {}
+        for k, vals in self._pairs(key, value):
+            # A key named twice in one call: MXNet groups its values as more devices (GroupKVPairs).
+            pairs.setdefault(k, []).extend(vals)
+        pairs = list(pairs.items())
         ids = [self._id(k, priority) for k, _ in pairs]
         sums = self._reducer.reduce([(agent_key, self._local_sum(vals), p) for (agent_key, p), (_, vals) in
                                      zip(ids, pairs)], **self._reduce_options())
@@ -190,17 +200,19 @@ class GcagentKVStore(KVStoreBase):
 
     def set_gradient_compression(self, compression_params):
         """{'type': '2bit' | '1bit', 'threshold': t}: MXNet's compression, threshold 0.5 when
-        absent. Any other type names a gcagent codec; its other entries are its parameters."""
+        absent, type required (MXNet's messages). Any other type names a gcagent codec; its
+        other entries are its parameters."""
         params = dict(compression_params)
-        kind = str(params.pop("type", "none"))
+        if "type" not in params:
+            raise GcagentError(_INVALID_ARGUMENT, "Required parameter type of string is not presented")
+        kind = str(params.pop("type"))
         if kind in _MXNET_TYPES:
             threshold = _float_threshold(params.pop("threshold", _MXNET_DEFAULT_THRESHOLD))
             if kind == "2bit" and not float(threshold) > 0:
                 raise GcagentError(_INVALID_ARGUMENT, f"threshold must be greater than 0 for two bit compression, "
                                                       f"got {threshold}")
-            if params:
-                raise GcagentError(_INVALID_ARGUMENT, f"{kind} compression takes type and threshold, not "
-                                                      f"{', '.join(sorted(params))}")
+            # Other entries are ignored, as MXNet ignores them (GradientCompressionParam's
+            # InitAllowUnknown): what runs on dist_sync runs here.
             self._codec = (kind, {"threshold": threshold}, "mxnet")
         else:
             self._codec = (kind, {k: str(v) for k, v in params.items()}, None)
