@@ -1,6 +1,7 @@
 #include "shm/segment.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 // Boost.Interprocess throws; this file is the edge that turns throws into Status.
@@ -29,18 +31,23 @@ Result<void*> mapFd(int fd, size_t bytes, const std::string& name) {
   return base;
 }
 
+std::optional<uint64_t> freeShmBytes() {
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) != 0) return std::nullopt;
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+Status tooBig(const std::string& name, size_t bytes, uint64_t free_bytes) {
+  return Status::resourceExhausted(strCat("shm segment ", name, ": needs ", bytes, " bytes, /dev/shm has ", free_bytes,
+                                          " free"));
+}
+
 }  // namespace
 
 Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mode, std::optional<uid_t> owner,
                                 std::optional<gid_t> group) {
   if (bytes == 0) return Status::invalidArgument(strCat("shm segment ", name, ": size 0"));
-  struct statvfs fs {};
-  if (::statvfs("/dev/shm", &fs) == 0) {
-    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-    if (bytes > free_bytes)
-      return Status::resourceExhausted(strCat("shm segment ", name, ": needs ", bytes, " bytes, /dev/shm has ",
-                                              free_bytes, " free"));
-  }
+  if (const auto free_bytes = freeShmBytes(); free_bytes && bytes > *free_bytes) return tooBig(name, bytes, *free_bytes);
   try {
     bip::permissions perms(mode);
     bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write, perms);
@@ -58,14 +65,22 @@ Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mo
       return Status::unavailable(strCat("shm segment ", name, ": cannot give it to gid ", *group, ": ", std::strerror(errno)));
     }
     shm.truncate(static_cast<bip::offset_t>(bytes));
+    // Reserve every page before any is touched: the free space checked above may be gone
+    // by now (another segment, another process), and touching a page tmpfs cannot supply
+    // is SIGBUS, not an error.
+    if (const int rc = ::posix_fallocate(shm.get_mapping_handle().handle, 0, static_cast<off_t>(bytes)); rc != 0) {
+      bip::shared_memory_object::remove(name.c_str());
+      if (rc == ENOSPC) return tooBig(name, bytes, freeShmBytes().value_or(0));
+      return Status::resourceExhausted(strCat("shm segment ", name, ": cannot reserve ", bytes,
+                                              " bytes in /dev/shm: ", std::strerror(rc)));
+    }
     auto base = mapFd(shm.get_mapping_handle().handle, bytes, name);
     if (!base.ok()) {
       bip::shared_memory_object::remove(name.c_str());
       return base.status();
     }
     // Fault every page in now: first touch costs seconds per GiB, and must not land on the
-    // data path. Writing zeros also makes tmpfs allocate the pages, so a full /dev/shm
-    // fails here rather than with SIGBUS later.
+    // data path (the pages are reserved, so this cannot SIGBUS).
     std::memset(*base, 0, bytes);
     return Segment(name, *base, bytes, true);
   } catch (const bip::interprocess_exception& e) {

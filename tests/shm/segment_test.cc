@@ -1,5 +1,8 @@
 #include "shm/segment.h"
 
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,6 +78,56 @@ TEST(SegmentTest, ErrorsNameTheSegment) {
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(huge.status().message().find("/dev/shm has"), std::string::npos);
+}
+
+// A full /dev/shm (a private mount namespace with a 1 MiB tmpfs on it): a segment larger
+// than what is left is refused naming /dev/shm and the sizes, leaves nothing behind, and the
+// process and its first segment live on.
+TEST(SegmentTest, AFullDevShmIsAnErrorNotASignal) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a private mount namespace needs root";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+      _exit(2);  // no namespaces here: reported as a skip
+    auto first = Segment::create(testName("fill-a"), 600 * 1024);
+    if (!first.ok()) _exit(3);
+    auto second = Segment::create(testName("fill-b"), 600 * 1024);
+    if (second.ok()) _exit(4);
+    const std::string why = second.status().message();  // status() is a copy
+    if (second.status().code() != StatusCode::kResourceExhausted || why.find("/dev/shm has") == std::string::npos ||
+        why.find("needs 614400 bytes") == std::string::npos)
+      _exit(5);
+    // Nothing of the refused segment is left behind, and the first still works.
+    if (std::filesystem::exists("/dev/shm/" + testName("fill-b"))) _exit(6);
+    std::memset(first->bytes().data(), 1, first->bytes().size());
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "cannot mount a private tmpfs here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The reservation itself, without the free-space check in front: a tmpfs file cannot be
+// given more pages than the mount has (posix_fallocate is what create() relies on).
+TEST(SegmentTest, ReservingMorePagesThanTmpfsHasFails) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a private mount namespace needs root";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+      _exit(2);
+    const int fd = ::open("/dev/shm/reserve", O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ::ftruncate(fd, 4 << 20) != 0) _exit(3);
+    _exit(::posix_fallocate(fd, 0, 4 << 20) == ENOSPC ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "cannot mount a private tmpfs here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(SegmentTest, MovedSegmentIsRemovedOnce) {
