@@ -1,9 +1,12 @@
 #include "agent/config.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,6 +17,7 @@
 #include <toml++/toml.h>
 
 #include "common/str_cat.h"
+#include "transport/transport.h"
 
 namespace gcagent::agent {
 namespace {
@@ -248,18 +252,67 @@ Status refuseUnparsableCharacters(std::string_view text, const std::string& path
   return {};
 }
 
+// A regular file of bounded size: a directory, a device (/dev/zero) or a huge file is an
+// error before anything is read.
+Result<std::string> readConfigFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::notFound(strCat(path, ": cannot open the configuration file: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return Status::invalidArgument(strCat(path, ": the configuration is not a regular file"));
+  if (static_cast<uint64_t>(st.st_size) > kMaxConfigFileBytes)
+    return Status::invalidArgument(strCat(path, ": the configuration file has ", st.st_size, " bytes, more than the ",
+                                          kMaxConfigFileBytes, " allowed"));
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Status::notFound(strCat(path, ": cannot open the configuration file"));
+  std::string text(kMaxConfigFileBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  if (text.size() > kMaxConfigFileBytes)  // grew since stat
+    return Status::invalidArgument(strCat(path, ": the configuration file has more than ", kMaxConfigFileBytes,
+                                          " bytes"));
+  return text;
+}
+
+// toml++ recurses once per dotted-key part and per nested table or array: a line deeper
+// than kMaxConfigNesting is refused before it parses (no configuration needs more than 3).
+// Counts '.', '[' and '{' outside quoted strings.
+Status refuseDeepNesting(std::string_view text, const std::string& path) {
+  size_t line = 1, depth = 0;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      depth = 0;
+      quote = 0;  // a string ends with its line (multi-line strings are not configuration)
+      continue;
+    }
+    if (quote != 0) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if ((c == '.' || c == '[' || c == '{') && ++depth > kMaxConfigNesting) {
+      return Status::invalidArgument(strCat(path, ":", line, ": more than ", kMaxConfigNesting,
+                                            " dotted-key parts or nested tables and arrays"));
+    }
+  }
+  return {};
+}
+
 Status applyFile(const ConfigInputs& in, LoadedConfig& out) {
   std::string text;
   if (in.file_text) {
     text = *in.file_text;
   } else {
-    std::ifstream file(in.file_path);
-    if (!file) return Status::notFound(strCat(in.file_path, ": cannot open the configuration file"));
-    std::stringstream buf;
-    buf << file.rdbuf();
-    text = buf.str();
+    GC_ASSIGN_OR_RETURN(text, readConfigFile(in.file_path));
   }
   GC_RETURN_IF_ERROR(refuseUnparsableCharacters(text, in.file_path));
+  GC_RETURN_IF_ERROR(refuseDeepNesting(text, in.file_path));
   toml::parse_result parsed = toml::parse(std::string_view(text), std::string_view(in.file_path));
   if (!parsed) {
     const auto& err = parsed.error();
@@ -286,6 +339,31 @@ Status applyFile(const ConfigInputs& in, LoadedConfig& out) {
       out.origins[indexOf(spec)] = {Source::kFile, at};
     }
   }
+  return {};
+}
+
+// What a range cannot say: addresses that parse, a socket path that fits. Each error names
+// the key and where its value came from.
+Status checkUsable(const LoadedConfig& loaded) {
+  auto fail = [&](std::string_view section, std::string_view key, const std::string& why) {
+    const Origin& origin = loaded.origins[indexOf(findKey(section, key))];
+    return Status::invalidArgument(strCat(section, ".", key, " (", origin.where.empty() ? "default" : origin.where,
+                                          "): ", why));
+  };
+  auto checkAddress = [&](std::string_view section, std::string_view key, const std::string& address) -> Status {
+    auto split = transport::splitHostPort(address);
+    if (!split.ok()) return fail(section, key, split.status().message());
+    if (split->first.empty()) return fail(section, key, strCat("address '", address, "': no host"));
+    return {};
+  };
+  const Config& c = loaded.config;
+  GC_RETURN_IF_ERROR(checkAddress("transport", "listen", c.transport_listen));
+  GC_RETURN_IF_ERROR(checkAddress("metrics", "listen", c.metrics_listen));
+  for (const std::string& peer : c.transport_peers) GC_RETURN_IF_ERROR(checkAddress("transport", "peers", peer));
+  if (c.agent_socket.empty()) return fail("agent", "socket", "empty");
+  if (c.agent_socket.size() > kMaxSocketPathBytes)
+    return fail("agent", "socket", strCat("'", c.agent_socket, "' has ", c.agent_socket.size(), " bytes, more than the ",
+                                          kMaxSocketPathBytes, " a Unix socket path can hold"));
   return {};
 }
 
@@ -339,6 +417,7 @@ Result<LoadedConfig> loadConfig(const ConfigInputs& in) {
     setters()[indexOf(spec)](out.config, v);
     out.origins[indexOf(spec)] = {Source::kCli, where};
   }
+  GC_RETURN_IF_ERROR(checkUsable(out));
   return out;
 }
 

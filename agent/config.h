@@ -69,6 +69,15 @@ struct ConfigInputs {
   std::vector<std::string> overrides;                 // "section.key=value", from the CLI
 };
 
+// A Unix socket path holds 108 bytes with its NUL (sockaddr_un::sun_path on Linux).
+inline constexpr size_t kMaxSocketPathBytes = 107;
+// The configuration file: a regular file of at most this size, no line nested or dotted
+// deeper than kMaxConfigNesting (toml++ recurses once per level).
+inline constexpr size_t kMaxConfigFileBytes = 1 << 20;
+inline constexpr size_t kMaxConfigNesting = 64;
+
+// Reads, parses and checks: every value in its range, and the addresses (host:port with a
+// port in [0, 65535]) and the socket path usable, each error naming the key and its origin.
 Result<LoadedConfig> loadConfig(const ConfigInputs& inputs);
 
 // Every key: its value, where it came from, its default and its help.

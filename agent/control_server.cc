@@ -12,6 +12,7 @@
 #include <set>
 #include <variant>
 
+#include "agent/config.h"
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "shm/fd_passing.h"
@@ -424,9 +425,29 @@ void ControlServer::badMessage(const Status& why) {
   engine_.stats().recordError(metrics::ErrorKind::kBadMessage, strCat("trainer message: ", why.message()));
 }
 
+// Removes what a crashed agent left at the socket's path: a socket and nothing else (a
+// mistyped agent.socket must never delete someone's file). Also refuses a path that does
+// not fit a Unix socket address.
+namespace {
+
+Status removeStaleSocket(const std::string& path) {
+  if (path.size() > kMaxSocketPathBytes)
+    return Status::invalidArgument(strCat("control socket ", path, ": ", path.size(), " bytes, more than the ",
+                                          kMaxSocketPathBytes, " a Unix socket path can hold"));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {};  // nothing there
+  if (!S_ISSOCK(st.st_mode))
+    return Status::failedPrecondition(strCat("control socket ", path, ": a file that is not a socket is there; "
+                                             "not removing it (check agent.socket)"));
+  ::unlink(path.c_str());
+  return {};
+}
+
+}  // namespace
+
 Status ControlServer::start() {
   if (!device_path_) device_path_ = makeDevicePath(io_);
-  ::unlink(options_.socket_path.c_str());  // a stale socket from a crashed agent
+  GC_RETURN_IF_ERROR(removeStaleSocket(options_.socket_path));
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);
   if (!ec) acceptor_.bind(stream_protocol::endpoint(options_.socket_path), ec);
@@ -629,7 +650,7 @@ void ControlServer::stop(const Status& why) {
     engine_.failJob(id, why);
   }
   while (!sessions_.empty()) sessions_.begin()->second->flushAndClose();
-  ::unlink(options_.socket_path.c_str());
+  (void)removeStaleSocket(options_.socket_path);  // ours: a socket, unless replaced meanwhile
 }
 
 }  // namespace gcagent::agent

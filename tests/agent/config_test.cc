@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -127,7 +129,58 @@ TEST(ConfigTest, MissingFileIsReported) {
   in.file_path = "/nonexistent/gcagent.toml";
   auto loaded = loadConfig(in);
   ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().message(), "/nonexistent/gcagent.toml: cannot open the configuration file");
+  EXPECT_EQ(loaded.status().message(),
+            "/nonexistent/gcagent.toml: cannot open the configuration file: No such file or directory");
+}
+
+ConfigInputs fromFile(const std::string& path) {
+  ConfigInputs in;
+  in.file_path = path;
+  return in;
+}
+
+TEST(ConfigTest, OnlyARegularFileOfBoundedSizeIsRead) {
+  EXPECT_EQ(errorOf(fromFile("/dev/zero")), "/dev/zero: the configuration is not a regular file");
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(errorOf(fromFile(dir)), dir + ": the configuration is not a regular file");
+  const std::string big = dir + "/gcagent-big.toml";
+  {
+    std::ofstream out(big);
+    out << "[agent]\n" << std::string(kMaxConfigFileBytes, '#') << "\n";
+  }
+  EXPECT_EQ(errorOf(fromFile(big)), big + ": the configuration file has 1048585 bytes, more than the 1048576 allowed");
+  std::filesystem::remove(big);
+}
+
+TEST(ConfigTest, DeepNestingIsRefusedBeforeTheParserRecurses) {
+  std::string dotted = "[agent]\n" + std::string("a");
+  for (int i = 0; i < 200000; ++i) dotted += ".a";
+  EXPECT_EQ(errorOf(fromText(dotted + " = 1\n")),
+            "gcagent.toml:2: more than 64 dotted-key parts or nested tables and arrays");
+  EXPECT_EQ(errorOf(fromText("[agent]\nx = " + std::string(100000, '[') + "\n")),
+            "gcagent.toml:2: more than 64 dotted-key parts or nested tables and arrays");
+  EXPECT_EQ(errorOf(fromText("[agent]\nx = " + std::string(100000, '{') + "\n")),
+            "gcagent.toml:2: more than 64 dotted-key parts or nested tables and arrays");
+  // Dots in strings and comments are not nesting.
+  auto loaded = loadConfig(fromText("[agent]  # " + std::string(200, '.') + "\nsocket = \"/run/" +
+                                    std::string(80, '.') + "\"\n"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+}
+
+TEST(ConfigTest, AddressesAndTheSocketPathMustBeUsable) {
+  EXPECT_EQ(errorOf(fromText("[metrics]\nlisten = \"127.0.0.1:99999\"\n")),
+            "metrics.listen (gcagent.toml:2:10): address '127.0.0.1:99999': port '99999' is not in [0, 65535]");
+  EXPECT_EQ(errorOf(fromText("[transport]\nlisten = \"18515\"\n")),
+            "transport.listen (gcagent.toml:2:10): address '18515': expected host:port");
+  EXPECT_EQ(errorOf(fromText("[transport]\npeers = [\"a:1\", \":2\"]\n")),
+            "transport.peers (gcagent.toml:2:9): address ':2': expected host:port");
+  const std::string long_path = "/run/" + std::string(110, 's');
+  ConfigInputs flags;
+  flags.overrides = {"agent.socket=" + long_path};
+  EXPECT_EQ(errorOf(flags), "agent.socket (--agent.socket): '" + long_path +
+                                "' has 115 bytes, more than the 107 a Unix socket path can hold");
+  flags.overrides = {"agent.socket=/run/" + std::string(102, 's')};  // 107 bytes: fits
+  EXPECT_TRUE(loadConfig(flags).ok());
 }
 
 TEST(ConfigTest, ReferenceListsEveryKey) {
