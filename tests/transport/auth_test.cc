@@ -103,6 +103,17 @@ TEST_F(TokenFileTest, RefusesAFileOthersOrTheGroupCanRead) {
   EXPECT_NE(readTokenFile(path_).status().message().find("has mode 0640"), std::string::npos);
 }
 
+TEST_F(TokenFileTest, RefusesAFileOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  write("s3cr3t-token\n", 0600);
+  ASSERT_EQ(::chown(path_.c_str(), 65534, static_cast<gid_t>(-1)), 0);
+  auto token = readTokenFile(path_);
+  ASSERT_FALSE(token.ok());
+  EXPECT_EQ(token.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(token.status().message(), "security.token_file '" + path_ +
+                                          "' belongs to uid 65534, not to this agent's uid 0: chown it to the agent's user");
+}
+
 TEST_F(TokenFileTest, RefusesAnEmptyOrMissingFile) {
   write("\n", 0600);
   EXPECT_NE(readTokenFile(path_).status().message().find("holds no token"), std::string::npos);
