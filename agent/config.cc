@@ -358,7 +358,7 @@ Status checkUsable(const LoadedConfig& loaded) {
   };
   const Config& c = loaded.config;
   GC_RETURN_IF_ERROR(checkAddress("transport", "listen", c.transport_listen));
-  GC_RETURN_IF_ERROR(checkAddress("metrics", "listen", c.metrics_listen));
+  if (!c.metrics_listen.empty()) GC_RETURN_IF_ERROR(checkAddress("metrics", "listen", c.metrics_listen));
   for (const std::string& peer : c.transport_peers) GC_RETURN_IF_ERROR(checkAddress("transport", "peers", peer));
   if (c.agent_socket.empty()) return fail("agent", "socket", "empty");
   if (c.agent_socket.size() > kMaxSocketPathBytes)

@@ -181,6 +181,8 @@ TEST(ConfigTest, AddressesAndTheSocketPathMustBeUsable) {
                                 "' has 115 bytes, more than the 107 a Unix socket path can hold");
   flags.overrides = {"agent.socket=/run/" + std::string(102, 's')};  // 107 bytes: fits
   EXPECT_TRUE(loadConfig(flags).ok());
+  flags.overrides = {"metrics.listen="};  // no metrics endpoint
+  EXPECT_TRUE(loadConfig(flags).ok());
 }
 
 TEST(ConfigTest, ReferenceListsEveryKey) {
