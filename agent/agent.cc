@@ -225,6 +225,10 @@ Status Agent::run() {
   };
   server_options.device_path = makeDevicePath(
       io, c.compress_on_gpu ? gpuCoderFactory(io, static_cast<size_t>(c.compress_residual_budget_bytes)) : nullptr);
+  server_options.max_connections = static_cast<size_t>(c.agent_max_connections);
+  server_options.hello_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.agent_hello_timeout * 1000));
+  server_options.body_timeout = std::chrono::milliseconds(static_cast<int64_t>(c.agent_frame_timeout * 1000));
+  server_options.on_accepting = [&stats](bool accepting) { stats.health().setServing(accepting); };
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 

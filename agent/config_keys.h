@@ -17,6 +17,12 @@
     "seconds between progress summaries in the log (an idle agent says so once); 0: none")      \
   X(agent, group, Text, "", 0, 0, "",                                                           \
     "group that may use the control socket and the segments (mode 0660); empty: owner only (0600)") \
+  X(agent, max_connections, Integer, "256", 1, 65536, "",                                       \
+    "control connections open at once; more are closed as they come")                         \
+  X(agent, hello_timeout, Real, "10", 0.01, 3600, "",                                           \
+    "seconds a new control connection has to say hello before it is closed")                    \
+  X(agent, frame_timeout, Real, "30", 0.01, 3600, "",                                           \
+    "seconds a control message has to arrive whole once its header did")                        \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
   X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \

@@ -64,7 +64,10 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) peer_uid_ = cred.uid;
   }
 
-  void start() { readHeader(); }
+  void start() {
+    arm(hello_deadline_, server_.options_.hello_timeout, [this] { return job_ == nullptr; }, "no hello");
+    readHeader();
+  }
 
   // `fd`, when given, rides on the frame's first byte (SCM_RIGHTS); it must stay open until
   // the frame is written.
@@ -91,6 +94,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    hello_deadline_.cancel();
+    body_deadline_.cancel();
     boost::system::error_code ec;
     socket_.close(ec);
     server_.sessionClosed(this);
@@ -138,15 +143,39 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
         close_after_write_ = true;
         return;
       }
-      body_.resize(header->body_bytes);
+      if (job_ == nullptr && header->body_bytes > kUnidentifiedBodyBytes) {
+        const Status why = Status::invalidArgument(strCat("a frame of ", header->body_bytes, " bytes before hello (at most ",
+                                                          kUnidentifiedBodyBytes, ")"));
+        server_.badMessage(why);
+        GC_LOG(kWarn, "control", "trainer ", id_, ": ", why.message(), "; disconnecting");
+        sendError(header->request_id, why);
+        close_after_write_ = true;
+        return;
+      }
+      body_.clear();
+      arm(body_deadline_, server_.options_.body_timeout, [] { return true; }, "a message not finished");
       readBody(*header);
     });
   }
 
+  // Reads the body a chunk at a time, so what the agent holds grows with the bytes that
+  // arrived, never with what a header announced.
   void readBody(protocol::Header header) {
+    static constexpr size_t kChunk = 256 * 1024;
+    const size_t received = body_.size();
+    if (received == header.body_bytes) return dispatchBody(header);
+    body_.resize(received + std::min<size_t>(kChunk, header.body_bytes - received));
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body_), [this, self, header](boost::system::error_code ec, size_t) {
-      if (ec) return close();
+    asio::async_read(socket_, asio::buffer(body_.data() + received, body_.size() - received),
+                     [this, self, header](boost::system::error_code ec, size_t) {
+                       if (ec) return close();
+                       readBody(header);
+                     });
+  }
+
+  void dispatchBody(const protocol::Header& header) {
+    body_deadline_.cancel();
+    {
       auto message = protocol::decode(header, body_);
       if (!message.ok()) {
         server_.badMessage(message.status());
@@ -155,7 +184,20 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
       } else {
         dispatch(*message);
       }
-      if (!closed_) readHeader();
+    }
+    if (!closed_) readHeader();
+  }
+
+  // Closes the connection unless `still` has become false within `limit`.
+  void arm(asio::steady_timer& deadline, std::chrono::milliseconds limit, std::function<bool()> still,
+           std::string_view what) {
+    deadline.expires_after(limit);
+    std::weak_ptr<Session> weak = weak_from_this();
+    deadline.async_wait([weak, still = std::move(still), what](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_ || !still()) return;
+      self->server_.timedOut(self->id_, what);
+      self->close();
     });
   }
 
@@ -404,6 +446,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   std::map<std::pair<uint64_t, uint64_t>, uint32_t> submits_;
   std::array<std::byte, protocol::kHeaderBytes> header_{};
   std::vector<std::byte> body_;
+  asio::steady_timer hello_deadline_{socket_.get_executor()};
+  asio::steady_timer body_deadline_{socket_.get_executor()};
   std::deque<Outgoing> out_;
   bool writing_ = false;
   bool close_after_write_ = false;
@@ -411,7 +455,12 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 };
 
 ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options)
-    : io_(io), engine_(engine), options_(std::move(options)), acceptor_(io), device_path_(options_.device_path) {}
+    : io_(io),
+      engine_(engine),
+      options_(std::move(options)),
+      acceptor_(io),
+      accept_retry_(io),
+      device_path_(options_.device_path) {}
 
 ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
 
@@ -466,10 +515,22 @@ Status ControlServer::start() {
 
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, stream_protocol::socket socket) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted) GC_LOG(kWarn, "control", "accept failed: ", ec.message());
-      return;
+    if (ec == asio::error::operation_aborted || stopping_) return;
+    if (ec) return acceptFailed(ec);
+    if (accept_delay_.succeeded()) {
+      GC_LOG(kInfo, "control", "accepting trainers again on ", options_.socket_path);
+      if (options_.on_accepting) options_.on_accepting(true);
     }
+    if (sessions_.size() >= options_.max_connections) {
+      ++counters_.connections_refused;
+      if (!std::exchange(refusing_, true))
+        GC_LOG(kWarn, "control", options_.max_connections, " trainer connections are open; refusing more until "
+               "some close");
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      return accept();
+    }
+    refusing_ = false;
     auto session = std::make_shared<Session>(*this, std::move(socket), next_trainer_id_++);
     sessions_[session.get()] = session;
     ++counters_.trainers_connected;
@@ -477,6 +538,28 @@ void ControlServer::accept() {
     session->start();
     accept();
   });
+}
+
+// Out of descriptors (EMFILE, ENFILE) or memory: the listener stays, and accepting resumes
+// after a delay, as soon as the system lets it. Logged once per streak; /readyz says not
+// serving meanwhile.
+void ControlServer::acceptFailed(const boost::system::error_code& ec) {
+  ++counters_.accept_errors;
+  engine_.stats().recordError(metrics::ErrorKind::kAcceptFailed, strCat("control socket: accept: ", ec.message()));
+  if (!accept_delay_.failing()) {
+    GC_LOG(kWarn, "control", "accept failed: ", ec.message(), "; retrying until it works again");
+    if (options_.on_accepting) options_.on_accepting(false);
+  }
+  accept_retry_.expires_after(accept_delay_.next());
+  accept_retry_.async_wait([this](boost::system::error_code wait) {
+    if (!wait && !stopping_) accept();
+  });
+}
+
+void ControlServer::timedOut(uint32_t trainer, std::string_view what) {
+  ++counters_.sessions_timed_out;
+  engine_.stats().recordError(metrics::ErrorKind::kTimeout, strCat("trainer ", trainer, ": ", what, " in time"));
+  GC_LOG(kWarn, "control", "trainer ", trainer, ": ", what, " in time; disconnecting");
 }
 
 std::shared_ptr<ControlServer::Job> ControlServer::findOrCreateJob(const std::string& name, uint32_t local_size,
@@ -643,6 +726,7 @@ void ControlServer::sessionClosed(Session* session) {
 void ControlServer::stop(const Status& why) {
   if (stopping_) return;
   stopping_ = true;
+  accept_retry_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
   for (auto& [id, job] : jobs_) {

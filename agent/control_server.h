@@ -5,17 +5,20 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "agent/device_path.h"
 #include "agent/io.h"
 #include "agent/reduction_engine.h"
+#include "common/retry_delay.h"
 #include "common/status.h"
 
 namespace gcagent::agent {
@@ -32,13 +35,29 @@ struct ServerOptions {
   std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
   // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io) at start().
   std::shared_ptr<DevicePath> device_path;
+  // What a stranger on the socket can hold: connections beyond max_connections are closed
+  // at once; a connection that says no hello within hello_timeout, or announces a frame
+  // and does not finish its body within body_timeout, is closed. Before its hello a
+  // connection may announce at most kUnidentifiedBodyBytes.
+  size_t max_connections = 256;
+  std::chrono::milliseconds hello_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};
+  // The socket stopped (false: accept failed, e.g. out of descriptors) or resumed (true)
+  // accepting trainers.
+  std::function<void(bool accepting)> on_accepting;
 };
+
+// A hello is a few hundred bytes: an unidentified connection cannot make the agent hold more.
+inline constexpr size_t kUnidentifiedBodyBytes = 64 * 1024;
 
 struct ServerCounters {
   uint64_t trainers_connected = 0;
   uint64_t bad_messages = 0;
   uint64_t iterations_completed = 0;  // (job, iteration) pairs whose every key completed
   uint64_t device_refused = 0;        // device declarations this agent could not serve
+  uint64_t connections_refused = 0;   // over max_connections
+  uint64_t accept_errors = 0;         // failed accepts (each retried after a delay)
+  uint64_t sessions_timed_out = 0;    // no hello, or a frame body that did not arrive in time
 };
 
 class ControlServer {
@@ -68,7 +87,9 @@ class ControlServer {
   friend class Session;
 
   void accept();
+  void acceptFailed(const boost::system::error_code& ec);
   void badMessage(const Status& why);
+  void timedOut(uint32_t trainer, std::string_view what);
   void deviceRefused(const Status& why);
   void sessionClosed(Session* session);
   // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
@@ -82,6 +103,9 @@ class ControlServer {
   ReductionEngine& engine_;
   ServerOptions options_;
   asio::local::stream_protocol::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  RetryDelay accept_delay_;
+  bool refusing_ = false;  // over max_connections: logged once per streak
   std::shared_ptr<DevicePath> device_path_;
   std::map<Session*, std::shared_ptr<Session>> sessions_;
   std::unordered_map<uint64_t, std::shared_ptr<Job>> jobs_;

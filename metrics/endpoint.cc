@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/retry_delay.h"
 #include "common/str_cat.h"
 
 namespace gcagent::metrics {
@@ -48,7 +49,12 @@ Reply route(std::string_view target, Stats& stats) {
 // One connection: read a request, answer it, repeat while the client keeps it alive.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, Stats& stats) : stream_(std::move(socket)), stats_(stats) {}
+  // `open` counts the live sessions, so the endpoint can cap them.
+  Session(tcp::socket socket, Stats& stats, std::shared_ptr<size_t> open)
+      : stream_(std::move(socket)), stats_(stats), open_(std::move(open)) {
+    ++*open_;
+  }
+  ~Session() { --*open_; }
 
   void read() {
     request_ = {};
@@ -83,6 +89,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   Stats& stats_;
+  std::shared_ptr<size_t> open_;
   beast::flat_buffer buffer_;
   http::request<http::string_body> request_;
 };
@@ -90,19 +97,42 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct Endpoint::Impl {
-  Impl(Stats& s) : stats(s), acceptor(io) {}
+  // Scrapers are few; more than this many open connections are strangers holding sockets.
+  static constexpr size_t kMaxSessions = 64;
+
+  Impl(Stats& s) : stats(s), acceptor(io), retry(io) {}
 
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), stats)->read();
+      if (ec) return acceptFailed(ec);
+      if (delay.succeeded()) GC_LOG(kInfo, "metrics", "accepting scrapes again");
+      if (*open >= kMaxSessions) {
+        beast::error_code ignored;
+        socket.close(ignored);  // the 30 s idle limit frees the held ones
+      } else {
+        std::make_shared<Session>(std::move(socket), stats, open)->read();
+      }
       accept();
+    });
+  }
+
+  // Out of descriptors: wait and try again (a retry at once would spin on the error).
+  void acceptFailed(const beast::error_code& ec) {
+    stats.recordError(ErrorKind::kAcceptFailed, strCat("metrics endpoint: accept: ", ec.message()));
+    if (!delay.failing()) GC_LOG(kWarn, "metrics", "accept failed: ", ec.message(), "; retrying until it works again");
+    retry.expires_after(delay.next());
+    retry.async_wait([this](beast::error_code wait) {
+      if (!wait) accept();
     });
   }
 
   Stats& stats;
   asio::io_context io{1};
   tcp::acceptor acceptor;
+  asio::steady_timer retry;
+  RetryDelay delay;
+  std::shared_ptr<size_t> open = std::make_shared<size_t>(0);
   std::string host;
   uint16_t port = 0;
   std::thread thread;

@@ -39,6 +39,7 @@ std::string_view errorKindName(ErrorKind kind) {
     case ErrorKind::kReductionFailed: return "reduction_failed";
     case ErrorKind::kAuthFailed: return "auth_failed";
     case ErrorKind::kDeviceUnavailable: return "device_unavailable";
+    case ErrorKind::kAcceptFailed: return "accept_failed";
   }
   return "?";
 }
@@ -115,7 +116,7 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
   for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,
-                         ErrorKind::kAuthFailed, ErrorKind::kDeviceUnavailable})
+                         ErrorKind::kAuthFailed, ErrorKind::kDeviceUnavailable, ErrorKind::kAcceptFailed})
     errors_[static_cast<int>(kind)] = &counter(Id::errors_total, {std::string(errorKindName(kind))});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});

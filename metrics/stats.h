@@ -66,7 +66,7 @@ struct PeerStats {
   prometheus::Gauge* inflight;
 };
 
-enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed, kAuthFailed, kDeviceUnavailable };
+enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed, kAuthFailed, kDeviceUnavailable, kAcceptFailed };
 enum class SizeClass { kSmall, kMedium, kLarge };
 SizeClass sizeClassOf(uint64_t bytes);
 // The kind label of errors_total: "bad_message", "timeout", "peer_lost", "reduction_failed".
@@ -128,7 +128,7 @@ class Stats {
   prometheus::Counter* tensors_;
   prometheus::Counter* decisions_[2];
   prometheus::Counter* gpu_copy_[2];  // sent, received
-  prometheus::Counter* errors_[6];
+  prometheus::Counter* errors_[7];
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
   Health health_;

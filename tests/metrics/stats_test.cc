@@ -83,7 +83,7 @@ TEST(Stats, ReadsBackByName) {
   EXPECT_EQ(read(r, "gcagent_iterations_completed_total").value, 1);
   EXPECT_EQ(read(r, "gcagent_errors_total", {{"kind", "peer_lost"}}).value, 2);
   EXPECT_EQ(read(r, "gcagent_errors_total", {{"kind", "timeout"}}).value, 0);
-  EXPECT_EQ(read(r, "gcagent_errors_total").series, 6u) << "every kind is exported from the start";
+  EXPECT_EQ(read(r, "gcagent_errors_total").series, 7u) << "every kind is exported from the start";
   EXPECT_EQ(read(r, "gcagent_scheduler_decisions_total", {{"decision", "compressed"}}).value, 1);
   EXPECT_EQ(read(r, "gcagent_inflight_slices", {{"peer", "3"}}).value, 5);
   EXPECT_EQ(read(r, "gcagent_trainers_connected").value, 2);
