@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <grp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -122,6 +123,9 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   } else if (peers.size() > 1) {
     GC_LOG(kWarn, "agent", "security.token_file is empty: peer agents are not authenticated");
   }
+  if (::geteuid() == 0)  // least privilege: say so, once, where an operator looks
+    GC_LOG(kWarn, "agent", "running as root: root is needed only to give segments to trainers of another uid; "
+           "run the agent as the trainers' user (or with agent.group) instead");
   GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
   // Build the default and result codecs once, so a typo fails now and not at the first gradient.
   GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());

@@ -180,3 +180,11 @@ def test_an_agent_out_of_descriptors_recovers_once_they_are_freed(tmp_path):
         healthy_job(c)
         stop_clean(c)
         assert c.log(0).count("accept failed:") == 1  # once per streak, not once per retry
+
+
+def test_an_agent_running_as_root_says_so(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the warning is for agents started as root")
+    r = run_agent("--validate")
+    assert r.returncode == 0, r
+    assert "running as root: root is needed only to give segments to trainers of another uid" in r.stdout + r.stderr
