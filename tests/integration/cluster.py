@@ -42,6 +42,18 @@ def free_ports(n):
     return ports
 
 
+def wait_for(predicate, timeout=120, what="condition"):
+    """predicate()'s first true value, polled until `timeout` seconds (a generous deadline for
+    an event, never a bound on how fast it happens)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def finish(procs, timeout):
     """[(returncode, output)] once every process ended or the deadline passed (then killed)."""
     deadline = time.time() + timeout

@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-from cluster import AGENT, Cluster, free_ports
+from cluster import AGENT, Cluster, free_ports, wait_for
 
 
 def get(address, path):
@@ -22,16 +22,6 @@ def get(address, path):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-
-
-def wait_for(predicate, timeout=60, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def by_name(cluster):

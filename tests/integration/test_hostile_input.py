@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cluster import AGENT, BUILD, Cluster
+from cluster import AGENT, BUILD, Cluster, wait_for
 from test_dataplane import assert_trainers_ok, stop_clean
 
 MAGIC, VERSION, HELLO = 0x43414347, 1, 1
@@ -53,18 +53,8 @@ def test_a_file_at_the_socket_path_is_never_deleted(tmp_path):
     assert victim.read_text() == "keep me"
 
 
-def wait_for(what, check, deadline=DEADLINE):
-    end = time.time() + deadline
-    while time.time() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
 def connect(cluster):
-    wait_for("the control socket", lambda: os.path.exists(cluster.sockets[0]))
+    wait_for(lambda: os.path.exists(cluster.sockets[0]), what="the control socket")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(cluster.sockets[0])
     return s
@@ -143,7 +133,7 @@ def test_connections_over_the_cap_are_closed_and_the_job_keeps_working(tmp_path)
             assert closed_by_agent(s)
         for s in held + extra:
             s.close()
-        wait_for("room for 3 connections", lambda: has_room(c, 3))  # our closes reach the agent
+        wait_for(lambda: has_room(c, 3), what="room for 3 connections")  # our closes reach the agent
         healthy_job(c)
         stop_clean(c)
         assert "4 trainer connections are open; refusing more until some close" in c.log(0)
@@ -173,10 +163,10 @@ def test_an_agent_out_of_descriptors_recovers_once_they_are_freed(tmp_path):
                 held.append(connect(c))
             except OSError:
                 break
-        wait_for("the agent to run out of descriptors", lambda: "accept failed: Too many open files" in c.log(0))
+        wait_for(lambda: "accept failed: Too many open files" in c.log(0), what="the agent to run out of descriptors")
         for s in held:
             s.close()
-        wait_for("the agent to accept again", lambda: "accepting trainers again" in c.log(0))
+        wait_for(lambda: "accepting trainers again" in c.log(0), what="the agent to accept again")
         healthy_job(c)
         stop_clean(c)
         assert c.log(0).count("accept failed:") == 1  # once per streak, not once per retry
