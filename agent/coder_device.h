@@ -25,7 +25,8 @@ class DeviceCodec {
   // u32 pair count, and take 4 + 8 * count bytes, readable once the work has run.
   virtual Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                                 const compress::SliceId& id) = 0;
-  // Enqueues out = scale * (the decoding of `in`), bit for bit what Codec::decode writes.
+  // Enqueues out = scale * (the decoding of `in` added to -0.0), bit for bit what
+  // Codec::decode writes.
   virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
                         const compress::SliceId& id) = 0;
 };
@@ -49,7 +50,6 @@ class CoderDevice {
 
   // Element work on device memory, enqueued.
   virtual Status add(float* dst, const float* src, size_t n) = 0;             // dst += src
-  virtual Status scale(float* p, size_t n, float factor) = 0;                 // p *= factor
   virtual Status divide(float* p, size_t n, float divisor) = 0;               // p /= divisor
   virtual Status flush(float* dst, float* residual, size_t n) = 0;            // dst += residual; residual = 0
   virtual Status zero(void* p, size_t bytes) = 0;

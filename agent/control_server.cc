@@ -175,15 +175,13 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 
   void dispatchBody(const protocol::Header& header) {
     body_deadline_.cancel();
-    {
-      auto message = protocol::decode(header, body_);
-      if (!message.ok()) {
-        server_.badMessage(message.status());
-        GC_LOG(kWarn, "control", "trainer ", id_, ": ", message.status().message());
-        sendError(header.request_id, message.status());
-      } else {
-        dispatch(*message);
-      }
+    auto message = protocol::decode(header, body_);
+    if (!message.ok()) {
+      server_.badMessage(message.status());
+      GC_LOG(kWarn, "control", "trainer ", id_, ": ", message.status().message());
+      sendError(header.request_id, message.status());
+    } else {
+      dispatch(*message);
     }
     if (!closed_) readHeader();
   }
@@ -474,11 +472,11 @@ void ControlServer::badMessage(const Status& why) {
   engine_.stats().recordError(metrics::ErrorKind::kBadMessage, strCat("trainer message: ", why.message()));
 }
 
+namespace {
+
 // Removes what a crashed agent left at the socket's path: a socket and nothing else (a
 // mistyped agent.socket must never delete someone's file). Also refuses a path that does
 // not fit a Unix socket address.
-namespace {
-
 Status removeStaleSocket(const std::string& path) {
   if (path.size() > kMaxSocketPathBytes)
     return Status::invalidArgument(strCat("control socket ", path, ": ", path.size(), " bytes, more than the ",

@@ -45,10 +45,6 @@ class HostCoderDevice : public CoderDevice {
     addInto(dst, src, n);
     return {};
   }
-  Status scale(float* p, size_t n, float factor) override {
-    for (size_t i = 0; i < n; ++i) p[i] *= factor;
-    return {};
-  }
   Status divide(float* p, size_t n, float divisor) override {
     divideBy(p, n, divisor);
     return {};

@@ -74,12 +74,13 @@ class Codec {
                            const SliceId& id) const = 0;
 
   // Decodes `in` into `out`, overwriting it, times `scale` (> 0): bit for bit what
-  // decodeAdd() adds to zeros, multiplied by scale. After an error `out`'s contents are
-  // unspecified. Codecs override this to skip the zero fill, the read of `out` and the
-  // separate scaling pass: the averaged result is then written in one pass.
+  // decodeAdd() adds to -0.0 (the identity of fp32 addition, so a sum that starts with a
+  // decoded contribution is exactly the sum of the contributions), multiplied by scale.
+  // After an error `out`'s contents are unspecified. Codecs override this to skip the fill
+  // and the read of `out`.
   virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
                         const SliceId& id) const {
-    std::fill(out.begin(), out.end(), 0.0f);
+    std::fill(out.begin(), out.end(), -0.0f);
     GC_RETURN_IF_ERROR(decodeAdd(in, out, id));
     if (scale != 1.0f)
       for (float& v : out) v *= scale;

@@ -32,6 +32,10 @@ __global__ void scaleKernel(float* __restrict__ p, size_t n, float factor) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) p[i] = __fmul_rn(p[i], factor);
 }
 
+__global__ void fillKernel(float* __restrict__ p, size_t n, float value) {
+  for (size_t i = firstIndex(); i < n; i += gridStride()) p[i] = value;
+}
+
 __global__ void divideKernel(float* __restrict__ p, size_t n, float divisor) {
   for (size_t i = firstIndex(); i < n; i += gridStride()) p[i] = __fdiv_rn(p[i], divisor);
 }
@@ -114,6 +118,12 @@ struct Queue {
     scaleKernel<<<blocksFor(n), kThreads, 0, stream>>>(p, n, factor);
     return launched("scale");
   }
+  // -0.0 everywhere: the identity of fp32 addition, so decodeAdd onto it keeps every bit.
+  Status fillNegativeZero(float* p, size_t n) {
+    if (n == 0) return {};
+    fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(p, n, -0.0f);
+    return launched("fill");
+  }
 };
 
 // One after(): what it covers, and whom to tell.
@@ -156,14 +166,12 @@ class CudaCodec : public DeviceCodec {
     return cell_->codec->encode(in, state, out, id, queue_->stream);
   }
 
-  // As compress::Codec::decode: zero fill, decodeAdd, multiply.
+  // As compress::Codec::decode: -0.0 fill, decodeAdd, multiply.
   Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
                 const compress::SliceId& id) override {
     GC_RETURN_IF_ERROR(queue_->use());
     queue_->touch(cell_);
-    if (!out.empty())
-      GC_RETURN_IF_ERROR(queue_->check(cudaMemsetAsync(out.data(), 0, out.size_bytes(), queue_->stream),
-                                       "cudaMemsetAsync"));
+    GC_RETURN_IF_ERROR(queue_->fillNegativeZero(out.data(), out.size()));
     GC_RETURN_IF_ERROR(cell_->codec->decodeAdd(in, out, id, queue_->stream));
     if (scale != 1.0f) return queue_->scale(out.data(), out.size(), scale);
     return {};
@@ -233,11 +241,6 @@ class CudaCoderDevice : public CoderDevice {
     GC_RETURN_IF_ERROR(q_->use());
     addKernel<<<blocksFor(n), kThreads, 0, q_->stream>>>(dst, src, n);
     return q_->launched("add");
-  }
-  Status scale(float* p, size_t n, float factor) override {
-    if (n == 0) return {};
-    GC_RETURN_IF_ERROR(q_->use());
-    return q_->scale(p, n, factor);
   }
   Status divide(float* p, size_t n, float divisor) override {
     if (n == 0) return {};

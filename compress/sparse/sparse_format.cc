@@ -62,11 +62,11 @@ Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, std::strin
 Status decode(std::span<const std::byte> in, std::span<float> out, float scale, std::string_view codec) {
   auto count = validate(in, out.size(), codec);
   if (!count.ok()) return count.status();
-  std::fill(out.begin(), out.end(), 0.0f);  // 0 * scale is +0 too
+  std::fill(out.begin(), out.end(), -0.0f);  // -0 * scale is -0 too
   const std::byte* idx = in.data() + 4;
   const std::byte* val = idx + 4 * *count;
   for (size_t i = 0; i < *count; ++i)
-    out[loadLe<uint32_t>(idx + 4 * i)] = (0.0f + loadLe<float>(val + 4 * i)) * scale;
+    out[loadLe<uint32_t>(idx + 4 * i)] = (-0.0f + loadLe<float>(val + 4 * i)) * scale;
   return {};
 }
 

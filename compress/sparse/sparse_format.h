@@ -28,8 +28,9 @@ void addInto(std::span<const std::byte> in, std::span<float> acc);
 // validate() then addInto().
 Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, std::string_view codec);
 
-// validate(), then out = zeros with (0 + value[i]) * scale at index[i]: what decodeAdd adds
-// to zeros, scaled, without a pass over the unsent elements beyond the fill.
+// validate(), then out = -0.0 with (-0 + value[i]) * scale at index[i]: what decodeAdd adds
+// to -0.0 (Codec::decode's contract), scaled, without a pass over the unsent elements
+// beyond the fill.
 Status decode(std::span<const std::byte> in, std::span<float> out, float scale, std::string_view codec);
 
 }  // namespace gcagent::compress::sparse

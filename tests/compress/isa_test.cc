@@ -233,7 +233,7 @@ TEST_P(IsaExactTest, ArbitraryBytesDecodeAlike) {
 // decode() overwrites with exactly what decodeAdd() adds to -0.0, the identity of fp32
 // addition (so a -0.0 stays -0.0 and a NaN keeps its bits), times the scale, in both ISAs:
 // a sum that starts with a decoded contribution is the sum of the contributions.
-TEST_P(IsaExactTest, DecodeIsDecodeAddOnZerosScaledInBothIsas) {
+TEST_P(IsaExactTest, DecodeIsDecodeAddOnNegativeZeroScaledInBothIsas) {
   std::mt19937_64 rng(6);
   for (const float scale : {1.0f, 1.0f / 3.0f}) {
     for (size_t n : sizes()) {

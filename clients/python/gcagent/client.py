@@ -233,14 +233,11 @@ class Reducer:
             codec, params = self.codec, tuple(self.params.items())
         return TensorSpec(key, elements, priority, codec, {**dict(params), **dict(policy)})
 
-    def ensure_declared(self, specs: Sequence[tuple]):
-        """(key, elements, priority[, codec, params, policy]) tuples, added to the declaration
-        when missing or changed; codec _REDUCER_CODEC (or absent) follows the Reducer's."""
+    def _ensure_declared(self, entries: Dict[int, tuple]):
+        """{key: (elements, priority, codec, params, policy)}: declares every known key again
+        when one is new or changed."""
         changed = self._stale
-        for spec in specs:
-            key, elements, priority = spec[:3]
-            codec, params, policy = spec[3:] if len(spec) > 3 else (_REDUCER_CODEC, (), ())
-            entry = (elements, priority, codec, tuple(sorted(params)), tuple(sorted(policy)))
+        for key, entry in entries.items():
             if self._specs.get(key) != entry:
                 self._specs[key] = entry
                 changed = True
@@ -262,10 +259,11 @@ class Reducer:
         "bidirectional" or "mxnet" (see the operator guide; default: the agent's)."""
         if result not in ("average", "sum"):
             raise ValueError(f"gcagent: result '{result}' is not one of: average, sum")
-        policy = (() if result == "average" else (("reduce.result", result),)) + \
-                 (() if aggregation is None else (("reduce.aggregation", aggregation),))
-        own = (_REDUCER_CODEC, ()) if codec is _REDUCER_CODEC else (codec, tuple((params or {}).items()))
-        self.ensure_declared([(k, int(a.size), p, *own, policy) for k, a, p in arrays])
+        policy = {"reduce.result": result} if result != "average" else {}
+        if aggregation is not None:
+            policy["reduce.aggregation"] = aggregation
+        own = tuple(sorted((params or {}).items()))
+        self._ensure_declared({k: (int(a.size), p, codec, own, tuple(sorted(policy.items()))) for k, a, p in arrays})
         return self._exchange(arrays)
 
     def broadcast(self, arrays: Sequence[Tuple[int, np.ndarray, int]], root: int = 0) -> List[np.ndarray]:

@@ -64,7 +64,7 @@ class GcagentKVStore(KVStoreBase):
     def __init__(self, reducer=None):
         self._reducer = reducer or Reducer()
         self._ids = {}         # MXNet key (int or str) -> (agent key, priority), in order of first use
-        self._stored = {}      # MXNet key -> the stored value (float32), as on dist_sync's servers
+        self._stored = {}      # MXNet key -> the stored value (a float32 NDArray), as on dist_sync's servers
         self._codec = None     # (codec, params, aggregation) once set_gradient_compression ran
         self._updater = None   # set_optimizer's updater
 
@@ -147,7 +147,8 @@ class GcagentKVStore(KVStoreBase):
                 raise GcagentError(_INVALID_ARGUMENT, f"duplicate init of key {k}. Please double check if you "
                                                       "called kv.init or kv.broadcast with this key multiple times")
             agent_key, priority = self._id(k, 0)
-            self._stored[k] = self._reducer.broadcast([(agent_key, self._local_sum(vals[:1]), priority)])[0]
+            value = self._reducer.broadcast([(agent_key, self._local_sum(vals[:1]), priority)])[0]
+            self._stored[k] = mx.nd.array(value, dtype=np.float32)
 
     def push(self, key, value, priority=0):
         """Sums the values over this worker's devices and every worker; the sum becomes the
@@ -161,15 +162,14 @@ class GcagentKVStore(KVStoreBase):
         sums = self._reducer.reduce([(agent_key, self._local_sum(vals), p) for (agent_key, p), (_, vals) in
                                      zip(ids, pairs)], **self._reduce_options())
         for (k, _), total in zip(pairs, sums):
+            total = mx.nd.array(total, dtype=np.float32)
             if self._updater is None:
                 self._stored[k] = total
                 continue
             if k not in self._stored:
                 raise GcagentError(_INVALID_ARGUMENT, f"key {k} has not been initialized: init or broadcast it "
                                                       "before pushing with an optimizer")
-            weight = mx.nd.array(self._stored[k], dtype=np.float32)
-            self._updater(k, mx.nd.array(total, dtype=np.float32), weight)  # the key, as on the servers
-            self._stored[k] = weight.asnumpy()
+            self._updater(k, total, self._stored[k])  # in place, with the key, as on the servers
 
     def pull(self, key, out=None, priority=0, ignore_sparse=True):
         """Copies the stored value of each key into every out array."""
@@ -177,8 +177,9 @@ class GcagentKVStore(KVStoreBase):
             if k not in self._stored:
                 raise GcagentError(_INVALID_ARGUMENT, f"key {k} has not been initialized: init, broadcast or push "
                                                       "it before pulling")
+            stored = self._stored[k]
             for o in outs:
-                o[:] = mx.nd.array(self._stored[k].reshape(o.shape), ctx=o.context, dtype=o.dtype)
+                o[:] = (stored if stored.dtype == o.dtype else stored.astype(o.dtype)).reshape(o.shape)
 
     def pushpull(self, key, value, out=None, priority=0):
         """push, then pull into out (into value when out is None)."""

@@ -258,7 +258,7 @@ TEST_F(CudaCoderDeviceTest, ElementWorkMatchesTheHostBitForBit) {
     std::vector<float> host_a = a;
     std::vector<float> host_r = r;
     ASSERT_TRUE(host_->add(host_a.data(), b.data(), n).ok());
-    ASSERT_TRUE(host_->scale(host_a.data(), n, 1.0f / 3.0f).ok());
+    ASSERT_TRUE(host_->divide(host_a.data(), n, 3.0f).ok());
     ASSERT_TRUE(host_->flush(host_a.data(), host_r.data(), n).ok());
     ASSERT_TRUE(settle(*host_).ok());
 
@@ -266,7 +266,7 @@ TEST_F(CudaCoderDeviceTest, ElementWorkMatchesTheHostBitForBit) {
     float* gpu_b = upload(b);
     float* gpu_r = upload(r);
     ASSERT_TRUE(gpu_->add(gpu_a, gpu_b, n).ok());
-    ASSERT_TRUE(gpu_->scale(gpu_a, n, 1.0f / 3.0f).ok());
+    ASSERT_TRUE(gpu_->divide(gpu_a, n, 3.0f).ok());
     ASSERT_TRUE(gpu_->flush(gpu_a, gpu_r, n).ok());
     const Status s = settle(*gpu_);
     ASSERT_TRUE(s.ok()) << s.toString();
