@@ -22,6 +22,7 @@
 #include "shm/segment.h"
 #include "transport/auth.h"
 #include "transport/loopback/loopback.h"
+#include "transport/net_devices.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace gcagent::agent {
@@ -198,7 +199,30 @@ Status Agent::run() {
     // A whole slice in one eager message: 4 bytes an element (the largest encoding) and room
     // for the headers.
     options.eager_bytes = static_cast<uint64_t>(c.scheduler_slice_elements) * 4 + 4096;
-    options.on_refused = [&stats](const Status&) { stats.error(metrics::ErrorKind::kAuthFailed).Increment(); };
+    options.net_devices = c.transport_net_devices == "all" ? std::string() : c.transport_net_devices;
+    if (c.transport_net_devices == "auto") {
+      GC_ASSIGN_OR_RETURN(auto bound, transport::splitHostPort(listen));
+      const bool wildcard = bound.first == "0.0.0.0" || bound.first == "::" || bound.first == "[::]";
+      auto devices = transport::netDevicesFor(wildcard ? mine.first : bound.first);
+      if (devices.ok()) {
+        options.net_devices = *devices;
+      } else {  // behind NAT the advertised address is not local: UCX keeps every device
+        options.net_devices.clear();
+        GC_LOG(kWarn, "agent", "transport.net_devices auto: ", devices.status().message(),
+               "; UCX may listen on every device (set transport.net_devices)");
+      }
+    }
+    options.data_ports = c.transport_data_ports;
+    options.max_handshakes = static_cast<size_t>(c.transport_max_handshakes);
+    options.max_handshakes_per_address = static_cast<size_t>(c.transport_max_handshakes_per_address);
+    options.on_refused = [&stats](const transport::Refused& r) {
+      stats.peerRefusal(static_cast<size_t>(r.kind)).Increment();
+      if (r.kind == transport::Refusal::kUnauthenticated)
+        stats.recordError(metrics::ErrorKind::kAuthFailed, r.why.message());
+    };
+    options.on_accept_failed = [&stats](const Status& why) {
+      stats.recordError(metrics::ErrorKind::kAcceptFailed, why.message());
+    };
     GC_ASSIGN_OR_RETURN(transport, transport::makeUcxTransport(options));
   }
 

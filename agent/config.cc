@@ -360,6 +360,13 @@ Status checkUsable(const LoadedConfig& loaded) {
   GC_RETURN_IF_ERROR(checkAddress("transport", "listen", c.transport_listen));
   if (!c.metrics_listen.empty()) GC_RETURN_IF_ERROR(checkAddress("metrics", "listen", c.metrics_listen));
   for (const std::string& peer : c.transport_peers) GC_RETURN_IF_ERROR(checkAddress("transport", "peers", peer));
+  if (!c.transport_data_ports.empty()) {
+    unsigned first = 0, last = 0;
+    char tail = 0;
+    if (std::sscanf(c.transport_data_ports.c_str(), "%u-%u%c", &first, &last, &tail) != 2 || first == 0 ||
+        first > last || last > 65535)
+      return fail("transport", "data_ports", strCat("'", c.transport_data_ports, "' is not a port range first-last"));
+  }
   if (c.agent_socket.empty()) return fail("agent", "socket", "empty");
   if (c.agent_socket.size() > kMaxSocketPathBytes)
     return fail("agent", "socket", strCat("'", c.agent_socket, "' has ", c.agent_socket.size(), " bytes, more than the ",

@@ -26,12 +26,20 @@
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
   X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \
-  X(transport, listen, Text, "0.0.0.0:18515", 0, 0, "", "address:port this agent accepts peers on") \
+  X(transport, listen, Text, "0.0.0.0:18515", 0, 0, "", "address:port this agent accepts peers on (its own authenticated handshake; UCX connects only after it)") \
   X(transport, peers, TextList, "", 0, 0, "",                                                   \
     "host:port of every agent in rank order, this one included")                               \
   X(transport, peer_timeout, Real, "10", 0.05, 3600, "",                                        \
     "seconds without a heartbeat before a peer is declared lost")                              \
   X(transport, heartbeat_interval, Real, "1", 0.01, 600, "", "seconds between heartbeats")     \
+  X(transport, net_devices, Text, "auto", 0, 0, "",                                             \
+    "network devices UCX may use (UCX_NET_DEVICES syntax); auto: the one holding this agent's address in transport.peers, plus RDMA ports; all: every device") \
+  X(transport, data_ports, Text, "", 0, 0, "",                                                  \
+    "port range UCX's TCP interfaces listen in, as first-last (for firewalls); empty: any")      \
+  X(transport, max_handshakes, Integer, "64", 1, 65536, "",                                     \
+    "peer handshakes open at once on transport.listen; more are closed as they come")            \
+  X(transport, max_handshakes_per_address, Integer, "8", 1, 65536, "",                          \
+    "of those, from one remote address")                                                        \
   X(scheduler, slice_elements, Integer, "40000", 1024, 67108864, "",                            \
     "elements per slice; each slice has one owner agent")                                      \
   X(scheduler, inflight_per_peer, Integer, "10", 1, 4096, "",                                   \

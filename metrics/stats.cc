@@ -118,6 +118,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,
                          ErrorKind::kAuthFailed, ErrorKind::kDeviceUnavailable, ErrorKind::kAcceptFailed})
     errors_[static_cast<int>(kind)] = &counter(Id::errors_total, {std::string(errorKindName(kind))});
+  for (size_t i = 0; i < kRefusalReasons.size(); ++i)
+    refusals_[i] = &counter(Id::peer_refusals_total, {std::string(kRefusalReasons[i])});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});
 }

@@ -9,6 +9,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -92,6 +93,10 @@ class Stats {
   // Bytes of device tensors copied to the host (true) or to the GPU (false).
   prometheus::Counter& gpuCopy(bool to_host) { return *gpu_copy_[to_host ? 0 : 1]; }
   prometheus::Counter& error(ErrorKind kind) { return *errors_[static_cast<int>(kind)]; }
+  // Refused peer links by reason, in the order of transport::Refusal.
+  static constexpr std::array<std::string_view, 4> kRefusalReasons = {"malformed", "unauthenticated", "timed_out",
+                                                                      "over_capacity"};
+  prometheus::Counter& peerRefusal(size_t reason) { return *refusals_[reason]; }
   // Where an error is decided: counts it by kind and keeps it as the health endpoint's last error.
   void recordError(ErrorKind kind, std::string_view message);
   Health& health() { return health_; }
@@ -129,6 +134,7 @@ class Stats {
   prometheus::Counter* decisions_[2];
   prometheus::Counter* gpu_copy_[2];  // sent, received
   prometheus::Counter* errors_[7];
+  prometheus::Counter* refusals_[kRefusalReasons.size()];
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
   Health health_;

@@ -7,8 +7,9 @@
 //   reductions) or None; labels: comma-separated, each with a bounded set of values:
 //   codec (registered codec names), direction (sent|received), peer (node rank),
 //   size_class (small|medium|large), decision (compressed|uncompressed),
-//   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed|device_unavailable), step (encode|decode|wire|aggregate),
-//   term (w|b|overhead).
+//   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed|device_unavailable|accept_failed),
+//   step (encode|decode|wire|aggregate), term (w|b|overhead),
+//   reason (malformed|unauthenticated|timed_out|over_capacity).
 #pragma once
 
 #define GCAGENT_STATS(X)                                                                            \
@@ -34,6 +35,8 @@
   X(cost_model, Gauge, None, "codec,step,term",                                                     \
     "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \
+  X(peer_refusals_total, Counter, None, "reason",                                                   \
+    "peer links refused at the handshake, before UCX hears of them: malformed, unauthenticated (another token), timed_out, over_capacity") \
   X(gpu_copy_bytes_total, Counter, None, "direction",                                               \
     "bytes of device tensors copied between GPU and host; sent: to the host, received: to the GPU (encodings when the GPU codes, whole gradients when staged)") \
   X(build_info, Gauge, None, "version,codecs,cuda,ucx", "always 1; the labels describe the build")

@@ -1,3 +1,5 @@
+#include <netdb.h>
+
 #include <charconv>
 
 #include "common/str_cat.h"
@@ -16,6 +18,17 @@ Result<std::pair<std::string, uint16_t>> splitHostPort(std::string_view address)
   if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535)
     return Status::invalidArgument(strCat("address '", address, "': port '", port_text, "' is not in [0, 65535]"));
   return std::pair{std::string(host), static_cast<uint16_t>(port)};
+}
+
+Status checkResolvable(std::string_view address) {
+  GC_ASSIGN_OR_RETURN(auto host_port, splitHostPort(address));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host_port.first.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc != 0) return Status::unavailable(strCat("address '", address, "': cannot resolve: ", gai_strerror(rc)));
+  return {};
 }
 
 }  // namespace gcagent::transport

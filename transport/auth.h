@@ -25,8 +25,10 @@ bool digestsEqual(const Digest& a, const Digest& b);
 Status randomBytes(std::span<std::byte> out);
 
 // Which side of the handshake a proof comes from: the two proofs over the same nonces
-// differ, so one side's proof cannot be reflected back as the other's.
-enum class Role : uint8_t { kAcceptor = 1, kConnector = 2 };
+// differ, so one side's proof cannot be reflected back as the other's. The link-key roles
+// derive the per-direction message tags of a link (handshake.h) the same way; they are
+// never sent.
+enum class Role : uint8_t { kAcceptor = 1, kConnector = 2, kKeyToAcceptor = 3, kKeyToConnector = 4 };
 
 // The proof `role` sends on the link connector -> acceptor, binding both ranks and both
 // nonces.

@@ -76,4 +76,7 @@ class Transport {
 // Splits "host:port" ("[v6]:port" too); the port may be 0 for "any".
 Result<std::pair<std::string, uint16_t>> splitHostPort(std::string_view address);
 
+// Whether the host of "host:port" resolves here; the error names the address.
+Status checkResolvable(std::string_view address);
+
 }  // namespace gcagent::transport

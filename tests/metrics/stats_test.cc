@@ -19,7 +19,7 @@ bool validName(std::string_view name) {
 
 TEST(StatList, NamesFollowPrometheusConventions) {
   const std::set<std::string> allowed_labels{"codec", "direction", "peer", "size_class", "decision", "kind",
-                                             "version", "codecs", "cuda", "ucx", "job", "step", "term"};
+                                             "version", "codecs", "cuda", "ucx", "job", "step", "term", "reason"};
   std::set<std::string_view> seen;
   for (const StatSpec& s : statList()) {
     SCOPED_TRACE(std::string(s.name));

@@ -196,7 +196,7 @@ class UcxAuthTest : public TransportTest {
     refusals_.assign(tokens.size(), {});
     tweak_ = [this, tokens](UcxOptions& o) {
       o.token = tokens[o.rank];
-      o.on_refused = [this, r = o.rank](const Status& why) { refusals_[r].push_back(why.message()); };
+      o.on_refused = [this, r = o.rank](const Refused& why) { refusals_[r].push_back(why.why.message()); };
     };
     makeGroup(static_cast<Rank>(tokens.size()), /*wait_up=*/false);
   }

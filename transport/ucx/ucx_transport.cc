@@ -1,44 +1,38 @@
 #include "transport/ucx/ucx_transport.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <optional>
 
 #include "common/log.h"
 #include "common/str_cat.h"
-#include "transport/auth.h"
+#include "transport/link_gate.h"
 
 namespace gcagent::transport {
 namespace {
 
 constexpr uint32_t kWireMagic = 0x54414347;  // "GCAT"
-// The handshake on every new link, connector (lower rank) to acceptor (higher rank):
-//   hello     C -> A  connector's nonce
-//   challenge A -> C  acceptor's nonce, acceptor's proof over both nonces
-//   proof     C -> A  connector's proof over both nonces
-//   ack       A -> C  the link works both ways and both sides know the token
-// Until a link is up, nothing but the handshake is accepted on it. Every message travels
-// with its reply endpoint, so the receiver knows which link (not which claimed rank) sent it.
+// A link starts at the gate (link_gate.h: a TCP handshake of our own, authenticated); its
+// result, the peer's UCX worker address and the link's two keys, starts the UCX part:
+//   hello  C -> A  the connector's endpoint works; the acceptor marks the link up
+//   ack    A -> C  and so does the acceptor's; the connector marks it up
+// Every message carries the sender's rank and its direction's link key: one whose key is
+// not the current link's (a stranger's, or a replaced link's) is dropped.
 constexpr unsigned kAmData = 1;
 constexpr unsigned kAmHello = 2;
 constexpr unsigned kAmHelloAck = 3;
-constexpr unsigned kAmChallenge = 4;
-constexpr unsigned kAmProof = 5;
 constexpr unsigned kAmHeartbeat = 6;
 constexpr size_t kMaxUserHeader = 1024;
 
-// Prefixes every active-message header: who sent it.
+// Prefixes every active-message header.
 struct WireHeader {
   uint32_t magic;
   uint32_t from;
+  uint64_t key;  // the link key of the direction from -> us
 };
 
 using Clock = std::chrono::steady_clock;
@@ -47,50 +41,22 @@ Status ucsError(std::string_view what, ucs_status_t status) {
   return Status::unavailable(strCat("ucx: ", what, ": ", ucs_status_string(status)));
 }
 
-Result<sockaddr_storage> resolve(const std::string& address, bool passive, socklen_t* length) {
-  GC_ASSIGN_OR_RETURN(auto host_port, splitHostPort(address));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(host_port.second);
-  int rc = ::getaddrinfo(host_port.first.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0 || found == nullptr)
-    return Status::unavailable(strCat("address '", address, "': cannot resolve: ", gai_strerror(rc)));
-  sockaddr_storage out{};
-  std::memcpy(&out, found->ai_addr, found->ai_addrlen);
-  *length = found->ai_addrlen;
-  ::freeaddrinfo(found);
-  return out;
-}
-
 class UcxTransport;
 
-// One endpoint: created by this rank (to a higher rank), or accepted (from a lower rank,
-// whose identity the hello reveals).
+// One endpoint to a peer, created by address once the gate admitted the link.
 struct EpContext {
   UcxTransport* self;
-  Rank peer;         // for an accepted endpoint: the rank its hello claimed
-  bool identified;   // in peers_ (as opposed to unidentified_)
-  Clock::time_point opened;  // when the endpoint was created or accepted
+  Rank peer;
+  Clock::time_point opened;  // when the gate admitted the link
   ucp_ep_h ep = nullptr;
   bool closing = false;  // handed to progress() for closing: its errors no longer matter
-  enum class Stage { kHello, kChallenged, kProved, kUp } stage = Stage::kHello;
-  Nonce connector_nonce{};
-  Nonce acceptor_nonce{};
-};
-
-struct ChallengeBody {
-  Nonce acceptor_nonce;
-  Digest proof;
 };
 
 struct SendContext {
   UcxTransport* self;
   std::vector<std::byte> header;  // must outlive the send (UCX 1.13 does not copy it)
   Transport::SendDone done;
-  bool internal;  // handshake or heartbeat: a failure shows up as an endpoint error
+  bool internal;  // hello or heartbeat: a failure shows up as an endpoint error
   Rank to;
 };
 
@@ -148,13 +114,15 @@ struct Envelope {
   Buffer payload;
 };
 
-// The lower rank of each pair connects and the higher accepts; both then use the one
-// endpoint in both directions.
+// The lower rank of each pair dials and the higher accepts; each then sends on its own
+// endpoint to the other.
 struct Peer {
   std::string address;
   std::unique_ptr<EpContext> ep;
   bool up = false;
-  std::optional<Clock::time_point> reconnect_at;  // none: connect at once
+  std::optional<Clock::time_point> reconnect_at;  // none: dial at once
+  uint64_t send_key = 0;  // this link's keys, set when the gate admits it
+  uint64_t recv_key = 0;
   // Set when the link comes up and read only while it is up.
   Clock::time_point last_heard;  // any message from the peer's endpoint
   Clock::time_point next_heartbeat;
@@ -165,14 +133,12 @@ class UcxTransport final : public Transport {
   explicit UcxTransport(const UcxOptions& options) : options_(options), peers_(options.size) {}
 
   ~UcxTransport() override {
+    gate_.reset();  // its callbacks point here
     std::vector<ucp_ep_h> eps;
     for (auto& p : peers_)
       if (p.ep && p.ep->ep) eps.push_back(p.ep->ep);
-    for (auto& in : unidentified_)
-      if (in->ep) eps.push_back(in->ep);
     for (auto& d : dead_) eps.push_back(d->ep);
     closeEndpoints(eps);
-    if (listener_) ucp_listener_destroy(listener_);
     // Completions still queued belong to an owner that is going away: drop them.
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
@@ -181,17 +147,23 @@ class UcxTransport final : public Transport {
   Status init() {
     if (options_.rank >= options_.size)
       return Status::invalidArgument(strCat("ucx: rank ", options_.rank, " is not below the size ", options_.size));
-    // A restarted agent must be able to listen on its port while old connections linger.
-    ::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+    // UCX's TCP interfaces listen at a port of this range (an environment setting only: the
+    // configuration API does not reach transport settings in UCX 1.13).
+    if (!options_.data_ports.empty()) ::setenv("UCX_TCP_PORT_RANGE", options_.data_ports.c_str(), 0);
     ucp_config_t* config = nullptr;
     ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
     if (st != UCS_OK) return ucsError("reading the configuration", st);
-    if (options_.eager_bytes != 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
-      st = ucp_config_modify(config, "RNDV_THRESH", std::to_string(options_.eager_bytes).c_str());
-      if (st != UCS_OK) {
-        ucp_config_release(config);
-        return ucsError(strCat("setting the rendezvous threshold to ", options_.eager_bytes, " bytes"), st);
-      }
+    auto modify = [&](const char* key, const std::string& value, std::string_view what) -> Status {
+      if (value.empty() || std::getenv(strCat("UCX_", key).c_str()) != nullptr) return {};
+      const ucs_status_t m = ucp_config_modify(config, key, value.c_str());
+      return m == UCS_OK ? Status{} : ucsError(strCat("setting ", what, " to '", value, "'"), m);
+    };
+    Status configured = modify("RNDV_THRESH", options_.eager_bytes == 0 ? "" : std::to_string(options_.eager_bytes),
+                               "the rendezvous threshold");
+    if (configured.ok()) configured = modify("NET_DEVICES", options_.net_devices, "the network devices");
+    if (!configured.ok()) {
+      ucp_config_release(config);
+      return configured;
     }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
@@ -208,14 +180,41 @@ class UcxTransport final : public Transport {
     if (st != UCS_OK) return ucsError("ucp_worker_create", st);
     st = ucp_worker_get_efd(worker_, &efd_);
     if (st != UCS_OK) return ucsError("ucp_worker_get_efd", st);
+    ucp_address_t* address = nullptr;
+    size_t address_length = 0;
+    st = ucp_worker_get_address(worker_, &address, &address_length);
+    if (st != UCS_OK) return ucsError("ucp_worker_get_address", st);
+    std::vector<std::byte> my_address(reinterpret_cast<const std::byte*>(address),
+                                      reinterpret_cast<const std::byte*>(address) + address_length);
+    ucp_worker_release_address(worker_, address);
 
     GC_RETURN_IF_ERROR(setAmHandler(kAmData, &UcxTransport::onData));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHello, &UcxTransport::onHello));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHelloAck, &UcxTransport::onHelloAck));
-    GC_RETURN_IF_ERROR(setAmHandler(kAmChallenge, &UcxTransport::onChallenge));
-    GC_RETURN_IF_ERROR(setAmHandler(kAmProof, &UcxTransport::onProof));
     GC_RETURN_IF_ERROR(setAmHandler(kAmHeartbeat, &UcxTransport::onHeartbeat));
-    return listen();
+
+    GateOptions gate;
+    gate.self = {options_.token, options_.rank, options_.size, std::move(my_address)};
+    gate.listen = options_.listen;
+    gate.timeout_seconds = options_.peer_timeout_seconds;
+    gate.max_handshakes = options_.max_handshakes;
+    gate.max_per_address = options_.max_handshakes_per_address;
+    gate.now = options_.now;
+    GateEvents events;
+    events.admitted = [this](Admitted a) { onAdmitted(std::move(a)); };
+    events.refused = [this](const Refused& r, std::string_view) {
+      if (options_.on_refused) options_.on_refused(r);
+    };
+    events.dial_failed = [this](Rank peer, const Status& why, bool refused) {
+      GC_LOG(kDebug, "transport", "rank ", options_.rank, ": ", why.message());
+      // A refused link (another token) is retried slowly; it will not heal by itself.
+      peers_[peer].reconnect_at = options_.now() + (refused ? std::max(reconnectDelay(), seconds(1.0)) : reconnectDelay());
+    };
+    events.accept_failed = options_.on_accept_failed;
+    GC_ASSIGN_OR_RETURN(gate_, LinkGate::open(std::move(gate), std::move(events)));
+    GC_LOG(kInfo, "transport", "rank ", options_.rank, " accepting peers on ", gate_->listenAddress(),
+           options_.net_devices.empty() ? std::string() : strCat("; UCX on ", options_.net_devices));
+    return {};
   }
 
   Rank rank() const override { return options_.rank; }
@@ -231,9 +230,11 @@ class UcxTransport final : public Transport {
       return Status::invalidArgument(strCat("ucx: ", peers.size(), " peer addresses for ", options_.size, " ranks"));
     for (Rank r = 0; r < options_.size; ++r) {
       if (r == options_.rank) continue;
+      // The ranks this one dials must resolve now: a misspelt name fails the start.
+      GC_RETURN_IF_ERROR(r > options_.rank ? checkResolvable(peers[r]) : splitHostPort(peers[r]).status());
       peers_[r].address = peers[r];
-      if (r > options_.rank) GC_RETURN_IF_ERROR(openEndpoint(r));
     }
+    (void)retryConnections();
     return {};
   }
 
@@ -245,11 +246,11 @@ class UcxTransport final : public Transport {
       return Status::invalidArgument(strCat("ucx: header of ", header.size(), " bytes exceeds ", kMaxUserHeader));
     Peer& peer = peers_[to];
     if (!peer.up) return Status::unavailable(strCat("ucx: peer ", to, " is not connected"));
-    return post(peer.ep->ep, to, kAmData, header, payload, std::move(done), false);
+    return post(peer, to, kAmData, header, payload, std::move(done), false);
   }
 
   bool progress() override {
-    bool worked = false;
+    bool worked = gate_->poll();
     while (ucp_worker_progress(worker_) != 0) worked = true;
     worked |= retryConnections();
     worked |= checkLiveness();
@@ -280,7 +281,7 @@ class UcxTransport final : public Transport {
   }
 
   bool peerUp(Rank peer) const override { return peer < peers_.size() && peers_[peer].up; }
-  std::string listenAddress() const override { return listen_address_; }
+  std::string listenAddress() const override { return gate_->listenAddress(); }
 
  private:
   Status setAmHandler(unsigned id, ucp_am_recv_callback_t cb) {
@@ -293,86 +294,46 @@ class UcxTransport final : public Transport {
     return st == UCS_OK ? Status{} : ucsError("setting an active-message handler", st);
   }
 
-  Status listen() {
-    socklen_t length = 0;
-    GC_ASSIGN_OR_RETURN(sockaddr_storage addr, resolve(options_.listen, true, &length));
-    ucp_listener_params_t lp{};
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-    lp.sockaddr.addrlen = length;
-    lp.conn_handler.cb = &UcxTransport::onConnectionRequest;
-    lp.conn_handler.arg = this;
-    ucs_status_t st = ucp_listener_create(worker_, &lp, &listener_);
-    if (st != UCS_OK) return ucsError(strCat("listening on ", options_.listen), st);
-    ucp_listener_attr_t attr{};
-    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    st = ucp_listener_query(listener_, &attr);
-    if (st != UCS_OK) return ucsError("ucp_listener_query", st);
-    char host[INET6_ADDRSTRLEN] = {};
-    uint16_t port = 0;
-    if (attr.sockaddr.ss_family == AF_INET6) {
-      auto* a = reinterpret_cast<const sockaddr_in6*>(&attr.sockaddr);
-      ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-      port = ntohs(a->sin6_port);
-      listen_address_ = strCat("[", host, "]:", port);
-    } else {
-      auto* a = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr);
-      ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-      port = ntohs(a->sin_port);
-      listen_address_ = strCat(host, ":", port);
-    }
-    GC_LOG(kInfo, "transport", "rank ", options_.rank, " listening on ", listen_address_);
-    return {};
-  }
-
-  Status openEndpoint(Rank r) {
-    Peer& peer = peers_[r];
-    socklen_t length = 0;
-    GC_ASSIGN_OR_RETURN(sockaddr_storage addr, resolve(peer.address, false, &length));
-    peer.ep = std::make_unique<EpContext>(EpContext{this, r, true, options_.now()});
-    Status random = randomBytes(peer.ep->connector_nonce);
-    if (!random.ok()) {
-      peer.ep.reset();
-      return random;
-    }
+  // The gate admitted a link: connect UCX to the peer's worker address. A link that
+  // replaces an old one (the peer restarted) ends the old one first.
+  void onAdmitted(Admitted admitted) {
+    const Rank r = admitted.peer;
+    Peer& p = peers_[r];
+    if (p.ep) dropPeer(r, Status::unavailable(strCat("link to rank ", r, ": replaced by a new link (the peer restarted)")));
+    auto ctx = std::make_unique<EpContext>(EpContext{this, r, options_.now()});
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-    ep.sockaddr.addrlen = length;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(admitted.peer_address.data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::onEndpointError;
-    ep.err_handler.arg = peer.ep.get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer.ep->ep);
+    ep.err_handler.arg = ctx.get();
+    const ucs_status_t st = ucp_ep_create(worker_, &ep, &ctx->ep);
     if (st != UCS_OK) {
-      peer.ep.reset();
-      peer.reconnect_at = options_.now() + reconnectDelay();
-      return ucsError(strCat("connecting to rank ", r, " at ", peer.address), st);
+      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": ", ucsError(strCat("connecting to rank ", r), st).message());
+      p.reconnect_at = options_.now() + reconnectDelay();
+      return;
     }
-    return postInternal(peer.ep->ep, r, kAmHello, std::as_bytes(std::span(peer.ep->connector_nonce)));
+    const bool connector = r > options_.rank;
+    p.send_key = connector ? admitted.keys.connector_to_acceptor : admitted.keys.acceptor_to_connector;
+    p.recv_key = connector ? admitted.keys.acceptor_to_connector : admitted.keys.connector_to_acceptor;
+    p.ep = std::move(ctx);
+    if (connector) (void)post(p, r, kAmHello, {}, {}, nullptr, true);
   }
 
-  Status postInternal(ucp_ep_h ep, Rank to, unsigned am_id, std::span<const std::byte> body) {
-    return post(ep, to, am_id, body, {}, nullptr, true);
-  }
-
-  Status post(ucp_ep_h ep, Rank to, unsigned am_id, std::span<const std::byte> header,
+  Status post(Peer& peer, Rank to, unsigned am_id, std::span<const std::byte> header,
               std::span<const std::byte> payload, SendDone done, bool internal) {
     auto* ctx = new SendContext{this, {}, std::move(done), internal, to};
     ctx->header.resize(sizeof(WireHeader) + header.size());
-    const WireHeader wire{kWireMagic, options_.rank};
+    const WireHeader wire{kWireMagic, options_.rank, peer.send_key};
     std::memcpy(ctx->header.data(), &wire, sizeof wire);
     if (!header.empty()) std::memcpy(ctx->header.data() + sizeof wire, header.data(), header.size());
     ucp_request_param_t rp{};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS |
-                      UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     rp.memory_type = UCS_MEMORY_TYPE_HOST;  // spares UCX a memory-type lookup per message
     rp.cb.send = &UcxTransport::onSendDone;
     rp.user_data = ctx;
-    // Every message carries its reply endpoint: the receiver checks which link it came on.
-    rp.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t req = ucp_am_send_nbx(ep, am_id, ctx->header.data(), ctx->header.size(),
+    ucs_status_ptr_t req = ucp_am_send_nbx(peer.ep->ep, am_id, ctx->header.data(), ctx->header.size(),
                                            payload.data(), payload.size(), &rp);
     if (req == nullptr) {
       finishSend(ctx, UCS_OK);
@@ -418,7 +379,7 @@ class UcxTransport final : public Transport {
   Clock::duration reconnectDelay() const { return seconds(options_.reconnect_seconds); }
 
   // Closes a peer's endpoint from this side (progress() does the closing) and reports the
-  // peer lost if it was up; the lower rank reconnects after the usual pause.
+  // peer lost if it was up; the lower rank dials again after the usual pause.
   void dropPeer(Rank r, const Status& why) {
     Peer& p = peers_[r];
     if (p.ep) retire(std::move(p.ep));
@@ -430,7 +391,7 @@ class UcxTransport final : public Transport {
     dead_.push_back(std::move(ctx));
   }
 
-  // Sends heartbeats that are due, and gives up on peers and handshakes that stayed silent
+  // Sends heartbeats that are due, and gives up on peers and new links that stayed silent
   // longer than the peer timeout: UCX alone notices a stopped process or a cut link only
   // after tens of seconds.
   bool checkLiveness() {
@@ -446,49 +407,27 @@ class UcxTransport final : public Transport {
                                                     options_.peer_timeout_seconds, " s (transport.peer_timeout)")));
       } else if (!p.up && now - p.ep->opened > timeout) {
         worked = true;
-        GC_LOG(kInfo, "transport", "rank ", options_.rank, ": handshake with rank ", r, " at ", p.address,
-               " timed out; retrying");
-        dropPeer(r, Status::deadlineExceeded("handshake timed out"));
+        GC_LOG(kInfo, "transport", "rank ", options_.rank, ": the UCX link to rank ", r, " at ", p.address,
+               " did not come up within ", options_.peer_timeout_seconds, " s; retrying");
+        dropPeer(r, Status::deadlineExceeded("link set-up timed out"));
       } else if (p.up && now >= p.next_heartbeat) {
         worked = true;
         p.next_heartbeat = now + seconds(options_.heartbeat_seconds);
-        (void)postInternal(p.ep->ep, r, kAmHeartbeat, {});
-      }
-    }
-    for (auto it = unidentified_.begin(); it != unidentified_.end();) {
-      if (now - (*it)->opened > timeout) {
-        worked = true;
-        GC_LOG(kWarn, "transport", "rank ", options_.rank, ": an accepted link finished no handshake within ",
-               options_.peer_timeout_seconds, " s; closing it");
-        retire(std::move(*it));
-        it = unidentified_.erase(it);
-      } else {
-        ++it;
+        (void)post(p, r, kAmHeartbeat, {}, {}, nullptr, true);
       }
     }
     return worked;
   }
 
-  // Refuses a link whose peer failed authentication: log, count, close.
-  void refuse(std::unique_ptr<EpContext> ctx, const Status& why) {
-    GC_LOG(kError, "transport", "rank ", options_.rank, ": ", why.message());
-    if (options_.on_refused) options_.on_refused(why);
-    retire(std::move(ctx));
-  }
-
-  bool checkProof(const Digest& got, const Digest& want) const {
-    return options_.token.empty() || digestsEqual(got, want);
-  }
-
   bool retryConnections() {
     bool worked = false;
     const auto now = options_.now();
-    for (Rank r = 0; r < options_.size; ++r) {
+    for (Rank r = options_.rank + 1; r < options_.size; ++r) {
       Peer& p = peers_[r];
-      if (r <= options_.rank || p.address.empty() || p.ep || (p.reconnect_at && now < *p.reconnect_at)) continue;
+      if (p.address.empty() || p.ep || gate_->dialing(r) || (p.reconnect_at && now < *p.reconnect_at)) continue;
       worked = true;
-      Status s = openEndpoint(r);
-      if (!s.ok()) GC_LOG(kDebug, "transport", s.message());
+      p.reconnect_at = now + reconnectDelay();  // the gate reports a failure, if any, later
+      gate_->dial(r, p.address);
     }
     return worked;
   }
@@ -522,215 +461,85 @@ class UcxTransport final : public Transport {
     auto* ctx = static_cast<EpContext*>(arg);
     UcxTransport* self = ctx->self;
     if (ctx->closing) return;
-    if (ctx->identified) {
-      const Rank peer = ctx->peer;
-      self->retire(std::move(self->peers_[peer].ep));  // closed in progress()
-      self->peerLost(peer, status);
-    } else {
-      auto it = std::find_if(self->unidentified_.begin(), self->unidentified_.end(),
-                             [ctx](const auto& in) { return in.get() == ctx; });
-      if (it != self->unidentified_.end()) {
-        self->retire(std::move(*it));
-        self->unidentified_.erase(it);
-      }
-    }
+    const Rank peer = ctx->peer;
+    self->retire(std::move(self->peers_[peer].ep));  // closed in progress()
+    self->peerLost(peer, status);
   }
 
-  static void onConnectionRequest(ucp_conn_request_h request, void* arg) {
-    auto* self = static_cast<UcxTransport*>(arg);
-    auto ctx = std::make_unique<EpContext>(EpContext{self, 0, false, self->options_.now()});
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.conn_request = request;
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &UcxTransport::onEndpointError;
-    ep.err_handler.arg = ctx.get();
-    ucs_status_t st = ucp_ep_create(self->worker_, &ep, &ctx->ep);
-    if (st != UCS_OK) {
-      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": accepting a peer failed: ", ucs_status_string(st));
-      return;
-    }
-    self->unidentified_.push_back(std::move(ctx));
-  }
-
-  // Checks the wire header; a bad one is dropped with a log line.
-  std::optional<WireHeader> checkHeader(const void* header, size_t length) {
+  // The message's sender and link: a message from no current link (a stranger's, a
+  // replaced link's, a forged rank) is dropped with a log line.
+  std::optional<WireHeader> checkHeader(const void* header, size_t length, const char* what) {
     if (length < sizeof(WireHeader)) {
-      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a message with a ", length, "-byte header");
+      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a ", what, " with a ", length, "-byte header");
       return std::nullopt;
     }
     WireHeader wire;
     std::memcpy(&wire, header, sizeof wire);  // UCX gives no alignment guarantee
     if (wire.magic != kWireMagic || wire.from >= options_.size || wire.from == options_.rank) {
-      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a message with magic 0x", std::hex, wire.magic,
+      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a ", what, " with magic 0x", std::hex, wire.magic,
              std::dec, " from rank ", wire.from);
+      return std::nullopt;
+    }
+    Peer& p = peers_[wire.from];
+    if (!p.ep || wire.key != p.recv_key) {
+      GC_LOG(kDebug, "transport", "rank ", options_.rank, ": dropped a ", what, " claiming rank ", wire.from,
+             ": not of that rank's current link");
       return std::nullopt;
     }
     return wire;
   }
 
-  static ucp_ep_h replyEp(const ucp_am_recv_param_t* param) {
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  // As checkHeader, and the link must be up; the peer was heard.
+  std::optional<WireHeader> checkUpLink(const void* header, size_t length, const char* what) {
+    auto wire = checkHeader(header, length, what);
+    if (!wire) return std::nullopt;
+    Peer& p = peers_[wire->from];
+    if (!p.up) {
+      GC_LOG(kDebug, "transport", "rank ", options_.rank, ": dropped a ", what, " from rank ", wire->from,
+             " before its link was up");
+      return std::nullopt;
+    }
+    p.last_heard = options_.now();
+    return wire;
   }
 
   static std::span<const std::byte> bodyOf(const void* header, size_t length) {
     return {static_cast<const std::byte*>(header) + sizeof(WireHeader), length - sizeof(WireHeader)};
   }
 
-  // Whether a message came on the up link of the rank it names; a message on a link that
-  // finished no handshake, or naming another rank than its link's, is dropped.
-  bool fromUpLink(const WireHeader& wire, const ucp_am_recv_param_t* param, const char* what) {
-    Peer& p = peers_[wire.from];
-    const ucp_ep_h ep = replyEp(param);
-    if (!p.up || !p.ep || ep == nullptr || p.ep->ep != ep) {
-      GC_LOG(kWarn, "transport", "rank ", options_.rank, ": dropped a ", what, " claiming rank ", wire.from,
-             ": it did not come on that rank's authenticated link");
-      return false;
-    }
-    p.last_heard = options_.now();
-    return true;
-  }
-
-  std::vector<std::unique_ptr<EpContext>>::iterator findUnidentified(ucp_ep_h ep, EpContext::Stage stage) {
-    return std::find_if(unidentified_.begin(), unidentified_.end(),
-                        [&](const auto& in) { return ep != nullptr && in->ep == ep && in->stage == stage; });
-  }
-
-  // Acceptor: a connector says who it is; answer with our nonce and our proof.
+  // Acceptor: the connector's endpoint works; so does ours once the ack arrives there.
   static ucs_status_t onHello(void* arg, const void* header, size_t header_length, void*, size_t,
-                              const ucp_am_recv_param_t* param) {
+                              const ucp_am_recv_param_t*) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
-    if (!wire) return UCS_OK;
-    const Rank from = wire->from;
-    const auto body = bodyOf(header, header_length);
-    auto it = self->findUnidentified(replyEp(param), EpContext::Stage::kHello);
-    if (from > self->options_.rank || it == self->unidentified_.end() || body.size() != sizeof(Nonce)) {
-      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a hello from rank ", from,
-             from > self->options_.rank ? ": higher ranks accept, they do not connect"
-                                        : " on an unknown endpoint or of the wrong size");
-      return UCS_OK;
-    }
-    EpContext& c = **it;
-    c.peer = from;
-    std::memcpy(c.connector_nonce.data(), body.data(), sizeof(Nonce));
-    Status random = randomBytes(c.acceptor_nonce);
-    if (!random.ok()) {
-      GC_LOG(kError, "transport", "rank ", self->options_.rank, ": ", random.message());
-      self->retire(std::move(*it));
-      self->unidentified_.erase(it);
-      return UCS_OK;
-    }
-    ChallengeBody challenge{c.acceptor_nonce, handshakeProof(self->options_.token, Role::kAcceptor, from,
-                                                             self->options_.rank, c.connector_nonce, c.acceptor_nonce)};
-    c.stage = EpContext::Stage::kChallenged;
-    (void)self->postInternal(c.ep, from, kAmChallenge, std::as_bytes(std::span(&challenge, 1)));
+    const auto wire = self->checkHeader(header, header_length, "hello");
+    if (!wire || wire->from > self->options_.rank || !bodyOf(header, header_length).empty()) return UCS_OK;
+    Peer& p = self->peers_[wire->from];
+    self->markUp(wire->from);
+    (void)self->post(p, wire->from, kAmHelloAck, {}, {}, nullptr, true);
     return UCS_OK;
-  }
-
-  // Connector: check the acceptor's proof, then send ours.
-  static ucs_status_t onChallenge(void* arg, const void* header, size_t header_length, void*, size_t,
-                                  const ucp_am_recv_param_t* param) {
-    auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
-    if (!wire) return UCS_OK;
-    const Rank from = wire->from;
-    const auto body = bodyOf(header, header_length);
-    Peer& p = self->peers_[from];
-    if (from < self->options_.rank || !p.ep || p.ep->ep != replyEp(param) || p.ep->stage != EpContext::Stage::kHello ||
-        body.size() != sizeof(ChallengeBody)) {
-      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a challenge claiming rank ", from);
-      return UCS_OK;
-    }
-    ChallengeBody challenge;
-    std::memcpy(&challenge, body.data(), sizeof challenge);
-    const Digest want = handshakeProof(self->options_.token, Role::kAcceptor, self->options_.rank, from,
-                                       p.ep->connector_nonce, challenge.acceptor_nonce);
-    if (!self->checkProof(challenge.proof, want)) {
-      self->refuse(std::move(p.ep), authFailure(from, p.address));
-      p.reconnect_at = self->options_.now() + std::max(self->reconnectDelay(), seconds(1.0));
-      return UCS_OK;
-    }
-    p.ep->acceptor_nonce = challenge.acceptor_nonce;
-    const Digest proof = handshakeProof(self->options_.token, Role::kConnector, self->options_.rank, from,
-                                        p.ep->connector_nonce, p.ep->acceptor_nonce);
-    p.ep->stage = EpContext::Stage::kProved;
-    (void)self->postInternal(p.ep->ep, from, kAmProof, std::as_bytes(std::span(proof)));
-    return UCS_OK;
-  }
-
-  // Acceptor: check the connector's proof; the link is up once it holds.
-  static ucs_status_t onProof(void* arg, const void* header, size_t header_length, void*, size_t,
-                              const ucp_am_recv_param_t* param) {
-    auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
-    if (!wire) return UCS_OK;
-    const Rank from = wire->from;
-    const auto body = bodyOf(header, header_length);
-    auto it = self->findUnidentified(replyEp(param), EpContext::Stage::kChallenged);
-    if (it == self->unidentified_.end() || (*it)->peer != from || body.size() != sizeof(Digest)) {
-      GC_LOG(kWarn, "transport", "rank ", self->options_.rank, ": ignored a proof claiming rank ", from);
-      return UCS_OK;
-    }
-    Digest got;
-    std::memcpy(got.data(), body.data(), got.size());
-    const Digest want = handshakeProof(self->options_.token, Role::kConnector, from, self->options_.rank,
-                                       (*it)->connector_nonce, (*it)->acceptor_nonce);
-    if (!self->checkProof(got, want)) {
-      auto ctx = std::move(*it);
-      self->unidentified_.erase(it);
-      self->refuse(std::move(ctx), authFailure(from, "an accepted connection"));
-      return UCS_OK;
-    }
-    Peer& peer = self->peers_[from];
-    if (peer.ep) {
-      // The peer restarted before its old link failed here: the new link replaces it.
-      self->retire(std::move(peer.ep));
-      self->peerLost(from, UCS_ERR_CONNECTION_RESET);
-    }
-    peer.ep = std::move(*it);
-    self->unidentified_.erase(it);
-    peer.ep->identified = true;
-    peer.ep->stage = EpContext::Stage::kUp;
-    self->markUp(from);
-    (void)self->postInternal(peer.ep->ep, from, kAmHelloAck, {});
-    return UCS_OK;
-  }
-
-  static Status authFailure(Rank from, std::string_view where) {
-    return Status::unavailable(strCat("peer authentication failed: the peer claiming rank ", from, " (", where,
-                                      ") did not prove knowledge of the cluster token; link refused (check that "
-                                      "security.token_file holds the same token on every agent)"));
   }
 
   static ucs_status_t onHelloAck(void* arg, const void* header, size_t header_length, void*, size_t,
-                                 const ucp_am_recv_param_t* param) {
+                                 const ucp_am_recv_param_t*) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
-    if (!wire || wire->from < self->options_.rank) return UCS_OK;
-    Peer& p = self->peers_[wire->from];
-    if (p.ep && p.ep->ep == replyEp(param) && p.ep->stage == EpContext::Stage::kProved) {
-      p.ep->stage = EpContext::Stage::kUp;
-      self->markUp(wire->from);
-    }
+    const auto wire = self->checkHeader(header, header_length, "hello ack");
+    if (wire && wire->from > self->options_.rank) self->markUp(wire->from);
     return UCS_OK;
   }
 
   static ucs_status_t onHeartbeat(void* arg, const void* header, size_t header_length, void*, size_t,
-                                  const ucp_am_recv_param_t* param) {
+                                  const ucp_am_recv_param_t*) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
-    if (wire) (void)self->fromUpLink(*wire, param, "heartbeat");
+    (void)self->checkUpLink(header, header_length, "heartbeat");
     return UCS_OK;
   }
 
   static ucs_status_t onData(void* arg, const void* header, size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param) {
     auto* self = static_cast<UcxTransport*>(arg);
-    const auto wire = self->checkHeader(header, header_length);
+    const auto wire = self->checkUpLink(header, header_length, "message");
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (!wire || !self->fromUpLink(*wire, param, "message")) {
+    if (!wire) {
       if (rendezvous) ucp_am_data_release(self->worker_, data);
       return UCS_OK;
     }
@@ -782,11 +591,9 @@ class UcxTransport final : public Transport {
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  ucp_listener_h listener_ = nullptr;
   int efd_ = -1;
-  std::string listen_address_;
+  std::unique_ptr<LinkGate> gate_;
   std::vector<Peer> peers_;
-  std::vector<std::unique_ptr<EpContext>> unidentified_;  // accepted, hello not yet seen
   std::vector<std::unique_ptr<EpContext>> dead_;  // closed in progress()
   std::vector<PeerEventRecord> events_;
   std::vector<std::pair<SendDone, Status>> completions_;
