@@ -10,6 +10,7 @@
 #include "agent/gpu_coders.h"
 #include "agent/io.h"
 #include "agent/job_notice.h"
+#include "agent/privileges.h"
 #include "agent/progress_line.h"
 #include "agent/reduction_engine.h"
 #include "common/build_config.h"
@@ -34,6 +35,7 @@ struct Agent::Impl {
   std::shared_ptr<metrics::Stats> stats;
   std::string token;  // the cluster token; never logged
   std::optional<gid_t> group;
+  std::optional<UserIds> user;  // agent.user: who the agent becomes once its ports are bound
 };
 
 namespace {
@@ -124,9 +126,13 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   } else if (peers.size() > 1) {
     GC_LOG(kWarn, "agent", "security.token_file is empty: peer agents are not authenticated");
   }
-  if (::geteuid() == 0)  // least privilege: say so, once, where an operator looks
-    GC_LOG(kWarn, "agent", "running as root: root is needed only to give segments to trainers of another uid; "
-           "run the agent as the trainers' user (or with agent.group) instead");
+  if (!config.agent_user.empty()) {
+    GC_ASSIGN_OR_RETURN(impl->user, lookUpUser(config.agent_user));
+  } else if (::geteuid() == 0) {  // least privilege: say so, once, where an operator looks
+    GC_LOG(kWarn, "agent", "running as root: root is needed only to bind, to read a root-only token file and to give "
+           "segments to trainers of another uid; set agent.user to drop it once the ports are bound, or run the "
+           "agent as the trainers' user (with agent.group)");
+  }
   GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
   // Build the default and result codecs once, so a typo fails now and not at the first gradient.
   GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());
@@ -229,6 +235,12 @@ Status Agent::run() {
   // Segments left by an agent of this prefix that was killed (SIGKILL cannot clean up).
   for (const std::string& name : shm::removeOrphanSegments(c.agent_shm_prefix))
     GC_LOG(kInfo, "agent", "removed the segment ", name, " of an agent that no longer runs");
+  // Every port is bound and no peer or trainer byte has been read yet: root ends here.
+  if (impl_->user && ::geteuid() != impl_->user->uid) {
+    GC_RETURN_IF_ERROR(dropPrivileges(*impl_->user));
+    GC_LOG(kInfo, "agent", "running as user ", impl_->user->name, " (uid ", impl_->user->uid, ", gid ",
+           impl_->user->gid, ") from now on; the control socket's directory must let it create and remove the socket");
+  }
 
   ControlServer* server_ptr = nullptr;
   ReductionEngine engine(*transport, impl_->engine_options,

@@ -17,6 +17,8 @@
     "seconds between progress summaries in the log (an idle agent says so once); 0: none")      \
   X(agent, group, Text, "", 0, 0, "",                                                           \
     "group that may use the control socket and the segments (mode 0660); empty: owner only (0600)") \
+  X(agent, user, Text, "", 0, 0, "",                                                            \
+    "user the agent becomes once its ports are bound, before it reads a byte from a peer or a trainer (needs a start as root); empty: stays who it started as") \
   X(agent, max_connections, Integer, "256", 1, 65536, "",                                       \
     "control connections open at once; more are closed as they come")                         \
   X(agent, hello_timeout, Real, "10", 0.01, 3600, "",                                           \

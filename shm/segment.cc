@@ -56,7 +56,9 @@ Result<Segment> Segment::create(const std::string& name, size_t bytes, mode_t mo
       bip::shared_memory_object::remove(name.c_str());
       return Status::internal(strCat("shm segment ", name, ": fchmod failed: ", std::strerror(errno)));
     }
-    if (owner && *owner != ::geteuid() && ::fchown(shm.get_mapping_handle().handle, *owner, static_cast<gid_t>(-1)) != 0) {
+    // Root needs no segment of its own (it opens any), so an agent that dropped root
+    // (agent.user) still serves root trainers.
+    if (owner && *owner != ::geteuid() && *owner != 0 && ::fchown(shm.get_mapping_handle().handle, *owner, static_cast<gid_t>(-1)) != 0) {
       bip::shared_memory_object::remove(name.c_str());
       return Status::unavailable(strCat("shm segment ", name, ": cannot give it to uid ", *owner, ": ", std::strerror(errno)));
     }

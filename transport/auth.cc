@@ -72,10 +72,10 @@ Result<std::string> readTokenFile(const std::string& path) {
     ::close(fd);
     return Status::invalidArgument(strCat("security.token_file '", path, "' is not a regular file"));
   }
-  if (st.st_uid != ::geteuid()) {  // another user could rewrite the cluster's secret
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {  // another user could rewrite the cluster's secret (root can anyway)
     ::close(fd);
     return Status::failedPrecondition(strCat("security.token_file '", path, "' belongs to uid ", st.st_uid,
-                                             ", not to this agent's uid ", ::geteuid(), ": chown it to the agent's user"));
+                                             ", not to this agent's uid ", ::geteuid(), " or root: chown it to the agent's user"));
   }
   if ((st.st_mode & 077) != 0) {
     ::close(fd);

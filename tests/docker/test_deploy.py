@@ -233,8 +233,33 @@ def test_k8s_config_names_every_pod_by_dns_and_validates_for_each_rank(tmp_path)
     assert config["agent"]["socket"].startswith("/run/gcagent/")
     path = tmp_path / "gcagent.toml"
     path.write_text(text)
+    token = tmp_path / "token"  # the init container's copy: the agent's own, mode 0600
+    token.write_text("a-cluster-token-of-enough-length")
+    token.chmod(0o600)
     for rank in range(sts["spec"]["replicas"]):
-        validate(path, tmp_path, env={"GCAGENT_AGENT_NODE_RANK": str(rank)})
+        validate(path, tmp_path, env={"GCAGENT_AGENT_NODE_RANK": str(rank), "GCAGENT_SECURITY_TOKEN_FILE": str(token)})
     agent = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}["gcagent"]
     rank_env = {e["name"]: e for e in agent["env"]}["GCAGENT_AGENT_NODE_RANK"]
     assert rank_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+
+
+def test_k8s_peers_authenticate_and_the_policy_opens_exactly_the_ports_used():
+    m = manifests()
+    config = tomllib.loads(m["ConfigMap"]["data"]["gcagent.toml"])
+    pod = m["StatefulSet"]["spec"]["template"]["spec"]
+    # The token reaches the agent as a file of the pod's uid with mode 0600.
+    token_dir = config["security"]["token_file"].rsplit("/", 1)[0]
+    (init,) = pod["initContainers"]
+    assert init["command"][:3] == ["install", "-m", "600"] and init["command"][-1] == config["security"]["token_file"]
+    agent = {c["name"]: c for c in pod["containers"]}["gcagent"]
+    assert {v["name"]: v["mountPath"] for v in agent["volumeMounts"]}["token"] == token_dir
+    # The policy: the handshake port, UCX's data port range, the metrics port; nothing else.
+    first, last = (int(p) for p in config["transport"]["data_ports"].split("-"))
+    listen_port = int(config["transport"]["listen"].rsplit(":", 1)[1])
+    metrics_port = int(config["metrics"]["listen"].rsplit(":", 1)[1])
+    opened = set()
+    for rule in m["NetworkPolicy"]["spec"]["ingress"]:
+        for p in rule["ports"]:
+            opened |= set(range(p["port"], p.get("endPort", p["port"]) + 1))
+    assert opened == {listen_port, metrics_port} | set(range(first, last + 1))
+    assert "not authenticated" not in yaml.safe_dump(m["NetworkPolicy"])

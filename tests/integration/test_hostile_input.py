@@ -4,10 +4,13 @@ Each is refused or outlived with a message naming the cause, never a crash, a ha
 deleted file, and a healthy job on the same agent keeps reducing exactly."""
 
 import os
+import shutil
 import socket
 import struct
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -177,4 +180,36 @@ def test_an_agent_running_as_root_says_so(tmp_path):
         pytest.skip("the warning is for agents started as root")
     r = run_agent("--validate")
     assert r.returncode == 0, r
-    assert "running as root: root is needed only to give segments to trainers of another uid" in r.stdout + r.stderr
+    assert "running as root: root is needed only to bind, to read a root-only token file and to give segments to " \
+        "trainers of another uid; set agent.user" in r.stdout + r.stderr
+
+
+def test_agent_user_drops_root_once_the_ports_are_bound(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only an agent started as root can drop to another user")
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    run_dir = Path(tempfile.mkdtemp(prefix="gcagent-user-"))  # reachable by nobody, unlike tmp_path
+    os.chown(run_dir, nobody.pw_uid, nobody.pw_gid)
+    os.chmod(run_dir, 0o755)
+    try:
+        c = Cluster(tmp_path, 2, ["--agent.user", "nobody"])
+        c.sockets = [str(run_dir / f"agent{r}.sock") for r in range(2)]
+        with c:
+            healthy_job(c)
+            for p in c.procs:
+                with open(f"/proc/{p.pid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f)
+                assert status["Uid"].split() == [str(nobody.pw_uid)] * 4, status["Uid"]
+                assert status["Gid"].split() == [str(nobody.pw_gid)] * 4, status["Gid"]
+                assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
+            stop_clean(c)
+            assert "running as user nobody (uid" in c.log(0)
+            assert "running as root" not in c.log(0)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_agent_user_is_checked_by_validate():
+    r = run_agent("--validate", "--agent.user", "no-such-gcagent-user")
+    assert r.returncode == 2 and "agent.user 'no-such-gcagent-user': no such user" in r.stderr, r

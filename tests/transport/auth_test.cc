@@ -111,7 +111,7 @@ TEST_F(TokenFileTest, RefusesAFileOfAnotherUser) {
   ASSERT_FALSE(token.ok());
   EXPECT_EQ(token.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(token.status().message(), "security.token_file '" + path_ +
-                                          "' belongs to uid 65534, not to this agent's uid 0: chown it to the agent's user");
+                                          "' belongs to uid 65534, not to this agent's uid 0 or root: chown it to the agent's user");
 }
 
 TEST_F(TokenFileTest, RefusesAnEmptyOrMissingFile) {

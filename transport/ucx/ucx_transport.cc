@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "transport/link_gate.h"
+#include "transport/ucx/source_filter.h"
 
 namespace gcagent::transport {
 namespace {
@@ -176,8 +178,11 @@ class UcxTransport final : public Transport {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    const std::set<int> listening_before = listeningTcpSockets();
     st = ucp_worker_create(context_, &wp, &worker_);
     if (st != UCS_OK) return ucsError("ucp_worker_create", st);
+    for (int fd : listeningTcpSockets())  // the worker's TCP interfaces: filtered in connect()
+      if (!listening_before.contains(fd)) ucx_listeners_.push_back(fd);
     st = ucp_worker_get_efd(worker_, &efd_);
     if (st != UCS_OK) return ucsError("ucp_worker_get_efd", st);
     ucp_address_t* address = nullptr;
@@ -234,6 +239,7 @@ class UcxTransport final : public Transport {
       GC_RETURN_IF_ERROR(r > options_.rank ? checkResolvable(peers[r]) : splitHostPort(peers[r]).status());
       peers_[r].address = peers[r];
     }
+    filterUcxListeners(peers);
     (void)retryConnections();
     return {};
   }
@@ -292,6 +298,19 @@ class UcxTransport final : public Transport {
     hp.arg = this;
     ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &hp);
     return st == UCS_OK ? Status{} : ucsError("setting an active-message handler", st);
+  }
+
+  // Only the peers' addresses may reach UCX's own listening ports (source_filter.h).
+  void filterUcxListeners(const std::vector<std::string>& peers) {
+    std::vector<std::string> hosts;
+    for (Rank r = 0; r < options_.size; ++r)
+      if (r != options_.rank) hosts.push_back(splitHostPort(peers[r])->first);
+    for (int fd : ucx_listeners_) {
+      if (Status s = admitOnly(fd, hosts); !s.ok())
+        GC_LOG(kWarn, "transport", "rank ", options_.rank, ": UCX's port stays open to every address: ", s.message());
+    }
+    GC_LOG(kInfo, "transport", "rank ", options_.rank, ": ", ucx_listeners_.size(),
+           " UCX listening port(s) admit the peers' addresses only");
   }
 
   // The gate admitted a link: connect UCX to the peer's worker address. A link that
@@ -593,6 +612,7 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::unique_ptr<LinkGate> gate_;
+  std::vector<int> ucx_listeners_;  // UCX's TCP listening sockets (UCX owns them)
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<EpContext>> dead_;  // closed in progress()
   std::vector<PeerEventRecord> events_;
