@@ -2,8 +2,11 @@
 
 import ctypes
 import os
+from pathlib import Path
 
 LIB_NAME = "libgcagent_client.so.1"
+# Where a wheel built from the repository root (pyproject.toml) puts the library and the agent.
+BUNDLED_DIR = Path(__file__).resolve().parent / "_bundled"
 ABI_VERSION = 1         # the oldest library this package works with (host tensors)
 DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
 
@@ -21,12 +24,16 @@ class Tensor(ctypes.Structure):
 
 
 def _candidates():
-    """Where the library is looked for, in order: GCAGENT_CLIENT_LIB, the path baked in at
-    pip-install time, then the system loader (LD_LIBRARY_PATH, ldconfig)."""
+    """Where the library is looked for, in order: GCAGENT_CLIENT_LIB, the copy bundled in the
+    wheel, the path baked in at pip-install time of clients/python, then the system loader
+    (LD_LIBRARY_PATH, ldconfig)."""
     explicit = os.environ.get("GCAGENT_CLIENT_LIB")
     if explicit:
         return [("GCAGENT_CLIENT_LIB", explicit)]
     found = []
+    bundled = BUNDLED_DIR / LIB_NAME
+    if bundled.is_file():
+        found.append(("the wheel's bundled copy", str(bundled)))
     try:
         from gcagent._installed_path import LIBRARY
         if LIBRARY:

@@ -1,0 +1,132 @@
+"""The launcher's agent: where the gcagent binary is, and one agent process per node (its
+command line, its log, waiting until trainers can connect, stopping it with SIGTERM)."""
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from gcagent import _library
+from gcagent.client import GcagentError
+
+ERR_INVALID, ERR_IO, ERR_TIMEOUT = 1, 2, 3
+AGENT_NAME = "gcagent"
+
+
+def find_agent(explicit: Optional[str] = None) -> str:
+    """The gcagent binary: --agent, else GCAGENT_AGENT, else the one bundled in the wheel, else
+    the build tree's recorded at pip-install time, else PATH. Raises GcagentError naming every
+    place tried."""
+    if explicit or os.environ.get("GCAGENT_AGENT"):
+        path = explicit or os.environ["GCAGENT_AGENT"]
+        if not os.access(path, os.X_OK):
+            raise GcagentError(ERR_INVALID, f"gcagent-run: the agent {path} is not an executable file")
+        return path
+    tried = []
+    bundled = _library.BUNDLED_DIR / AGENT_NAME
+    tried.append(f"the wheel's {bundled}")
+    if os.access(bundled, os.X_OK):
+        return str(bundled)
+    try:
+        from gcagent._installed_path import AGENT
+    except ImportError:
+        AGENT = ""
+    if AGENT:
+        tried.append(f"the path recorded at install time ({AGENT})")
+        if os.access(AGENT, os.X_OK):
+            return AGENT
+    on_path = shutil.which(AGENT_NAME)
+    tried.append("PATH")
+    if on_path:
+        return on_path
+    raise GcagentError(ERR_INVALID, "gcagent-run: cannot find the gcagent binary; tried " + ", ".join(tried) +
+                       ". Pass --agent or set GCAGENT_AGENT to build/release/agent/gcagent")
+
+
+def die_with_parent():
+    """preexec_fn: the child gets SIGTERM if the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class NodeAgent:
+    """One agent for this node's trainers."""
+
+    def __init__(self, binary: str, socket_path: str, log_path: Path, node_rank: int, peers: Sequence[str],
+                 listen: Optional[str], config: Optional[str], options: Sequence[str]):
+        self.socket_path = socket_path
+        self.log_path = Path(log_path)
+        self.command: List[str] = [binary]
+        if config:
+            self.command += ["--config", config]
+        # Set here, so the user's options (after) may replace the last two: a port of its own for
+        # metrics (two nodes on one host must not share 9464) and segments named per launcher.
+        self.command += ["--agent.socket", socket_path, "--agent.node_rank", str(node_rank),
+                         "--metrics.listen", "127.0.0.1:0", "--agent.shm_prefix", f"gcarun{os.getpid()}"]
+        if len(peers) > 1:
+            self.command += ["--transport.peers", ",".join(peers), "--transport.listen", listen]
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or "." not in key:
+                raise GcagentError(ERR_INVALID, f"gcagent-run: --agent-option '{option}' is not section.key=value")
+            self.command.append(f"--{key.lstrip('-')}={value}")
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            # A session of its own: a Ctrl-C at the terminal reaches the trainers, and the agent
+            # outlives them until they have finished.
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=die_with_parent)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def log_value(self, marker: str) -> Optional[str]:
+        """What follows the last `marker` in the log, or None."""
+        try:
+            found = [l.split(marker, 1)[1].strip() for l in self.log_path.read_text(errors="replace").splitlines()
+                     if marker in l]
+        except OSError:
+            return None
+        return found[-1] if found else None
+
+    def wait_ready(self, timeout: float) -> Optional[str]:
+        """Waits until the control socket exists; returns the metrics host:port (None when
+        metrics are off). Raises with the log's last lines if the agent exits first."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.socket_path):
+            if self.proc.poll() is not None:
+                raise GcagentError(ERR_IO, f"gcagent-run: the agent exited with code {self.proc.returncode} at start; "
+                                           f"last lines of {self.log_path}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise GcagentError(ERR_TIMEOUT, f"gcagent-run: the agent made no control socket within {timeout:g} s; "
+                                                f"last lines of {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        return self.log_value("metrics on ")
+
+    def poll(self) -> Optional[int]:
+        return self.proc.poll() if self.proc else None
+
+    def stop(self, grace: float = 30) -> int:
+        """SIGTERM (the agent fails what is in flight, removes its segments and socket, logs
+        its "done:" line), SIGKILL after `grace` seconds. Returns its exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
