@@ -7,7 +7,7 @@ Each trainer takes its share of the training split (every RANK-th sample) and mi
 32; the averaged gradients (gcagent.Reducer, codec from GCAGENT_CODEC and
 GCAGENT_CODEC_PARAMS) drive plain SGD, from rank 0's initial weights (Reducer.broadcast).
 Rank 0 prints the test accuracy of each epoch, the median time of its steps, and the bytes its
-agent has sent on the wire and raw so far (the agent's /metrics, at GCAGENT_METRICS_ADDR);
+agent has sent on the wire and raw so far (the agent's /metrics, at GCAGENT_NODE_METRICS);
 last, a "result:" JSON line."""
 
 import argparse
@@ -109,7 +109,7 @@ def main():
         if rank == 0:
             accuracy = float((forward(params, xte)[-1].argmax(axis=1) == yte).mean()) * 100
             line = (f"epoch {epoch:2d}  test accuracy {accuracy:5.1f}%  step {np.median(step_times) * 1e3:6.2f} ms")
-            sent = sent_bytes(os.environ.get("GCAGENT_METRICS_ADDR"))
+            sent = sent_bytes(os.environ.get("GCAGENT_NODE_METRICS"))
             if sent:
                 line += f"  node 0 sent {sent[0] / 1e6:7.3f} MB on the wire for {sent[1] / 1e6:7.3f} MB raw"
             print(line, flush=True)

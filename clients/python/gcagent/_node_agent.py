@@ -15,14 +15,16 @@ from gcagent.client import GcagentError
 
 ERR_INVALID, ERR_IO, ERR_TIMEOUT = 1, 2, 3
 AGENT_NAME = "gcagent"
+# The launcher's own variables: not the agent's (which refuses GCAGENT_ names it does not know).
+LAUNCHER_VARIABLES = ("GCAGENT_BINARY", "GCAGENT_NODE_METRICS")
 
 
 def find_agent(explicit: Optional[str] = None) -> str:
-    """The gcagent binary: --agent, else GCAGENT_AGENT, else the one bundled in the wheel, else
+    """The gcagent binary: --agent, else GCAGENT_BINARY, else the one bundled in the wheel, else
     the build tree's recorded at pip-install time, else PATH. Raises GcagentError naming every
     place tried."""
-    if explicit or os.environ.get("GCAGENT_AGENT"):
-        path = explicit or os.environ["GCAGENT_AGENT"]
+    if explicit or os.environ.get("GCAGENT_BINARY"):
+        path = explicit or os.environ["GCAGENT_BINARY"]
         if not os.access(path, os.X_OK):
             raise GcagentError(ERR_INVALID, f"gcagent-run: the agent {path} is not an executable file")
         return path
@@ -44,7 +46,7 @@ def find_agent(explicit: Optional[str] = None) -> str:
     if on_path:
         return on_path
     raise GcagentError(ERR_INVALID, "gcagent-run: cannot find the gcagent binary; tried " + ", ".join(tried) +
-                       ". Pass --agent or set GCAGENT_AGENT to build/release/agent/gcagent")
+                       ". Pass --agent or set GCAGENT_BINARY to build/release/agent/gcagent")
 
 
 def die_with_parent():
@@ -82,8 +84,9 @@ class NodeAgent:
         with open(self.log_path, "ab") as log:
             # A session of its own: a Ctrl-C at the terminal reaches the trainers, and the agent
             # outlives them until they have finished.
+            env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+                                         env=env, start_new_session=True, preexec_fn=die_with_parent)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -8,7 +8,7 @@ at --master-addr:--master-port (node 0 hosts a small key-value store there) to a
 transport.peers list, or takes the list from --hosts, then starts --nproc-per-node trainers
 with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 MASTER_ADDR, MASTER_PORT) and the shims' (GCAGENT_SOCKET, GCAGENT_LOCAL_RANK,
-GCAGENT_LOCAL_SIZE, GCAGENT_METRICS_ADDR). SIGINT and SIGTERM are passed on to the trainers.
+GCAGENT_LOCAL_SIZE, GCAGENT_NODE_METRICS). SIGINT and SIGTERM are passed on to the trainers.
 When they are done the agent is stopped; the exit status is non-zero if any trainer or the
 agent failed."""
 
@@ -48,7 +48,7 @@ def parse_args(argv):
     ap.add_argument("--node-addr", default="", help="the address the other nodes reach this one at (default: the "
                     "local address that routes to --master-addr)")
     ap.add_argument("--agent-port", type=int, default=0, help="this agent's peer port (default: a free one)")
-    ap.add_argument("--agent", default=None, help="the gcagent binary (default: GCAGENT_AGENT, the wheel's, PATH)")
+    ap.add_argument("--agent", default=None, help="the gcagent binary (default: GCAGENT_BINARY, the wheel's, PATH)")
     ap.add_argument("--agent-config", default=None, help="a TOML configuration for the agent")
     ap.add_argument("--agent-option", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="an agent setting, e.g. compress.min_elements=0 (repeatable)")
@@ -163,7 +163,7 @@ class Launch:
             if a.job:
                 env["GCAGENT_JOB"] = a.job
             if metrics:
-                env["GCAGENT_METRICS_ADDR"] = metrics
+                env["GCAGENT_NODE_METRICS"] = metrics
             if n > 1 and "OMP_NUM_THREADS" not in os.environ:
                 env["OMP_NUM_THREADS"] = "1"  # as torchrun: trainers sharing a node do not oversubscribe it
             self.trainers.append(subprocess.Popen(self.trainer_command(), env=env, preexec_fn=die_with_parent))
