@@ -40,17 +40,6 @@ struct Agent::Impl {
 
 namespace {
 
-Result<compress::Params> parseParams(const std::vector<std::string>& items) {
-  compress::Params params;
-  for (const std::string& item : items) {
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Status::invalidArgument(strCat("compress.params: '", item, "' is not key=value"));
-    params[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return params;
-}
-
 // Drives the transport from the io_context: on its event fd, and on a short timer for the
 // work that has no fd event (reconnect attempts).
 class TransportPump {
@@ -133,11 +122,8 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
            "segments to trainers of another uid; set agent.user to drop it once the ports are bound, or run the "
            "agent as the trainers' user (with agent.group)");
   }
-  GC_ASSIGN_OR_RETURN(compress::Params params, parseParams(config.compress_params));
-  // Build the default and result codecs once, so a typo fails now and not at the first gradient.
-  GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_codec, params).status());
-  if (config.compress_result_codec != "same")
-    GC_RETURN_IF_ERROR(compress::makeCodec(config.compress_result_codec).status());
+  // loadConfig built the codecs once already (naming the source of a bad one).
+  GC_ASSIGN_OR_RETURN(compress::Params params, parseCodecParams(config.compress_params));
   impl->pool = std::make_unique<ThreadPool>(static_cast<size_t>(config.agent_codec_threads));
   EngineOptions& o = impl->engine_options;
   o.slice_elements = static_cast<uint64_t>(config.scheduler_slice_elements);

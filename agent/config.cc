@@ -16,6 +16,8 @@
 #define TOML_EXCEPTIONS 0
 #include <toml++/toml.h>
 
+#include "agent/environment.h"
+#include "compress/registry.h"
 #include "common/str_cat.h"
 #include "transport/transport.h"
 
@@ -371,10 +373,30 @@ Status checkUsable(const LoadedConfig& loaded) {
   if (c.agent_socket.size() > kMaxSocketPathBytes)
     return fail("agent", "socket", strCat("'", c.agent_socket, "' has ", c.agent_socket.size(), " bytes, more than the ",
                                           kMaxSocketPathBytes, " a Unix socket path can hold"));
+  // The default codec with its parameters and the result codec build now, so a typo fails at
+  // load naming where it came from, not at the first gradient.
+  auto params = parseCodecParams(c.compress_params);
+  if (!params.ok()) return fail("compress", "params", params.status().message());
+  if (auto made = compress::makeCodec(c.compress_codec, *params); !made.ok())
+    return made.status().code() == StatusCode::kNotFound ? fail("compress", "codec", made.status().message())
+                                                          : fail("compress", "params", made.status().message());
+  if (c.compress_result_codec != "same")
+    if (auto made = compress::makeCodec(c.compress_result_codec); !made.ok())
+      return fail("compress", "result_codec", made.status().message());
   return {};
 }
 
 }  // namespace
+
+Result<compress::Params> parseCodecParams(const std::vector<std::string>& items) {
+  compress::Params params;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) return Status::invalidArgument(strCat("'", item, "' is not key=value"));
+    params[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return params;
+}
 
 std::string KeySpec::name() const { return strCat(section, ".", key); }
 
@@ -402,6 +424,11 @@ Result<LoadedConfig> loadConfig(const ConfigInputs& in) {
     setters()[i](out.config, *v);
   }
   if (!in.file_path.empty() || in.file_text) GC_RETURN_IF_ERROR(applyFile(in, out));
+  {
+    std::vector<std::string> config_names;
+    for (const KeySpec& k : keys) config_names.push_back(k.envName());
+    GC_RETURN_IF_ERROR(checkGcagentVariables(in.environment_names, config_names));
+  }
   if (in.getenv) {
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::string var = keys[i].envName();

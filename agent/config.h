@@ -14,6 +14,7 @@
 
 #include "agent/config_keys.h"
 #include "common/status.h"
+#include "compress/codec.h"
 
 namespace gcagent::agent {
 
@@ -66,6 +67,7 @@ struct ConfigInputs {
   std::string file_path;                              // empty: no file
   std::optional<std::string> file_text;               // tests: parse this instead of reading the file
   std::function<const char*(const char*)> getenv;     // null: no environment overrides
+  std::vector<std::string> environment_names;         // every variable's name: GCAGENT_* ones are checked
   std::vector<std::string> overrides;                 // "section.key=value", from the CLI
 };
 
@@ -79,6 +81,9 @@ inline constexpr size_t kMaxConfigNesting = 64;
 // Reads, parses and checks: every value in its range, and the addresses (host:port with a
 // port in [0, 65535]) and the socket path usable, each error naming the key and its origin.
 Result<LoadedConfig> loadConfig(const ConfigInputs& inputs);
+
+// compress.params' items ("key=value") as a codec's parameters.
+Result<compress::Params> parseCodecParams(const std::vector<std::string>& items);
 
 // Every key: its value, where it came from, its default and its help.
 std::string printConfig(const LoadedConfig& loaded);

@@ -1,6 +1,7 @@
 // gcagent: the per-node gradient-communication sidecar.
 //   gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]
 #include <malloc.h>
+#include <unistd.h>
 #include <pthread.h>
 
 #include <csignal>
@@ -9,10 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/agent.h"
 #include "agent/config.h"
+#include "common/build_config.h"
+#include "compress/codec_reference.h"
 #include "metrics/stats.h"
 
 namespace {
@@ -20,11 +24,13 @@ namespace {
 void usage() {
   std::fputs(
       "usage: gcagent [--config FILE] [--section.key=value ...] [--print-config] [--validate]\n"
-      "       gcagent --list-metrics | --config-reference\n"
+      "       gcagent --list-metrics | --list-codecs | --config-reference | --version\n"
       "  --config FILE     TOML configuration (overridden by GCAGENT_<SECTION>_<KEY>, then by flags)\n"
       "  --print-config    print every key with its value, source, default and help, then exit\n"
       "  --validate        check the configuration and the codecs, then exit\n"
       "  --list-metrics    print every exported stat: name, type, labels, help\n"
+      "  --list-codecs     print every codec's parameters: type, default, range, meaning (markdown)\n"
+      "  --version         print the version and what this build holds\n"
       "  --config-reference  print the configuration reference (markdown) of docs/operator.md\n",
       stdout);
 }
@@ -49,6 +55,10 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   ConfigInputs inputs;
   inputs.getenv = [](const char* name) { return std::getenv(name); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    inputs.environment_names.emplace_back(entry.substr(0, entry.find('=')));
+  }
   bool print = false, validate = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -58,6 +68,14 @@ int main(int argc, char** argv) {
     }
     if (arg == "--list-metrics") {
       std::fputs(gcagent::metrics::formatStatList().c_str(), stdout);
+      return 0;
+    }
+    if (arg == "--list-codecs") {
+      std::fputs(gcagent::compress::codecReferenceMarkdown().c_str(), stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("gcagent %s (CUDA %s)\n", GCAGENT_VERSION, GCAGENT_HAVE_CUDA ? "built in" : "not built in");
       return 0;
     }
     if (arg == "--config-reference") {

@@ -8,6 +8,26 @@
 #include "common/str_cat.h"
 
 namespace gcagent::compress {
+namespace {
+thread_local ParamRecorder* recorder = nullptr;
+
+// A range for the reference: none for "any value".
+std::string rangeText(const Range& r) {
+  return std::isinf(r.lo) && std::isinf(r.hi) ? std::string() : r.describe();
+}
+}  // namespace
+
+ParamRecorder::ParamRecorder() : outer_(recorder) { recorder = this; }
+ParamRecorder::~ParamRecorder() { recorder = outer_; }
+
+void ParamReader::describe(std::string_view key, std::string_view type, std::string default_text, std::string range,
+                           std::string_view help) {
+  if (recorder == nullptr) return;
+  for (const ParamInfo& p : recorder->params_)
+    if (p.key == key) return;
+  recorder->params_.push_back({std::string(key), std::string(type), std::move(default_text), std::move(range),
+                               std::string(help)});
+}
 
 bool Range::contains(double v) const {
   if (std::isnan(v)) return false;
@@ -30,7 +50,8 @@ void ParamReader::fail(Status s) {
   if (first_error_.ok()) first_error_ = std::move(s);
 }
 
-double ParamReader::real(std::string_view key, double fallback, Range range) {
+double ParamReader::real(std::string_view key, double fallback, Range range, std::string_view help) {
+  describe(key, "real", strCat(fallback), rangeText(range), help);
   const std::string* text = lookup(key);
   if (text == nullptr) return fallback;
   errno = 0;
@@ -49,11 +70,12 @@ double ParamReader::real(std::string_view key, double fallback, Range range) {
   return v;
 }
 
-float ParamReader::real32(std::string_view key, float fallback, Range range) {
+float ParamReader::real32(std::string_view key, float fallback, Range range, std::string_view help) {
+  describe(key, "real", strCat(fallback), rangeText(range), help);
   const std::string* text = lookup(key);
   if (text == nullptr) return fallback;
   const Status before = first_error_;
-  const double wide = real(key, fallback, range);
+  const double wide = real(key, fallback, range, help);
   if (!before.ok() || !first_error_.ok()) return fallback;  // real() named the problem
   // strtof rounds as MXNet's parser does: 1.17549435e-38 is FLT_MIN, a normal float.
   const float v = std::strtof(text->c_str(), nullptr);
@@ -67,7 +89,8 @@ float ParamReader::real32(std::string_view key, float fallback, Range range) {
   return v;
 }
 
-int64_t ParamReader::integer(std::string_view key, int64_t fallback, Range range) {
+int64_t ParamReader::integer(std::string_view key, int64_t fallback, Range range, std::string_view help) {
+  describe(key, "integer", strCat(fallback), rangeText(range), help);
   const std::string* text = lookup(key);
   if (text == nullptr) return fallback;
   errno = 0;
@@ -86,7 +109,8 @@ int64_t ParamReader::integer(std::string_view key, int64_t fallback, Range range
   return v;
 }
 
-uint64_t ParamReader::seed(std::string_view key, uint64_t fallback) {
+uint64_t ParamReader::seed(std::string_view key, uint64_t fallback, std::string_view help) {
+  describe(key, "seed", strCat(fallback), "[0, 2^64)", help);
   const std::string* text = lookup(key);
   if (text == nullptr) return fallback;
   errno = 0;
@@ -100,7 +124,8 @@ uint64_t ParamReader::seed(std::string_view key, uint64_t fallback) {
   return v;
 }
 
-bool ParamReader::boolean(std::string_view key, bool fallback) {
+bool ParamReader::boolean(std::string_view key, bool fallback, std::string_view help) {
+  describe(key, "boolean", fallback ? "true" : "false", "", help);
   const std::string* text = lookup(key);
   if (text == nullptr) return fallback;
   if (*text == "1" || *text == "true") return true;

@@ -133,11 +133,16 @@ class DgcCodec final : public Codec {
 //   step's gradient alone (no momentum correction, nothing carried over).
 Result<std::unique_ptr<Codec>> makeDgcCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("dgc", params);
-  const double ratio = reader.real("ratio", 0.001, Range::openClosed(0, 1));
-  const double momentum = reader.real("momentum", 0.9, Range{0, 1, false, true});
-  const double sample = reader.real("sample", 0.01, Range::openClosed(0, 1));
-  const uint64_t seed = reader.seed("seed", 0);
-  const bool error_feedback = reader.boolean("error_feedback", true);
+  const double ratio = reader.real("ratio", 0.001, Range::openClosed(0, 1),
+      "fraction of the elements sent (after momentum correction)");
+  const double momentum = reader.real("momentum", 0.9, Range{0, 1, false, true},
+      "DGC's momentum correction; set the optimizer's momentum to 0 when it is above 0");
+  const double sample = reader.real("sample", 0.01, Range::openClosed(0, 1),
+      "fraction of the elements sampled to estimate the threshold");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the threshold sampling");
+  const bool error_feedback = reader.boolean("error_feedback", true,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new DgcCodec(ratio, static_cast<float>(momentum), sample, seed, env)));

@@ -169,8 +169,10 @@ class OnebitCodec final : public Codec {
 
 Result<std::unique_ptr<Codec>> makeOnebitCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("onebit", params);
-  const bool scaled = reader.boolean("scaled", true);
-  const bool error_feedback = reader.boolean("error_feedback", true);
+  const bool scaled = reader.boolean("scaled", true,
+      "scale the signs by the mean magnitude (false: plain signs)");
+  const bool error_feedback = reader.boolean("error_feedback", true,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new OnebitCodec(scaled, env)));
 }

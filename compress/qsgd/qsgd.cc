@@ -194,10 +194,14 @@ class QsgdCodec final : public Codec {
 Result<std::unique_ptr<Codec>> makeQsgdCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("qsgd", params);
   const int64_t levels =
-      reader.integer("levels", qsgd::kMaxLevels, Range::closed(1, qsgd::kMaxLevels));
-  const int64_t bucket = reader.integer("bucket", 512, Range::closed(1, 1 << 20));
-  const uint64_t seed = reader.seed("seed", 0);
-  const bool error_feedback = reader.boolean("error_feedback", false);
+      reader.integer("levels", qsgd::kMaxLevels, Range::closed(1, qsgd::kMaxLevels),
+      "quantization levels s per sign");
+  const int64_t bucket = reader.integer("bucket", 512, Range::closed(1, 1 << 20),
+      "elements that share one norm");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the stochastic rounding");
+  const bool error_feedback = reader.boolean("error_feedback", false,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new QsgdCodec(static_cast<int32_t>(levels),
                                               static_cast<size_t>(bucket), seed, error_feedback,

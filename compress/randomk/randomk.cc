@@ -132,9 +132,12 @@ std::vector<uint32_t> randomk::drawIndices(size_t n, size_t k, uint64_t stream) 
 // error_feedback: keep the unsent rest as a residual (true, default) or scale by n/k (false).
 Result<std::unique_ptr<Codec>> makeRandomkCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("randomk", params);
-  const double ratio = reader.real("ratio", 0.01, Range::openClosed(0, 1));
-  const uint64_t seed = reader.seed("seed", 0);
-  const bool error_feedback = reader.boolean("error_feedback", true);
+  const double ratio = reader.real("ratio", 0.01, Range::openClosed(0, 1),
+      "fraction of the elements sent, chosen at random");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the shared random choice (equal on every node)");
+  const bool error_feedback = reader.boolean("error_feedback", true,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new RandomkCodec(ratio, seed, error_feedback, env));
 }

@@ -218,9 +218,12 @@ class TerngradCodec final : public Codec {
 
 Result<std::unique_ptr<Codec>> makeTerngradCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("terngrad", params);
-  const bool clip = reader.boolean("clip", true);
-  const uint64_t seed = reader.seed("seed", 0);
-  const bool error_feedback = reader.boolean("error_feedback", false);
+  const bool clip = reader.boolean("clip", true,
+      "clip to 2.5 times the slice's root mean square before quantizing, as TernGrad does");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the stochastic rounding");
+  const bool error_feedback = reader.boolean("error_feedback", false,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new TerngradCodec(clip, seed, error_feedback, env));
 }

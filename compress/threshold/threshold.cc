@@ -95,10 +95,14 @@ class ThresholdCodec final : public Codec {
 // seed: the sample generator's seed, default 0.
 Result<std::unique_ptr<Codec>> makeThresholdCodec(const Params& params, const CodecEnv& env) {
   ParamReader reader("threshold", params);
-  const double drop = reader.real("drop", 0.99, Range{0, 1, false, true});
-  const double sample = reader.real("sample", 0.001, Range::openClosed(0, 1));
-  const uint64_t seed = reader.seed("seed", 0);
-  const bool error_feedback = reader.boolean("error_feedback", true);
+  const double drop = reader.real("drop", 0.99, Range{0, 1, false, true},
+      "fraction of the smallest magnitudes kept back in the residual");
+  const double sample = reader.real("sample", 0.001, Range::openClosed(0, 1),
+      "fraction of the elements sampled to estimate the cut-off");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the cut-off sampling");
+  const bool error_feedback = reader.boolean("error_feedback", true,
+      "keep what the encoding lost in a residual and add it to the next gradient");
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new ThresholdCodec(drop, sample, seed, env)));

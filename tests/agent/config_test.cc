@@ -1,4 +1,5 @@
 #include "agent/config.h"
+#include "agent/environment.h"
 
 #include <gtest/gtest.h>
 
@@ -188,6 +189,29 @@ TEST(ConfigTest, AddressesAndTheSocketPathMustBeUsable) {
 TEST(ConfigTest, ReferenceListsEveryKey) {
   std::string md = configReferenceMarkdown();
   for (const auto& k : configKeys()) EXPECT_NE(md.find("`" + k.name() + "`"), std::string::npos) << k.name();
+}
+
+}  // namespace
+}  // namespace gcagent::agent
+
+namespace gcagent::agent {
+namespace {
+
+TEST(ConfigEnvironmentTest, AMisspeltVariableIsAnErrorNamingTheNearestKnownOne) {
+  ConfigInputs in;
+  in.environment_names = {"PATH", "GCAGENT_AGENT_NODE_RANK", "GCAGENT_SOCKET", "GCAGENT_COMPRES_CODEC"};
+  auto loaded = loadConfig(in);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(),
+            "GCAGENT_COMPRES_CODEC: unknown variable (did you mean GCAGENT_COMPRESS_CODEC?); every GCAGENT_ variable "
+            "is checked, see gcagent --print-config");
+}
+
+TEST(ConfigEnvironmentTest, KeysAndTheVariablesOfClientsAndScriptsPass) {
+  ConfigInputs in;
+  in.environment_names = {"GCAGENT_COMPRESS_CODEC", "GCAGENT_LOG_LEVEL", "GCAGENT_BUILD_DIR", "HOME"};
+  for (std::string_view other : otherGcagentVariables()) in.environment_names.emplace_back(other);
+  EXPECT_TRUE(loadConfig(in).ok());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-"""docs/operator.md stays true: its configuration reference is exactly what
-`gcagent --config-reference` generates from the key table, and the troubleshooting section
+"""docs/operator.md stays true: its configuration and codec references are exactly what
+`gcagent --config-reference` and `--list-codecs` generate from the key table and the codecs, and the troubleshooting section
 quotes the messages gcagent really prints for the same mistakes."""
 
 import os
@@ -13,17 +13,35 @@ AGENT = BUILD / "agent" / "gcagent"
 GUIDE = ROOT / "docs" / "operator.md"
 
 
-def test_config_reference_matches_the_generated_one():
+def between_markers(name):
     text = GUIDE.read_text()
-    begin, end = "<!-- config-reference:begin -->\n", "<!-- config-reference:end -->"
-    committed = text[text.index(begin) + len(begin):text.index(end)]
+    begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
+    return text[text.index(begin) + len(begin):text.index(end)]
+
+
+def test_config_reference_matches_the_generated_one():
     generated = subprocess.run([str(AGENT), "--config-reference"], check=True, capture_output=True, text=True).stdout
-    assert committed == generated, "docs/operator.md is stale: paste `gcagent --config-reference` between the markers"
+    assert between_markers("config-reference") == generated, \
+        "docs/operator.md is stale: paste `gcagent --config-reference` between the markers"
 
 
-def run_agent(tmp_path, *args):
+def test_codec_reference_matches_the_generated_one():
+    generated = subprocess.run([str(AGENT), "--list-codecs"], check=True, capture_output=True, text=True).stdout
+    assert "| `dgc`: " in generated and "`momentum`" in generated
+    assert between_markers("codec-reference") == generated, \
+        "docs/operator.md is stale: paste `gcagent --list-codecs` between the codec-reference markers"
+
+
+def test_version_names_the_project_version():
+    out = subprocess.run([str(AGENT), "--version"], check=True, capture_output=True, text=True).stdout
+    pyproject = (ROOT / "clients" / "python" / "pyproject.toml").read_text()
+    version = next(line.split('"')[1] for line in pyproject.splitlines() if line.startswith("version"))
+    assert out.startswith(f"gcagent {version} (CUDA "), out
+
+
+def run_agent(tmp_path, *args, env=None):
     r = subprocess.run([str(AGENT), "--agent.socket", str(tmp_path / "a.sock"), *args], capture_output=True,
-                       text=True, timeout=60, cwd=tmp_path)
+                       text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, **(env or {})))
     assert r.returncode != 0
     return r.stderr.strip().splitlines()[-1]
 
@@ -41,6 +59,7 @@ def test_troubleshooting_quotes_the_real_messages(tmp_path):
         (["--config", "bad2.toml"], lambda m: m.replace("bad2.toml", "bad.toml")),
         (["--scheduler.slice_elements=10"], None),
         (["--compress.codec=3bit"], None),
+        (["--compress.codec=2bit", "--compress.params=threshold=0"], None),
         (["--agent.node_rank=2", "--transport.peers=a:1,b:2"], None),
         (["--metrics.listen=127.0.0.1:99999"], None),
         (["--metrics.listen", f"127.0.0.1:{busy_port}"], lambda m: m.replace(str(busy_port), "9464")),
@@ -48,6 +67,8 @@ def test_troubleshooting_quotes_the_real_messages(tmp_path):
           "--transport.peers=localhost:18515,no-such-host.invalid:18515"],
          lambda m: m.split("cannot resolve: ")[0] + "cannot resolve: "),
     ]
+    message = run_agent(tmp_path, "--validate", env={"GCAGENT_COMPRES_CODEC": "2bit"})
+    assert message in guide, f"the guide does not quote: {message}"
     for args, normalise in cases:
         message = run_agent(tmp_path, *args)
         if normalise:
