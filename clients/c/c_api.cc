@@ -115,13 +115,23 @@ GCAGENT_API const char* gcagent_status_string(int code) {
 
 GCAGENT_API int gcagent_connect(const char* socket_path, const char* job, uint32_t local_rank,
                                 uint32_t local_size, int timeout_ms, gcagent_client** out) {
+  return gcagent_connect_flags(socket_path, job, local_rank, local_size, timeout_ms, GCAGENT_CONNECT_WAIT_FOR_AGENT,
+                               out);
+}
+
+GCAGENT_API int gcagent_connect_flags(const char* socket_path, const char* job, uint32_t local_rank,
+                                      uint32_t local_size, int timeout_ms, uint32_t flags, gcagent_client** out) {
   if (out != nullptr) *out = nullptr;
   return guarded(t_connect_error, [&]() -> Outcome {
     if (out == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: out is NULL");
     if (socket_path == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: socket_path is NULL");
     if (job == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_connect: job is NULL");
+    if ((flags & ~GCAGENT_CONNECT_WAIT_FOR_AGENT) != 0)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("gcagent_connect_flags: unknown flag bits ",
+                                                          flags & ~GCAGENT_CONNECT_WAIT_FOR_AGENT));
     auto handle = std::make_unique<gcagent_client>();
-    gcagent::client::ConnectOptions options{socket_path, job, local_rank, local_size, timeout_ms};
+    gcagent::client::ConnectOptions options{socket_path, job, local_rank, local_size, timeout_ms,
+                                            (flags & GCAGENT_CONNECT_WAIT_FOR_AGENT) != 0};
     Outcome r = gcagent::client::Client::connect(options, &handle->impl);
     if (!r.ok()) return r;
     *out = handle.release();

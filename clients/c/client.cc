@@ -63,7 +63,7 @@ Outcome Client::connect(const ConnectOptions& options, std::unique_ptr<Client>* 
 
   const Deadline deadline = Deadline::after(options.timeout_ms);
   ControlChannel channel;
-  GCAGENT_CLIENT_RETURN_IF_FAILED(ControlChannel::connect(options.socket_path, deadline, &channel));
+  GCAGENT_CLIENT_RETURN_IF_FAILED(ControlChannel::connect(options.socket_path, deadline, options.wait_for_agent, &channel));
   std::unique_ptr<Client> client(new Client(std::move(channel)));
   protocol::Message reply;
   Outcome r = client->request(std::move(hello), protocol::MessageType::kWelcome,

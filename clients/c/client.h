@@ -34,6 +34,7 @@ struct ConnectOptions {
   uint32_t local_rank = 0;
   uint32_t local_size = 1;
   int timeout_ms = 0;
+  bool wait_for_agent = true;  // retry while the socket does not exist (until the timeout)
 };
 
 class Client {

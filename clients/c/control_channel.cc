@@ -87,7 +87,7 @@ int ControlChannel::takeFd() {
   return fd;
 }
 
-Outcome ControlChannel::connect(const std::string& path, Deadline deadline, ControlChannel* out) {
+Outcome ControlChannel::connect(const std::string& path, Deadline deadline, bool wait_for_path, ControlChannel* out) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path)
@@ -112,6 +112,10 @@ Outcome ControlChannel::connect(const std::string& path, Deadline deadline, Cont
     }
     const int err = errno;
     ::close(fd);
+    // No socket file: no agent has started there. Said at once unless asked to wait for one.
+    if (err == ENOENT && !wait_for_path)
+      return failure(GCAGENT_ERR_IO, strCat("no gcagent agent at ", path, ": the socket does not exist; start the "
+                                            "agent first, or check that this is its agent.socket"));
     if (!retriable(err))
       return failure(GCAGENT_ERR_IO, strCat("cannot connect to the gcagent agent at ", path, ": ", errnoText(err)));
     if (deadline.passed())

@@ -44,9 +44,10 @@ class ControlChannel {
   ControlChannel& operator=(const ControlChannel&) = delete;
   ~ControlChannel();
 
-  // Retries while the socket is missing or refuses connections, until the deadline
-  // (GCAGENT_ERR_TIMEOUT); other failures return at once.
-  static Outcome connect(const std::string& path, Deadline deadline, ControlChannel* out);
+  // Retries while the socket refuses connections, and while it is missing when
+  // `wait_for_path`, until the deadline (GCAGENT_ERR_TIMEOUT); other failures, a missing
+  // socket without `wait_for_path` included (GCAGENT_ERR_IO), return at once.
+  static Outcome connect(const std::string& path, Deadline deadline, bool wait_for_path, ControlChannel* out);
 
   // Sends one whole frame. While the socket is full it keeps reading into the input buffer,
   // so neither side can block the other. A failure leaves the stream unusable.

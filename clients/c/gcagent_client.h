@@ -22,9 +22,10 @@
  * serialises them). Different clients are independent.
  *
  * ABI: the library is libgcagent_client.so.1 and exports only the gcagent_* symbols, versioned
- * GCAGENT_CLIENT_1 (ABI version 1) and GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls
- * below). A shim compiled against this header can compare GCAGENT_CLIENT_ABI_VERSION with
- * gcagent_abi_version() at load time: a library of a higher ABI version has every older call.
+ * GCAGENT_CLIENT_1 (ABI version 1), GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls below)
+ * and GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags). A shim compiled against
+ * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
+ * a library of a higher ABI version has every older call, which behaves as before.
  * Numeric values of gcagent_status never change.
  *
  * GPU tensors (ABI 2): gcagent_declare_device instead of gcagent_declare gives each key a slot
@@ -40,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 2
+#define GCAGENT_CLIENT_ABI_VERSION 3
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -92,11 +93,25 @@ GCAGENT_API const char* gcagent_status_string(int code);
 /* Connects to the agent listening at socket_path and joins `job` as local rank `local_rank` of
  * `local_size` trainers on this node. Retries while the socket is missing or refuses
  * connections (the agent may still be starting) for up to timeout_ms milliseconds (< 0: forever,
- * 0: one try); once connected, the agent gets at least 5 more seconds to answer the handshake.
+ * 0: one try; gcagent_connect_flags below can fail at once instead when the socket does not
+ * exist); once connected, the agent gets at least 5 more seconds to answer the handshake.
  * On success stores a new client in *out. On failure *out is set to NULL and the message is
  * available from gcagent_last_error(NULL) on the same thread. */
 GCAGENT_API int gcagent_connect(const char* socket_path, const char* job, uint32_t local_rank,
                                 uint32_t local_size, int timeout_ms, gcagent_client** out);
+
+/* gcagent_connect_flags' flags (ABI version 3). */
+#define GCAGENT_CONNECT_WAIT_FOR_AGENT 1u /* retry while socket_path does not exist yet */
+
+/* gcagent_connect with flags (ABI version 3). Without GCAGENT_CONNECT_WAIT_FOR_AGENT a
+ * socket_path that does not exist fails at once with GCAGENT_ERR_IO and a message naming the
+ * path, whatever timeout_ms says: a trainer started without its agent hears so immediately.
+ * With it, the call behaves as gcagent_connect (which is this call with that flag). A socket
+ * that exists but refuses connections is retried until the timeout either way (an agent
+ * between bind and listen). The library prints nothing; a caller that waits may say so. An
+ * unknown flag is GCAGENT_ERR_INVALID_ARGUMENT. */
+GCAGENT_API int gcagent_connect_flags(const char* socket_path, const char* job, uint32_t local_rank,
+                                      uint32_t local_size, int timeout_ms, uint32_t flags, gcagent_client** out);
 
 /* Declares the tensors this trainer will reduce and maps the shared segment that holds their
  * buffers. May be called again (e.g. when a framework rebuilds its buckets) once no submit is in

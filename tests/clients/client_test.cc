@@ -342,6 +342,35 @@ TEST_F(ClientTest, ConnectWaitsForAStartingAgent) {
   EXPECT_EQ(gcagent_node_count(client_), 2u);
 }
 
+TEST_F(ClientTest, ConnectWithoutWaitingNamesAMissingSocketAtOnce) {
+  const std::string path = dir_ + "/nobody.sock";
+  gcagent_client* c = nullptr;
+  // A minute to wait, yet the answer is "no agent", not a timeout: nothing was waited for.
+  EXPECT_EQ(gcagent_connect_flags(path.c_str(), "job", 0, 1, 60000, 0, &c), GCAGENT_ERR_IO);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(std::string(gcagent_last_error(nullptr)),
+            "no gcagent agent at " + path + ": the socket does not exist; start the agent first, or check that "
+            "this is its agent.socket");
+  EXPECT_EQ(gcagent_connect_flags(path.c_str(), "job", 0, 1, 0, 2, &c), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_THAT(std::string(gcagent_last_error(nullptr)), HasSubstr("unknown flag bits 2"));
+  // Once the agent listens, the same call connects.
+  agent_->start();
+  ASSERT_EQ(gcagent_connect_flags(agent_->socketPath().c_str(), "job", 0, 1, 2000, 0, &client_), GCAGENT_OK)
+      << gcagent_last_error(nullptr);
+}
+
+TEST_F(ClientTest, ConnectFlagsWaitForAStartingAgentWhenAsked) {
+  std::thread starter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    agent_->start();
+  });
+  const int rc = gcagent_connect_flags(agent_->socketPath().c_str(), "job", 0, 1, 60000,
+                                       GCAGENT_CONNECT_WAIT_FOR_AGENT, &client_);
+  starter.join();
+  ASSERT_EQ(rc, GCAGENT_OK) << gcagent_last_error(nullptr);
+  EXPECT_EQ(gcagent_node_count(client_), 2u);
+}
+
 TEST_F(ClientTest, BadArgumentsAreRejected) {
   EXPECT_EQ(gcagent_abi_version(), static_cast<uint32_t>(GCAGENT_CLIENT_ABI_VERSION));
   for (int code = GCAGENT_OK; code <= GCAGENT_ERR_INTERNAL; ++code)
