@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "agent/silent_codec_watch.h"
 #include "agent/slice_math.h"
 #include "agent/slice_message.h"
 #include "common/log.h"
@@ -108,6 +109,7 @@ struct ReductionEngine::KeyState {
   std::shared_ptr<LocalCoder> coder;
   bool coded = false;
   KeyWork work;  // what the coder is told, while coded
+  SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 
 // A slice waiting for its peer's credit window. A contribution is encoded when it leaves
@@ -521,6 +523,13 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
   if (compressed) {
     planner_.recordEncode(codec.name(), n, written, took);
     sampleResidual(stats, codec, state, n);
+    if (&tensor_codec == k.push.get() && k.silent.due(slice, iteration) &&
+        k.silent.observe(codec, values, {payload->data(), written}, {key, slice, iteration})) {
+      stats.silent->Increment();
+      GC_LOG(kWarn, "agent", "tensor ", key, ": codec '", codec.name(), "' encoded nonzero gradients as nothing but "
+             "zeros for ", k.silent.silentIterations(), " iterations; its residual only grows and the layer does not "
+             "train (lower the codec's threshold or raise its ratio: gcagent --list-codecs)");
+    }
   }
   payload->resize(written);
   counters_.raw_bytes_sent += copies * n * sizeof(float);

@@ -162,6 +162,7 @@ CodecStats& Stats::codec(std::string_view name) {
                &histogram(Id::encode_seconds, {c}),
                &histogram(Id::decode_seconds, {c}),
                &gauge(Id::residual_l2_norm, {c}),
+               &counter(Id::codec_silent_total, {c}),
                &gauge(Id::compression_ratio, {c, "sent"}),
                &gauge(Id::compression_ratio, {c, "received"})};
   return codecs_.emplace(c, s).first->second;

@@ -58,6 +58,7 @@ struct CodecStats {
   prometheus::Histogram* encode;
   prometheus::Histogram* decode;
   prometheus::Gauge* residual_norm;
+  prometheus::Counter* silent;  // codec_silent_total
   prometheus::Gauge* ratio_sent;
   prometheus::Gauge* ratio_received;
 };

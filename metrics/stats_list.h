@@ -30,6 +30,8 @@
   X(peers_up, Gauge, None, "", "peer agents whose link is up")                                     \
   X(residual_l2_norm, Gauge, None, "codec",                                                         \
     "L2 norm of the error-feedback residual of a sampled slice (one in 64 encodes)")               \
+  X(codec_silent_total, Counter, None, "codec",                                                     \
+    "tensors whose nonzero gradients this codec encoded as nothing but zeros for 64 iterations (the residual only grows: lower the threshold)") \
   X(scheduler_decisions_total, Counter, None, "decision", "tensor reductions by whether they were compressed") \
   X(planned_tensors, Gauge, None, "decision", "declared tensors the planner sends compressed or uncompressed now") \
   X(cost_model, Gauge, None, "codec,step,term",                                                     \
