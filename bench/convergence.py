@@ -76,8 +76,10 @@ def run(label, codec, params, epochs, lr, build):
         procs = []
         for r in range(2):
             for l in range(2):
-                e = dict(os.environ, **env, GCAGENT_SOCKET=c.sockets[r], GCAGENT_JOB="digits",
-                         GCAGENT_LOCAL_RANK=str(l), GCAGENT_LOCAL_SIZE="2", WORLD_RANK=str(2 * r + l), WORLD_SIZE="4")
+                # GCAGENT_WAIT_FOR_AGENT: the agents may not have made their sockets yet.
+                e = dict(os.environ, **env, GCAGENT_SOCKET=c.sockets[r], GCAGENT_WAIT_FOR_AGENT="1",
+                         GCAGENT_JOB="digits", GCAGENT_LOCAL_RANK=str(l), GCAGENT_LOCAL_SIZE="2",
+                         WORLD_RANK=str(2 * r + l), WORLD_SIZE="4")
                 procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--epochs", str(epochs), "--lr", str(lr)],
                                               env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outs = [p.communicate(timeout=1800)[0] for p in procs]

@@ -167,8 +167,9 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
             if c is not None:
                 build = cluster.BUILD
                 name, params = CODECS[gcagent_codec]
-                env.update(GCAGENT_SOCKET=c.sockets[r], GCAGENT_JOB="e2e", GCAGENT_LOCAL_RANK="0",
-                           GCAGENT_LOCAL_SIZE="1", GCAGENT_CODEC=name, GCAGENT_CODEC_PARAMS=",".join(params),
+                # GCAGENT_WAIT_FOR_AGENT: the agents may not have made their sockets yet.
+                env.update(GCAGENT_SOCKET=c.sockets[r], GCAGENT_WAIT_FOR_AGENT="1", GCAGENT_JOB="e2e",
+                           GCAGENT_LOCAL_RANK="0", GCAGENT_LOCAL_SIZE="1", GCAGENT_CODEC=name, GCAGENT_CODEC_PARAMS=",".join(params),
                            GCAGENT_CLIENT_LIB=str(build / "clients" / "libgcagent_client.so.1"))
             procs.append(subprocess.Popen(ns.prefix(r) + [str(python), str(WORKER), *args], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

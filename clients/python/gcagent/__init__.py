@@ -3,6 +3,8 @@
 Framework shims: gcagent.torch, gcagent.tensorflow, gcagent.mxnet (each imports its framework
 only when imported itself)."""
 
-from gcagent.client import Client, GcagentError, Reducer, TensorSpec
+from gcagent.client import (Client, GcagentError, Reducer, TensorSpec, default_reducer, local_rank, local_size, rank,
+                            size)
 
-__all__ = ["Client", "GcagentError", "Reducer", "TensorSpec"]
+__all__ = ["Client", "GcagentError", "Reducer", "TensorSpec", "default_reducer", "local_rank", "local_size", "rank",
+           "size"]

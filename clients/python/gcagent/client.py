@@ -4,6 +4,8 @@ shims share."""
 
 import ctypes
 import os
+import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -11,8 +13,10 @@ import numpy as np
 
 from gcagent import _library
 
-OK, ERR_TIMEOUT = 0, 3
+OK, ERR_IO, ERR_TIMEOUT = 0, 2, 3
 DEFAULT_SOCKET = "/run/gcagent/control.sock"
+CONNECT_ABI_VERSION = 3      # gcagent_connect_flags
+CONNECT_WAIT_FOR_AGENT = 1   # its flag: retry while the socket does not exist
 
 
 class GcagentError(RuntimeError):
@@ -50,6 +54,22 @@ def codec_from_env() -> Tuple[Optional[str], Dict[str, str]]:
     return os.environ.get("GCAGENT_CODEC") or None, params
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _connect_flags(lib):
+    """gcagent_connect_flags (C ABI 3), or None for an older library, whose gcagent_connect
+    waits for a missing socket whatever is asked."""
+    if getattr(lib, "abi_version", 1) < CONNECT_ABI_VERSION:
+        return None
+    fn = lib.gcagent_connect_flags
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32,
+                   ctypes.POINTER(ctypes.c_void_p)]
+    return fn
+
+
 def gpu_uuid(device_ordinal: int) -> bytes:
     """The 16-byte UUID of a CUDA device ordinal as this process sees it (what
     Client.declare_device wants)."""
@@ -67,22 +87,37 @@ def gpu_uuid(device_ordinal: int) -> bytes:
 class Client:
     """One connection. Defaults come from the environment: GCAGENT_SOCKET, GCAGENT_JOB,
     GCAGENT_LOCAL_RANK (or LOCAL_RANK) and GCAGENT_LOCAL_SIZE (or LOCAL_WORLD_SIZE).
-    Not thread-safe, like the C client: callers serialise."""
+    Not thread-safe, like the C client: callers serialise.
+
+    A socket that does not exist is an error at once, naming it, unless wait_for_agent (or
+    GCAGENT_WAIT_FOR_AGENT=1) asks to wait: then one "waiting for the agent" line goes to
+    stderr and connecting is retried until timeout_ms."""
 
     def __init__(self, socket: Optional[str] = None, job: Optional[str] = None,
                  local_rank: Optional[int] = None, local_size: Optional[int] = None,
-                 timeout_ms: int = 30000):
+                 timeout_ms: int = 30000, wait_for_agent: Optional[bool] = None):
         self._lib = _library.load()
         self.socket = socket or os.environ.get("GCAGENT_SOCKET", DEFAULT_SOCKET)
         self.job = job or os.environ.get("GCAGENT_JOB", "default")
         self.local_rank = local_rank if local_rank is not None else _env_int(["GCAGENT_LOCAL_RANK", "LOCAL_RANK"], 0)
         self.local_size = local_size if local_size is not None else _env_int(
             ["GCAGENT_LOCAL_SIZE", "LOCAL_WORLD_SIZE"], 1)
+        wait = _env_flag("GCAGENT_WAIT_FOR_AGENT") if wait_for_agent is None else wait_for_agent
+        if wait and not os.path.exists(self.socket):
+            limit = "no time limit" if timeout_ms < 0 else f"up to {timeout_ms / 1000:g} s"
+            print(f"gcagent: waiting for the agent at {self.socket} ({limit})", file=sys.stderr, flush=True)
         handle = ctypes.c_void_p()
-        rc = self._lib.gcagent_connect(self.socket.encode(), self.job.encode(), self.local_rank, self.local_size,
-                                       timeout_ms, ctypes.byref(handle))
+        args = (self.socket.encode(), self.job.encode(), self.local_rank, self.local_size, timeout_ms)
+        connect = _connect_flags(self._lib)
+        if connect is not None:
+            rc = connect(*args, CONNECT_WAIT_FOR_AGENT if wait else 0, ctypes.byref(handle))
+        else:
+            rc = self._lib.gcagent_connect(*args, ctypes.byref(handle))
         if rc != OK:
-            raise GcagentError(rc, f"gcagent: connect to {self.socket}: {self._lib.gcagent_last_error(None).decode()}")
+            detail = self._lib.gcagent_last_error(None).decode()
+            if rc == ERR_IO and not wait and not os.path.exists(self.socket):
+                detail += " (GCAGENT_SOCKET); GCAGENT_WAIT_FOR_AGENT=1 waits for an agent that is still starting"
+            raise GcagentError(rc, f"gcagent: connect to {self.socket}: {detail}")
         self._handle = handle
         self.node_rank = self._lib.gcagent_node_rank(handle)
         self.node_count = self._lib.gcagent_node_count(handle)
@@ -227,6 +262,19 @@ class Reducer:
         self._stale = False
         self._iteration: Dict[int, int] = {}
 
+    # Horovod's names: this trainer's place among all trainers of the job, and on its node.
+    def rank(self) -> int:
+        return self.client.world_rank
+
+    def size(self) -> int:
+        return self.client.world_size
+
+    def local_rank(self) -> int:
+        return self.client.local_rank
+
+    def local_size(self) -> int:
+        return self.client.local_size
+
     def _tensor_spec(self, key: int) -> TensorSpec:
         elements, priority, codec, params, policy = self._specs[key]
         if codec is _REDUCER_CODEC:
@@ -288,3 +336,53 @@ class Reducer:
             if not self.client.wait(it, keys, self.timeout_ms):
                 raise GcagentError(ERR_TIMEOUT, f"gcagent: no result for iteration {it} within {self.timeout_ms} ms")
         return [self.client.buffer(key).copy().reshape(np.shape(a)) for key, a, _ in arrays]
+
+
+_default_reducer: Optional[Reducer] = None
+
+
+def default_reducer() -> Reducer:
+    """One Reducer per process, connected on first use (GCAGENT_* environment): what the shims
+    use when given none, and what rank(), size(), local_rank() and local_size() ask. (The agent
+    takes one connection per local rank and job: a process with a DDP hook's State, which
+    connects itself, asks the State's client instead.)"""
+    global _default_reducer
+    if _default_reducer is None:
+        _default_reducer = Reducer()
+    return _default_reducer
+
+
+# Horovod's module functions (hvd.rank() and so on), on the default reducer's connection.
+def rank() -> int:
+    return default_reducer().rank()
+
+
+def size() -> int:
+    return default_reducer().size()
+
+
+def local_rank() -> int:
+    return default_reducer().local_rank()
+
+
+def local_size() -> int:
+    return default_reducer().local_size()
+
+
+def warn_dgc_momentum(codec: Optional[str], params: Dict[str, str], optimizer_momentum, optimizer_name: str) -> bool:
+    """Warns when the dgc codec, whose momentum correction applies a momentum itself, meets an
+    optimizer with momentum of its own: the momentum would count twice. True when it warned."""
+    if codec != "dgc" or not optimizer_momentum:
+        return False
+    try:
+        dgc_momentum = float(params.get("momentum", 0.9))  # dgc's default
+    except ValueError:
+        return False  # the agent refuses it with its own message
+    if dgc_momentum == 0:
+        return False
+    warnings.warn(f"gcagent: the dgc codec applies momentum {dgc_momentum:g} itself (momentum correction) and "
+                  f"{optimizer_name} has momentum {float(optimizer_momentum):g}: the gradient would see momentum twice. "
+                  f"Either set the optimizer's momentum to 0 and give dgc the momentum "
+                  f"(params {{'momentum': '{float(optimizer_momentum):g}'}}), or set dgc's momentum to 0 "
+                  f"(params {{'momentum': '0'}}) and keep the optimizer's.", UserWarning, stacklevel=3)
+    return True

@@ -8,11 +8,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster import BUILD, Cluster, finish, free_ports  # noqa: F401 - re-exported for the tests
+import cluster
+from cluster import BUILD, finish, free_ports, wait_for  # noqa: F401 - re-exported for the tests
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINERS = Path(__file__).parent / "trainers"
 LIBRARY = BUILD / "clients" / "libgcagent_client.so.1"
+
+
+class Cluster(cluster.Cluster):
+    """The integration tests' agents, started once every control socket exists: a client made
+    right after connects at once (a socket that does not exist yet would be an error)."""
+
+    def start(self):
+        super().start()
+        try:
+            for r, (sock, proc) in enumerate(zip(self.sockets, self.procs)):
+                wait_for(lambda s=sock, p=proc: os.path.exists(s) or p.poll() is not None, what=f"agent {r}'s socket")
+                assert os.path.exists(sock), f"agent {r} exited:\n{self.log(r)[-3000:]}"
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
 
 def shim_env(extra=None):

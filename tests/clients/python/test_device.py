@@ -15,9 +15,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from cluster import Cluster
 from gcagent.client import Client, GcagentError, TensorSpec, gpu_uuid
-from shim_cluster import LIBRARY
+from shim_cluster import LIBRARY, Cluster
 
 FOREIGN_GPU = bytes(range(1, 17))
 FOREIGN_TEXT = "GPU-01020304-0506-0708-090a-0b0c0d0e0f10"

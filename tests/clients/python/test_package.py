@@ -42,13 +42,44 @@ def test_a_missing_library_is_named():
            "(/nonexistent/libgcagent_client.so.1)" in r.stderr, r.stderr
 
 
-def test_no_agent_is_an_error_naming_the_socket(tmp_path):
-    env = shim_env({"GCAGENT_SOCKET": str(tmp_path / "none.sock")})
-    r = python("import gcagent\ntry:\n  gcagent.Client(timeout_ms=0)\nexcept gcagent.GcagentError as e:\n"
-               "  print(e.code, e)", env)
-    assert r.returncode == 0, r.stderr
+CONNECT = "import gcagent\ntry:\n  gcagent.Client(timeout_ms={})\nexcept gcagent.GcagentError as e:\n  print(e.code, e)"
+
+
+def test_no_agent_is_an_error_naming_the_socket_at_once(tmp_path):
+    """A socket that does not exist is "no agent" (2), not a timeout (3), though the client
+    was given 10 minutes: it did not wait for one."""
     sock = tmp_path / "none.sock"
+    r = python(CONNECT.format(600000), shim_env({"GCAGENT_SOCKET": str(sock)}))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"2 gcagent: connect to {sock}: no gcagent agent at {sock}: the socket does not exist; start "
+                        "the agent first, or check that this is its agent.socket (GCAGENT_SOCKET); "
+                        "GCAGENT_WAIT_FOR_AGENT=1 waits for an agent that is still starting\n"), r.stdout
+    assert "waiting" not in r.stderr, r.stderr
+
+
+def test_a_client_asked_to_wait_says_so_once_then_times_out(tmp_path):
+    sock = tmp_path / "none.sock"
+    r = python(CONNECT.format(300), shim_env({"GCAGENT_SOCKET": str(sock), "GCAGENT_WAIT_FOR_AGENT": "1"}))
+    assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"3 gcagent: connect to {sock}: no gcagent agent answered at {sock}"), r.stdout
+    assert r.stderr.splitlines() == [f"gcagent: waiting for the agent at {sock} (up to 0.3 s)"], r.stderr
+
+
+def test_a_waiting_client_connects_once_the_agent_starts(tmp_path):
+    cluster = Cluster(tmp_path, 1)
+    env = shim_env({"GCAGENT_SOCKET": cluster.sockets[0], "GCAGENT_WAIT_FOR_AGENT": "1"})
+    client = subprocess.Popen([sys.executable, "-c", "import gcagent; c = gcagent.Client(timeout_ms=120000); "
+                               "print(c.node_count, c.world_size)"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        # The agent starts only once the client has said that it waits.
+        assert client.stderr.readline() == f"gcagent: waiting for the agent at {cluster.sockets[0]} (up to 120 s)\n"
+        with cluster:
+            out, err = client.communicate(timeout=120)
+    finally:
+        client.kill()
+    assert client.returncode == 0, err
+    assert out == "1 1\n"
 
 
 def test_bad_codec_params_in_the_environment():
@@ -69,6 +100,7 @@ def test_reducer_with_one_trainer_returns_its_values(agent):
     with gcagent.Client(agent.sockets[0], "solo", 0, 1) as client:
         assert (client.node_rank, client.node_count, client.world_size) == (0, 1, 1)
         reducer = gcagent.Reducer(client, codec="none")
+        assert (reducer.rank(), reducer.size(), reducer.local_rank(), reducer.local_size()) == (0, 1, 0, 1)
         a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.full(5, 0.25, np.float32)
         out = reducer.reduce([(1, a, 0), (2, b, -1)])
         assert out[0].shape == (3, 4) and np.array_equal(out[0], a) and np.array_equal(out[1], b)
