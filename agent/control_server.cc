@@ -258,6 +258,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     if (job->members[h.local_rank] != nullptr)
       return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected"));
     job->members[h.local_rank] = this;
+    server_.engine_.stats().job(job->name).trainers->Increment();
     job_ = std::move(job);
     local_rank_ = h.local_rank;
     GC_LOG(kInfo, "control", "trainer ", id_, " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
@@ -628,6 +629,7 @@ void ControlServer::notify(Job& job, uint64_t iteration, uint64_t key, const Sta
     job.last_completed = std::max(job.last_completed, iteration);
     ++counters_.iterations_completed;
     engine_.stats().iterationsCompleted().Increment();
+    engine_.stats().job(job.name).iterations->Increment();
   }
 }
 
@@ -705,6 +707,7 @@ void ControlServer::sessionClosed(Session* session) {
   GC_LOG(kInfo, "control", "trainer ", session->id(), " left job '", job->name, "' (local rank ",
          session->localRank(), ")");
   job->members[session->localRank()] = nullptr;
+  engine_.stats().job(job->name).trainers->Decrement();
   const Status why = Status::unavailable(strCat("trainer local rank ", session->localRank(), " of job '", job->name,
                                                 "' left"));
   // Its shared memory is about to go: nothing may still point into it.
@@ -717,6 +720,7 @@ void ControlServer::sessionClosed(Session* session) {
   if (options_.on_trainer_left && !stopping_) options_.on_trainer_left(job->id, job->last_completed, why);
   if (std::all_of(job->members.begin(), job->members.end(), [](Session* s) { return s == nullptr; })) {
     engine_.dropJob(job->id);
+    engine_.stats().retireJob(job->name);
     jobs_.erase(job->id);
   }
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "agent/silent_codec_watch.h"
 #include "agent/slice_math.h"
@@ -867,13 +868,19 @@ void ReductionEngine::failJob(uint64_t job, const Status& why) {
 
 void ReductionEngine::refreshStats() {
   std::vector<double> waiting(transport_.size(), 0.0);
+  std::set<std::string, std::less<>> codecs_in_use;
   for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys)
+    for (const auto& [key, k] : js->keys) {
+      codecs_in_use.insert(k.push_spec.name);
+      codecs_in_use.insert(k.pull_spec.name);
+      codecs_in_use.insert("none");  // the raw stats of every tensor's uncompressed slices
       for (const auto& [id, acc] : k.accumulators)
         for (transport::Rank r = 0; r < acc.seen.size() && r < waiting.size(); ++r)
           if (!acc.seen[r]) waiting[r] += 1;
+    }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (peer_stats_[r] != nullptr) peer_stats_[r]->queue_depth->Set(waiting[r]);
+  stats_->retireCodecGaugesExcept(codecs_in_use);
 }
 
 size_t ReductionEngine::pendingAccumulators() const {

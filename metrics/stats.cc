@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <utility>
 
 #include "common/str_cat.h"
 
@@ -153,7 +154,15 @@ prometheus::Histogram& Stats::histogram(Id id, const std::vector<std::string>& v
 CodecStats& Stats::codec(std::string_view name) {
   std::lock_guard lock(mu_);
   auto it = codecs_.find(name);
-  if (it != codecs_.end()) return it->second;
+  if (it != codecs_.end()) {
+    CodecStats& c = it->second;
+    if (c.residual_norm == nullptr) {  // retired: its gauges come back
+      c.residual_norm = &gauge(Id::residual_l2_norm, {it->first});
+      c.ratio_sent = &gauge(Id::compression_ratio, {it->first, "sent"});
+      c.ratio_received = &gauge(Id::compression_ratio, {it->first, "received"});
+    }
+    return c;
+  }
   const std::string c(name);
   CodecStats s{&counter(Id::raw_bytes_total, {c, "sent"}),
                &counter(Id::wire_bytes_total, {c, "sent"}),
@@ -177,6 +186,40 @@ PeerStats& Stats::peer(uint32_t rank) {
   return peers_.emplace(rank, s).first->second;
 }
 
+void Stats::retireCodecGaugesExcept(const std::set<std::string, std::less<>>& in_use) {
+  std::lock_guard lock(mu_);
+  auto& gauges = *static_cast<prometheus::Family<prometheus::Gauge>*>(families_[static_cast<size_t>(Id::residual_l2_norm)]);
+  auto& ratios = *static_cast<prometheus::Family<prometheus::Gauge>*>(families_[static_cast<size_t>(Id::compression_ratio)]);
+  for (auto& [name, c] : codecs_) {
+    if (in_use.contains(name) || c.residual_norm == nullptr) continue;
+    gauges.Remove(std::exchange(c.residual_norm, nullptr));
+    ratios.Remove(std::exchange(c.ratio_sent, nullptr));
+    ratios.Remove(std::exchange(c.ratio_received, nullptr));
+  }
+}
+
+JobStats& Stats::job(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() && job_labels_used_ >= kMaxJobLabels) it = jobs_.find("other");
+  if (it != jobs_.end()) return it->second;
+  const std::string label = job_labels_used_ < kMaxJobLabels ? std::string(name) : std::string("other");
+  if (label != "other") ++job_labels_used_;
+  JobStats s{&counter(Id::job_iterations_completed_total, {label}), &gauge(Id::job_trainers, {label})};
+  return jobs_.emplace(label, s).first->second;
+}
+
+void Stats::retireJob(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() || it->first == "other") return;  // "other" is shared
+  static_cast<prometheus::Family<prometheus::Counter>*>(families_[static_cast<size_t>(Id::job_iterations_completed_total)])
+      ->Remove(it->second.iterations);
+  static_cast<prometheus::Family<prometheus::Gauge>*>(families_[static_cast<size_t>(Id::job_trainers)])
+      ->Remove(it->second.trainers);
+  jobs_.erase(it);
+}
+
 void Stats::setBuildInfo(std::string_view version, std::string_view codecs, bool cuda, bool ucx) {
   gauge(Id::build_info, {std::string(version), std::string(codecs), cuda ? "1" : "0", ucx ? "1" : "0"}).Set(1);
 }
@@ -184,6 +227,7 @@ void Stats::setBuildInfo(std::string_view version, std::string_view codecs, bool
 void Stats::updateRatios() {
   std::lock_guard lock(mu_);
   for (auto& [name, c] : codecs_) {
+    if (c.ratio_sent == nullptr) continue;  // retired
     c.ratio_sent->Set(ratio(c.raw_sent->Value(), c.wire_sent->Value()));
     c.ratio_received->Set(ratio(c.raw_received->Value(), c.wire_received->Value()));
   }

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -63,6 +64,12 @@ struct CodecStats {
   prometheus::Gauge* ratio_received;
 };
 
+// Handles for one training job's series.
+struct JobStats {
+  prometheus::Counter* iterations;
+  prometheus::Gauge* trainers;
+};
+
 struct PeerStats {
   prometheus::Gauge* queue_depth;
   prometheus::Gauge* inflight;
@@ -85,6 +92,15 @@ class Stats {
   // Cold path (locks): the handles for a codec or a peer, created at the first call.
   CodecStats& codec(std::string_view name);
   PeerStats& peer(uint32_t rank);
+  // Codecs that no declared tensor uses any more lose their gauges (compression ratios,
+  // residual norm), so dashboards stop showing stale values; their counters stay, as rates
+  // need them. codec() brings the gauges back.
+  void retireCodecGaugesExcept(const std::set<std::string, std::less<>>& in_use);
+  // A training job's series. Labels stay bounded: the first kMaxJobLabels names get their own,
+  // later ones share "other". retireJob() removes a job's own series once it is gone.
+  static constexpr size_t kMaxJobLabels = 32;
+  JobStats& job(std::string_view name);
+  void retireJob(std::string_view name);
 
   prometheus::Histogram& merge() { return *merge_; }
   prometheus::Histogram& reduction(SizeClass c) { return *reduction_[static_cast<int>(c)]; }
@@ -128,6 +144,8 @@ class Stats {
   std::mutex mu_;                // guards the maps below (cold path only)
   std::map<std::string, CodecStats, std::less<>> codecs_;
   std::map<uint32_t, PeerStats> peers_;
+  std::map<std::string, JobStats, std::less<>> jobs_;
+  size_t job_labels_used_ = 0;  // names ever given a label of their own (bounds the label set)
   prometheus::Histogram* merge_;
   prometheus::Histogram* reduction_[3];
   prometheus::Counter* iterations_;

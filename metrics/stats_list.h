@@ -9,7 +9,9 @@
 //   size_class (small|medium|large), decision (compressed|uncompressed),
 //   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed|device_unavailable|accept_failed),
 //   step (encode|decode|wire|aggregate), term (w|b|overhead),
-//   reason (malformed|unauthenticated|timed_out|over_capacity).
+//   reason (malformed|unauthenticated|timed_out|over_capacity),
+//   training_job (a job's name; the first 32 names an agent sees, the rest share "other"; not
+//   "job", which Prometheus sets to the scrape job and would rename ours to exported_job).
 #pragma once
 
 #define GCAGENT_STATS(X)                                                                            \
@@ -23,6 +25,9 @@
   X(reduction_seconds, Histogram, Slow, "size_class",                                               \
     "time from a tensor's reduce to its completion; small < 256 KiB <= medium < 16 MiB <= large")  \
   X(iterations_completed_total, Counter, None, "", "iterations whose every tensor was reduced")    \
+  X(job_iterations_completed_total, Counter, None, "training_job",                                  \
+    "iterations of one training job whose every tensor was reduced (removed when its last trainer leaves)") \
+  X(job_trainers, Gauge, None, "training_job", "trainer processes of one training job on this node") \
   X(tensors_reduced_total, Counter, None, "", "tensor reductions completed successfully")          \
   X(queue_depth, Gauge, None, "peer", "slices owned here that wait for this peer's contribution")  \
   X(inflight_slices, Gauge, None, "peer", "slices handed to the transport for this peer, not yet sent") \

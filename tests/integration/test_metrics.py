@@ -205,3 +205,20 @@ def test_dashboard_uses_only_listed_metrics():
     titles = " ".join(p.get("title", "").lower() for p in dashboard["panels"])
     for word in ["throughput", "ratio", "latency", "queue", "errors", "peer"]:
         assert word in titles, word
+
+
+def test_a_finished_jobs_series_and_its_codecs_gauges_go(tmp_path):
+    from cluster import wait_for
+    with Cluster(tmp_path, 2) as c:
+        results = c.trainers(1, ["--tensors", "300000,17", "--iterations", "5", "--codec", "2bit", "--check", "none"],
+                             job="resnet-run-7")
+        assert all(rc == 0 for rc, _ in results), results
+        url = f"http://{c.metrics_address(0)}/metrics"
+        # The trainers left: the job's series go at once, the codec's gauges at the next refresh.
+        text = http_get(url)
+        assert 'training_job="resnet-run-7"' not in text
+        wait_for(lambda: 'gcagent_compression_ratio{codec="2bit"' not in http_get(url), what="2bit's gauges to go")
+        text = http_get(url)
+        assert 'gcagent_residual_l2_norm{codec="2bit"}' not in text
+        assert re.search(r'gcagent_raw_bytes_total\{codec="2bit",direction="sent"\} [1-9]', text), "counters stay"
+        assert c.stop() == [0, 0]

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 
 #include "metrics/read.h"
 
@@ -19,7 +20,8 @@ bool validName(std::string_view name) {
 
 TEST(StatList, NamesFollowPrometheusConventions) {
   const std::set<std::string> allowed_labels{"codec", "direction", "peer", "size_class", "decision", "kind",
-                                             "version", "codecs", "cuda", "ucx", "job", "step", "term", "reason"};
+                                             "version", "codecs", "cuda", "ucx", "training_job", "step", "term",
+                                             "reason"};
   std::set<std::string_view> seen;
   for (const StatSpec& s : statList()) {
     SCOPED_TRACE(std::string(s.name));
@@ -48,6 +50,7 @@ TEST(Stats, EveryListedStatIsRegistered) {
   stats.peer(1);
   stats.setBuildInfo("0.1.0", "none,2bit", false, true);
   stats.gauge(Id::cost_model, {"2bit", "encode", "w"});  // the auto planner's first fit creates these
+  stats.job("resnet");                                     // the first trainer of a job
   std::set<std::string> families;
   for (const auto& f : stats.registry()->Collect()) families.insert(f.name);
   for (const StatSpec& s : statList()) EXPECT_TRUE(families.count(std::string(s.name))) << s.name;
@@ -103,6 +106,36 @@ TEST(Stats, SizeClasses) {
   stats.reduction(SizeClass::kLarge).Observe(0.5);
   EXPECT_EQ(read(*stats.registry(), "gcagent_reduction_seconds", {{"size_class", "large"}}).value, 1);
   EXPECT_EQ(read(*stats.registry(), "gcagent_reduction_seconds").series, 3u);
+}
+
+TEST(StatsHygiene, JobSeriesAreBoundedAndRemovedWithTheirJob) {
+  Stats stats;
+  for (size_t i = 0; i < Stats::kMaxJobLabels + 5; ++i) stats.job("job" + std::to_string(i)).iterations->Increment();
+  const auto& r = *stats.registry();
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total").series, Stats::kMaxJobLabels + 1);  // + "other"
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "other"}}).value, 5);
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "job0"}}).value, 1);
+  stats.retireJob("job0");
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "job0"}}).series, 0u);
+  EXPECT_EQ(read(r, "gcagent_job_trainers", {{"training_job", "job0"}}).series, 0u);
+  stats.retireJob("other");  // shared by many: stays
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "other"}}).series, 1u);
+}
+
+TEST(StatsHygiene, GaugesOfCodecsNoLongerUsedGoAndComeBackWithTheCodec) {
+  Stats stats;
+  stats.codec("2bit").residual_norm->Set(3);
+  stats.codec("none").raw_sent->Increment(8);
+  const auto& r = *stats.registry();
+  stats.retireCodecGaugesExcept({"none"});
+  stats.updateRatios();  // skips the retired codec
+  EXPECT_EQ(read(r, "gcagent_residual_l2_norm", {{"codec", "2bit"}}).series, 0u);
+  EXPECT_EQ(read(r, "gcagent_compression_ratio", {{"codec", "2bit"}}).series, 0u);
+  EXPECT_EQ(read(r, "gcagent_residual_l2_norm", {{"codec", "none"}}).series, 1u);
+  EXPECT_EQ(read(r, "gcagent_raw_bytes_total", {{"codec", "2bit"}}).series, 2u);  // counters stay
+  stats.codec("2bit").residual_norm->Set(4);
+  EXPECT_EQ(read(r, "gcagent_residual_l2_norm", {{"codec", "2bit"}}).value, 4);
+  EXPECT_EQ(read(r, "gcagent_compression_ratio", {{"codec", "2bit"}}).series, 2u);
 }
 
 }  // namespace
