@@ -53,7 +53,8 @@ setup_venv() {
 }
 
 install_debian_packages
-# GCAGENT_VENVS picks the environments (the demo needs only dev; the tests need all but bench).
-for name in ${GCAGENT_VENVS:-dev torch tensorflow mxnet bench}; do
+# GCAGENT_VENVS picks the environments (the demo needs demo, its synthetic run dev; the tests need
+# dev, the frameworks and wheel, the backend that builds the wheel offline).
+for name in ${GCAGENT_VENVS:-dev demo torch tensorflow mxnet wheel bench}; do
   setup_venv "$name" "requirements-$name.txt"
 done

@@ -1,8 +1,10 @@
-"""Bakes the path of libgcagent_client.so.1 into the package at install time.
+"""Bakes the paths of libgcagent_client.so.1 and of the gcagent agent into the package at
+install time (the developer flow; the wheel built from the repository root bundles both).
 
-The path comes from GCAGENT_CLIENT_LIB if set, else from the first build tree of this
-repository that holds the library (build/release, then build-*); without either the package
-falls back to the system loader at import time."""
+The library's path comes from GCAGENT_CLIENT_LIB if set, else from the first build tree of
+this repository that holds the library (build/release, then build-*); without either the
+package falls back to the system loader at import time. The agent's (for gcagent-run) comes
+from GCAGENT_BINARY, else from the same build tree."""
 
 import os
 from pathlib import Path
@@ -14,24 +16,33 @@ HERE = Path(__file__).resolve().parent
 LIB_NAME = "libgcagent_client.so.1"
 
 
-def find_library():
-    explicit = os.environ.get("GCAGENT_CLIENT_LIB")
+def find_in_build_tree(variable, relative):
+    explicit = os.environ.get(variable)
     if explicit:
         return os.path.abspath(explicit)  # keeps the SONAME link, not the file it points at
     repo = HERE.parent.parent
     trees = [repo / "build" / "release"] + sorted(repo.glob("build*/")) + sorted((repo / "build").glob("*/"))
     for tree in trees:
-        lib = tree / "clients" / LIB_NAME
-        if lib.is_file():
-            return os.path.abspath(lib)
+        found = tree / relative
+        if found.is_file():
+            return os.path.abspath(found)
     return ""
+
+
+def find_library():
+    return find_in_build_tree("GCAGENT_CLIENT_LIB", Path("clients") / LIB_NAME)
+
+
+def find_agent():
+    return find_in_build_tree("GCAGENT_BINARY", Path("agent") / "gcagent")
 
 
 class BuildWithLibraryPath(build_py):
     def run(self):
         super().run()
         target = Path(self.build_lib) / "gcagent" / "_installed_path.py"
-        target.write_text(f"# Written by setup.py at install time.\nLIBRARY = {find_library()!r}\n")
+        target.write_text(f"# Written by setup.py at install time.\nLIBRARY = {find_library()!r}\n"
+                          f"AGENT = {find_agent()!r}\n")
 
 
 setup(cmdclass={"build_py": BuildWithLibraryPath})

@@ -1,0 +1,130 @@
+"""The wheel (pyproject.toml at the repository root, scikit-build-core): it bundles the agent
+and libgcagent_client.so.1, a fresh venv's pip installs it, the package finds both there with
+no variable set, and the demo trainer trains through the installed gcagent-run.
+
+The build (a few minutes from scratch) is cached under $GCAGENT_CACHE/wheels, keyed by the
+content of every source file it reads, so an unchanged tree reuses it; it runs offline with
+the venv-wheel backend that scripts/setup.sh makes. numpy and scikit-learn come to the fresh
+venv from this test's own venv (a .pth file), so nothing is downloaded."""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cluster import free_ports
+from shim_cluster import REPO
+
+CACHE = Path(os.environ.get("GCAGENT_CACHE", Path.home() / ".cache" / "gcagent"))
+BACKEND = CACHE / "venv-wheel" / "bin" / "python"
+# What the wheel is built from (CMakeLists.txt's GCAGENT_WHEEL branch and the package).
+SOURCES = ["CMakeLists.txt", "pyproject.toml", "README.md", "common", "compress", "shm", "transport", "metrics",
+           "scheduler", "clients", "agent"]
+BUNDLED = ["gcagent/_bundled/gcagent", "gcagent/_bundled/libgcagent_client.so.1"]
+
+
+def source_key():
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *SOURCES],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    h = hashlib.sha256()
+    for name in sorted(set(files)):
+        path = REPO / name
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    if not BACKEND.exists():
+        pytest.skip(f"no {BACKEND}: GCAGENT_VENVS=wheel scripts/setup.sh makes it")
+    home = CACHE / "wheels" / source_key()
+    found = sorted(home.glob("gcagent-*.whl"))
+    if found:
+        return found[0]
+    out = home.with_name(home.name + ".partial")
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, CCACHE_DIR=str(CACHE / "ccache"), CCACHE_BASEDIR=str(REPO), CCACHE_NOHASHDIR="1")
+    r = subprocess.run([str(BACKEND), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
+                        str(REPO)], env=env, capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
+    for old in (CACHE / "wheels").iterdir():  # one cached wheel: the sources' latest
+        if old != out:
+            shutil.rmtree(old, ignore_errors=True)
+    out.rename(home)
+    return sorted(home.glob("gcagent-*.whl"))[0]
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fresh") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
+    r = subprocess.run([str(root / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "--no-index",
+                        "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    site = Path(subprocess.run([str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    # numpy and scikit-learn from this venv, after the fresh venv's own packages.
+    (site / "zz_host_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return root, site
+
+
+def clean_env():
+    """No hint of the build tree: the installed package must find everything itself."""
+    drop = ("PYTHONPATH", "GCAGENT_CLIENT_LIB", "GCAGENT_BINARY", "GCAGENT_BUILD_DIR", "LD_LIBRARY_PATH")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def test_the_wheel_bundles_the_agent_and_the_library(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in BUNDLED + ["gcagent/run.py", "gcagent/client.py", "gcagent/torch.py"]:
+        assert name in names, (name, names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith("_installed_path.py")], names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "gcagent-run = gcagent.run:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert wheel.name.startswith("gcagent-0.1.0-py3-none-linux_")
+
+
+def test_the_installed_package_finds_its_bundled_files(venv):
+    root, site = venv
+    code = ("import gcagent, gcagent._library as l, gcagent._node_agent as a; print(gcagent.__file__); "
+            "print(l.load()._name); print(a.find_agent())")
+    r = subprocess.run([str(root / "bin" / "python"), "-c", code], env=clean_env(), capture_output=True, text=True,
+                       timeout=60, cwd=root)
+    assert r.returncode == 0, r.stderr
+    package, library, agent = r.stdout.split()
+    assert package == str(site / "gcagent" / "__init__.py")
+    assert library == str(site / "gcagent" / "_bundled" / "libgcagent_client.so.1")
+    assert agent == str(site / "gcagent" / "_bundled" / "gcagent")
+    r = subprocess.run([agent, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("gcagent 0.1.0 (CUDA not built in)"), r.stdout + r.stderr
+
+
+def test_the_demo_trains_through_the_installed_launcher(venv):
+    root, _ = venv
+    port = free_ports(1)[0]
+    env = dict(clean_env(), GCAGENT_CODEC="2bit", GCAGENT_CODEC_PARAMS="threshold=0.05")
+    launch = [str(root / "bin" / "gcagent-run"), "--nnodes", "2", "--nproc-per-node", "2", "--master-port", str(port),
+              "--agent-option", "compress.min_elements=0"]
+    trainer = [str(REPO / "scripts" / "demo_digits.py"), "--epochs", "4"]
+    procs = [subprocess.Popen([*launch, "--node-rank", str(r), *trainer], env=env, cwd=root, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, out[-3000:] + err[-3000:]
+    out0 = results[0][0]
+    assert len(re.findall(r"^epoch +\d+  test accuracy", out0, re.M)) == 4, out0
+    accuracy = float(re.search(r'^result: .*"accuracy": ([0-9.]+)', out0, re.M).group(1))
+    assert accuracy > 50, out0  # ten classes: chance is 10%
+    for node, (_, err) in enumerate(results):
+        m = re.search(rf"node {node}: agent done: .* sent (\d+) raw bytes as (\d+) wire bytes", err)
+        assert m, err
+        raw, wire = int(m.group(1)), int(m.group(2))
+        assert 0 < wire * 10 < raw, (raw, wire)  # 2bit: a sixteenth, plus headers
