@@ -9,8 +9,10 @@ the hook first learns them: while the bucket list of an iteration differs from t
 buckets go through the process group's allreduce; once two iterations agree, the hook declares
 one agent tensor per bucket (priority: minus the index of the bucket's first layer, so front
 layers go first) and from then on writes each bucket into its shared slot, submits it, and
-completes the future from a background thread. An agent error or a timeout completes the
-future with set_exception, which DDP raises from backward(); nothing waits forever.
+completes the future from a background thread. An agent error or a timeout fails the bucket's
+future, and backward() raises it as the gcagent.GcagentError it is (the hook raises it at the
+end of the backward pass, before DDP would, as DDP can only say RuntimeError); nothing waits
+forever.
 
 GPU path: when the buckets are CUDA tensors, the hook declares them on the device instead
 (gcagent_declare_device with the bucket's GPU UUID): each bucket is copied into its device slot
@@ -19,6 +21,7 @@ and on completion the stream waits for the agent's event before the copy back; t
 waits for the GPU. The agent must run on the same GPU; when it has none or another, declaring
 fails with the agent's message naming both GPUs."""
 
+import contextlib
 import queue
 import threading
 import time
@@ -27,7 +30,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcagent.client import Client, GcagentError, Reducer, TensorSpec, codec_from_env
+from gcagent.client import (Client, GcagentError, Reducer, TensorSpec, codec_from_env, default_reducer,  # noqa: F401
+                            local_rank, local_size, rank, size, warn_dgc_momentum)
 
 
 class _DeviceSlot:
@@ -38,14 +42,30 @@ class _DeviceSlot:
                                          "version": 2}
 
 
-class State:
-    """The hook's state: one agent connection and a completion thread per process."""
+def _momentum(optimizer):
+    """The largest momentum of a torch optimizer's parameter groups (0 without one)."""
+    return max((float(g.get("momentum") or 0) for g in optimizer.param_groups), default=0.0)
 
-    def __init__(self, client=None, codec=None, params=None, process_group=None, timeout_s=300.0):
+
+def _bucket_result(fut):
+    # A future given set_exception holds the exception as its value, which DDP would read as a
+    # tensor ("Unable to cast ... to Tensor"); value() raises it, failing this future for real.
+    return fut.value()
+
+
+class State:
+    """The hook's state: one agent connection and a completion thread per process.
+
+    optimizer: the model's optimizer, when given, is checked against the codec (a warning when
+    dgc, which applies momentum itself, meets an optimizer with momentum)."""
+
+    def __init__(self, client=None, codec=None, params=None, process_group=None, timeout_s=300.0, optimizer=None):
         self.client = client or Client()
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
         self.params = dict(params) if params is not None else env_params
+        if optimizer is not None:
+            warn_dgc_momentum(self.codec, self.params, _momentum(optimizer), type(optimizer).__name__)
         self.process_group = process_group
         self.timeout_s = timeout_s
         self.step = 1
@@ -57,6 +77,7 @@ class State:
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
         self._queue = queue.Queue()
         self._pending = []
+        self._watch_step, self._watched = None, []  # this backward's agent futures, checked at its end
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._complete_loop, name="gcagent-hook", daemon=True)
         self._thread.start()
@@ -80,12 +101,31 @@ class State:
                 slot = torch.from_numpy(self._slots[index])
                 slot.copy_(buf.reshape(-1))
                 self._queue.put((self.step, index, fut, buf, time.monotonic(), None))
+            self._watch(fut)
+            fut = fut.then(_bucket_result)
         else:
             self.declared = {}
             fut = self._fallback(buf)
         if bucket.is_last():
             self._end_iteration()
         return fut
+
+    def _watch(self, fut):
+        """Has the end of this backward pass raise the GcagentError a bucket failed with: raised
+        from a callback of the autograd engine it reaches backward()'s caller as itself, where
+        DDP's own end of the pass, which runs after, would turn it into a RuntimeError."""
+        if self._watch_step != self.step:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._raise_failure)
+            except RuntimeError:
+                return  # not inside a backward pass: DDP reports the failed future itself
+            self._watch_step, self._watched = self.step, []
+        self._watched.append(fut)
+
+    def _raise_failure(self):
+        watched, self._watched = self._watched, []
+        for fut in watched:
+            fut.wait()  # raises what the bucket failed with
 
     def _fallback(self, buf):
         self.fallback_buckets += 1
@@ -181,30 +221,75 @@ def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Te
 
 class DistributedOptimizer:
     """Horovod-style wrapper for training without DDP: step() first replaces every gradient by
-    its average over all trainers (one agent tensor per parameter, front layers first)."""
+    its average over all trainers (one agent tensor per parameter, front layers first).
 
-    def __init__(self, optimizer, reducer=None):
+    reducer: default_reducer() when none. backward_passes_per_step: as Horovod's, how many
+    backward passes may add into the gradients (autograd sums them) before step() reduces the
+    sums once; one pass more raises. A dgc codec meeting an optimizer with momentum warns."""
+
+    def __init__(self, optimizer, reducer=None, backward_passes_per_step=1):
         self.optimizer = optimizer
-        self.reducer = reducer or Reducer()
+        self._reducer = reducer
+        if int(backward_passes_per_step) < 1:
+            raise ValueError(f"gcagent: backward_passes_per_step must be at least 1, got {backward_passes_per_step}")
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self._passes = {}   # parameter -> backward passes since the last reduction
+        self._skip = False  # inside skip_synchronize()
+        for p in self._params():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._count_pass)
+        codec, params = (reducer.codec, reducer.params) if reducer is not None else codec_from_env()
+        warn_dgc_momentum(codec, params, _momentum(optimizer), type(optimizer).__name__)
+
+    @property
+    def reducer(self):
+        if self._reducer is None:
+            self._reducer = default_reducer()
+        return self._reducer
+
+    def _params(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _count_pass(self, p):
+        n = self._passes.get(p, 0) + 1
+        if n > self.backward_passes_per_step:
+            raise ValueError(f"gcagent: gradients were computed more than backward_passes_per_step="
+                             f"{self.backward_passes_per_step} times before step(); raise backward_passes_per_step "
+                             "to accumulate them locally")
+        self._passes[p] = n
 
     def synchronize(self):
-        params = [(i, p) for i, p in enumerate(p for g in self.optimizer.param_groups for p in g["params"])
-                  if p.grad is not None]
+        """Replaces every gradient by its average over all trainers (step() calls it)."""
+        params = [(i, p) for i, p in enumerate(self._params()) if p.grad is not None]
         averaged = self.reducer.reduce([(i, p.grad.detach().to("cpu", torch.float32).numpy(), -i) for i, p in params])
         for (_, p), a in zip(params, averaged):
             p.grad.copy_(torch.from_numpy(a))
+        self._passes.clear()
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Horovod's: step() inside applies the gradients an explicit synchronize() reduced
+        (to clip them in between, say) without reducing them again."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
 
     def step(self, closure=None):
-        self.synchronize()
+        if not self._skip:
+            self.synchronize()
         return self.optimizer.step(closure)
 
     def __getattr__(self, name):
         return getattr(self.optimizer, name)
 
 
-def broadcast_parameters(params, reducer: Reducer, root: int = 0):
+def broadcast_parameters(params, reducer: Reducer = None, root: int = 0):
     """Copies the root trainer's parameter values to every trainer, bit for bit (fp32):
-    uncompressed, on keys of their own (Reducer.broadcast), whatever the gradients' codec."""
+    uncompressed, on keys of their own (Reducer.broadcast), whatever the gradients' codec.
+    reducer: default_reducer() when none."""
+    reducer = reducer or default_reducer()
     params = list(params)
     arrays = [(i, p.detach().to("cpu", torch.float32).numpy(), -i) for i, p in enumerate(params)]
     with torch.no_grad():

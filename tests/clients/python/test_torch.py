@@ -83,4 +83,43 @@ def test_a_lost_agent_fails_the_futures_instead_of_hanging(tmp_path):
     # Trainers on the dead agent's node see the socket close; the others see their agent
     # fail the reduction (peer lost, or a local trainer left), or at worst the hook's timeout.
     for r in rep:
-        assert r["raised"] and "gcagent" in r["raised"], rep
+        assert r["type"] == "GcagentError" and r["raised"].startswith("gcagent: "), rep
+
+
+def test_errors_horovod_names_and_codec_warnings(tmp_path):
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 2, "torch_trainer.py", ["extras"]), c)
+    refused = "the agent rejected the declare: invalid_argument: tensor 0: unknown codec 'nosuch'"
+    for rank, r in enumerate(rep):
+        # Horovod's names, on a Reducer and as gcagent.torch's functions: 2 nodes x 2 trainers.
+        assert r["names"] == {"reducer": [rank, 4, rank % 2, 2], "module": [rank, 4, rank % 2, 2]}, r
+        # backward_passes_per_step=2: one reduction of the two passes' sum; a third pass raises.
+        passes = r["passes"]
+        assert passes["error"] < 5e-7 and passes["reductions"] == [1], passes
+        assert passes["third"] == {"type": "ValueError", "code": None, "message": (
+            "gcagent: gradients were computed more than backward_passes_per_step=2 times before step(); raise "
+            "backward_passes_per_step to accumulate them locally")}, passes
+        # dgc with momentum 0.9 meets SGD's momentum: one warning per optimizer and hook.
+        momentum = r["momentum"]
+        assert momentum["ddp_agent_buckets"] > 0, momentum
+        assert momentum["warnings"] == [
+            f"gcagent: the dgc codec applies momentum 0.9 itself (momentum correction) and SGD has momentum {m}: "
+            "the gradient would see momentum twice. Either set the optimizer's momentum to 0 and give dgc the "
+            f"momentum (params {{'momentum': '{m}'}}), or set dgc's momentum to 0 (params {{'momentum': '0'}}) "
+            "and keep the optimizer's." for m in ("0.9", "0.5")], momentum
+        # An agent error is gcagent.GcagentError with the agent's message, in the optimizer and
+        # through DDP's backward() alike (declaring 8 parameters, or DDP's buckets).
+        errors = r["errors"]
+        assert errors["optimizer"]["type"] == errors["ddp"]["type"] == "GcagentError", errors
+        assert errors["optimizer"]["code"] == errors["ddp"]["code"] == 5, errors
+        assert errors["optimizer"]["message"].startswith(f"gcagent: declare 8 tensors: {refused}"), errors
+        assert errors["ddp"]["message"].startswith("gcagent: declare "), errors
+        assert refused in errors["ddp"]["message"], errors
+    # The last trainer leaves once the buckets go through the agent; each other trainer's next
+    # backward() raises the GcagentError its agent reported, not DDP's RuntimeError.
+    assert rep[3]["leaves"]["left"] and rep[3]["leaves"]["agent_buckets"] > 0, rep[3]
+    for r in rep[:3]:
+        raised = r["leaves"]["raised"]
+        assert raised and raised["type"] == "GcagentError", r["leaves"]
+        assert raised["message"].startswith("gcagent: ") and "trainer local rank 1 of job 'left' left" in \
+            raised["message"], raised

@@ -1,17 +1,20 @@
 """A PyTorch trainer for the shim tests; the environment comes from shim_cluster.py.
 
-    torch_trainer.py suite | suite-cuda | ddp-agent-dies
+    torch_trainer.py suite | suite-cuda | ddp-agent-dies | extras
 
 suite runs three parts, each as its own job on the agents: the DDP hook with codec none
 against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
 broadcast_parameters. suite-cuda runs the two DDP parts with the model on GPU 0, so that the
-hook's buckets take the agent's device path. It prints "report: {json}" last."""
+hook's buckets take the agent's device path. extras: Horovod's names, backward_passes_per_step,
+dgc's momentum warning, and agent errors as the training loop sees them (the last world rank
+leaves the last job). It prints "report: {json}" last."""
 
 import copy
 import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -159,7 +162,7 @@ def ddp_agent_dies():
         except Exception as e:  # noqa: BLE001 - what DDP raises is the point of the test
             # On a loaded machine the agent may die before this trainer's buckets went through it.
             after = time.time() - announced_at if announced else None
-            return {"raised": str(e), "iterations": it, "seconds_after_active": after}
+            return {"raised": str(e), "type": type(e).__name__, "iterations": it, "seconds_after_active": after}
         if state.agent_buckets and not announced:
             print("active", flush=True)
             announced, announced_at = True, time.time()
@@ -168,8 +171,114 @@ def ddp_agent_dies():
     return {"raised": None, "iterations": it}
 
 
+def step(model, it):
+    x, y = batch(RANK, it)
+    model.zero_grad()
+    nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE)).backward()
+
+
+def caught(fn):
+    """What the training loop's `except` sees: the exception's type, code and message."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - what reaches the caller is the point
+        return {"type": type(e).__name__, "code": getattr(e, "code", None), "message": str(e)}
+    return None
+
+
+def horovod_names():
+    reducer = gcagent.Reducer(gcagent.Client(job="names"))
+    return {"reducer": [reducer.rank(), reducer.size(), reducer.local_rank(), reducer.local_size()],
+            "module": [gcagent.torch.rank(), gcagent.torch.size(), gcagent.torch.local_rank(),
+                       gcagent.torch.local_size()]}
+
+
+def backward_passes():
+    """Two backward passes, then one reduction of their sum; a third pass before it raises."""
+    model = mlp()
+    reducer = gcagent.Reducer(gcagent.Client(job="passes"), codec="none")
+    opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), reducer,
+                                             backward_passes_per_step=2)
+    opt.zero_grad()
+    for it in (1, 2):
+        x, y = batch(RANK, it)
+        nn.functional.cross_entropy(model(x), y).backward()
+    opt.synchronize()
+    want = [a + b for a, b in zip(reference_grads(copy.deepcopy(model), 1), reference_grads(copy.deepcopy(model), 2))]
+    error = max_error(model.parameters(), want)
+    reductions = sorted(set(reducer._iteration.values()))
+    with opt.skip_synchronize():
+        opt.step()
+    x, y = batch(RANK, 3)
+    third = caught(lambda: [nn.functional.cross_entropy(model(x), y).backward() for _ in range(3)])
+    return {"error": error, "reductions": reductions, "third": third}
+
+
+def momentum_warnings():
+    """dgc with an optimizer's momentum warns once per optimizer or hook, however many steps."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model = mlp()
+        reducer = gcagent.Reducer(gcagent.Client(job="dgc"), codec="dgc", params={"ratio": "0.1"})
+        opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), reducer)
+        for it in range(1, 4):
+            step(model, it)
+            opt.step()
+        model = ddp(mlp())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+        state = gcagent.torch.State(gcagent.Client(job="dgc-ddp"), codec="dgc", optimizer=optimizer)
+        model.register_comm_hook(state, gcagent.torch.hook)
+        for it in range(1, 6):
+            step(model, it)
+            optimizer.step()
+        # Either momentum alone is quiet.
+        quiet = gcagent.Reducer(reducer.client, codec="dgc", params={"momentum": "0"})
+        gcagent.torch.DistributedOptimizer(torch.optim.SGD(mlp().parameters(), lr=0.01, momentum=0.9), quiet)
+        gcagent.torch.DistributedOptimizer(torch.optim.SGD(mlp().parameters(), lr=0.01), reducer)
+    return {"warnings": [str(w.message) for w in seen if "gcagent" in str(w.message)],
+            "ddp_agent_buckets": state.agent_buckets}
+
+
+def agent_errors():
+    """Declarations the agent refuses, through DistributedOptimizer and through the DDP hook."""
+    model = mlp()
+    reducer = gcagent.Reducer(gcagent.Client(job="optimizer-codec"), codec="nosuch")
+    opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), reducer)
+    step(model, 1)
+    optimizer = caught(opt.step)
+    model = ddp(mlp())
+    model.register_comm_hook(gcagent.torch.State(gcagent.Client(job="ddp-codec"), codec="nosuch"), gcagent.torch.hook)
+    hook = caught(lambda: [step(model, it) for it in range(1, 7)])
+    return {"optimizer": optimizer, "ddp": hook}
+
+
+def trainer_leaves():
+    """Once the hook's buckets go through the agent, the last world rank leaves the job: every
+    other trainer's next backward() raises what its agent says."""
+    model = ddp(mlp())
+    state = gcagent.torch.State(gcagent.Client(job="left"), codec="none")
+    model.register_comm_hook(state, gcagent.torch.hook)
+    for it in range(1, 6):  # 4 and 5 through the agent
+        step(model, it)
+    if RANK == WORLD - 1:
+        return {"left": True, "agent_buckets": state.agent_buckets}
+    deadline, it = time.time() + 120, 5
+    while time.time() < deadline:  # generous: only a hang ends the loop
+        it += 1
+        raised = caught(lambda: step(model, it))
+        if raised:
+            return {"raised": raised, "agent_buckets": state.agent_buckets}
+    return {"raised": None}
+
+
+def extras():
+    init_group()
+    return {"names": horovod_names(), "passes": backward_passes(), "momentum": momentum_warnings(),
+            "errors": agent_errors(), "leaves": trainer_leaves()}
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    result = {"suite": suite, "suite-cuda": suite_cuda, "ddp-agent-dies": ddp_agent_dies}[mode]()
+    result = {"suite": suite, "suite-cuda": suite_cuda, "ddp-agent-dies": ddp_agent_dies, "extras": extras}[mode]()
     print("report: " + json.dumps(result), flush=True)
     os._exit(0)  # the process group may still wait on peers that failed
