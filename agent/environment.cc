@@ -30,13 +30,15 @@ const std::vector<std::string_view>& otherGcagentVariables() {
   static const std::vector<std::string_view> names = {
       // the client library and the shims (clients/)
       "GCAGENT_SOCKET", "GCAGENT_JOB", "GCAGENT_CODEC", "GCAGENT_CODEC_PARAMS", "GCAGENT_LOCAL_RANK",
-      "GCAGENT_LOCAL_SIZE", "GCAGENT_CLIENT_LIB",
+      "GCAGENT_LOCAL_SIZE", "GCAGENT_CLIENT_LIB", "GCAGENT_WAIT_FOR_AGENT",
+      // the launcher (gcagent-run)
+      "GCAGENT_BINARY", "GCAGENT_NODE_METRICS",
       // logging and the codecs' kernels, in every process
       "GCAGENT_LOG_LEVEL", "GCAGENT_LOG_SUBSYS", "GCAGENT_CPU_ISA",
       // the build, test, benchmark and demo scripts
       "GCAGENT_BUILD_DIR", "GCAGENT_BUILD_JOBS", "GCAGENT_CACHE", "GCAGENT_VENVS", "GCAGENT_BENCH_PYTHON",
       "GCAGENT_BENCH_QUICK", "GCAGENT_FUZZ_BUILD_DIR", "GCAGENT_FUZZ_TARGETS", "GCAGENT_TEST_TRAINER",
-      "GCAGENT_TORCH_PYTHON", "GCAGENT_IMAGE"};
+      "GCAGENT_TORCH_PYTHON", "GCAGENT_IMAGE", "GCAGENT_WHEEL"};
   return names;
 }
 

@@ -75,8 +75,15 @@ class Gate final : public LinkGate {
   Status listen() {
     GC_ASSIGN_OR_RETURN(auto host_port, splitHostPort(options_.listen));
     boost::system::error_code ec;
-    const auto ip = asio::ip::make_address(host_port.first, ec);
-    if (ec) return Status::invalidArgument(strCat("transport.listen '", options_.listen, "': not an IP address"));
+    auto ip = asio::ip::make_address(host_port.first, ec);
+    if (ec) {  // a name (localhost, the pod's own name): its first address
+      tcp::resolver resolver(io_);
+      const auto found = resolver.resolve(host_port.first, std::to_string(host_port.second), ec);
+      if (ec || found.empty())
+        return Status::invalidArgument(strCat("transport.listen '", options_.listen, "': cannot resolve: ",
+                                              ec ? ec.message() : std::string("no address")));
+      ip = found.begin()->endpoint().address();
+    }
     const tcp::endpoint at(ip, host_port.second);
     acceptor_.open(at.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
