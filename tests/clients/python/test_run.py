@@ -7,6 +7,7 @@ Needs numpy: scripts/test.sh runs it in the torch venv."""
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from cluster import AGENT, Namespaces, free_ports, wait_for
-from shim_cluster import TRAINERS, shim_env
+from shim_cluster import REPO, TRAINERS, shim_env
 
 RUN_TRAINER = str(TRAINERS / "run_trainer.py")
 N = 70001  # two slices of the default 40000
@@ -238,3 +239,29 @@ def test_bad_arguments():
                           (["--nnodes", "3", "--hosts", "a,b"], "--nnodes 3 but --hosts lists 2 nodes")]:
         rc, _, err = finish([launch([*args, RUN_TRAINER, "sum", "4"])])[0]
         assert rc == 2 and message in err, err
+
+
+def readme_ddp_script():
+    """The README's PyTorch DDP example, the python block under "Launching a job"."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Launching a job: gcagent-run"):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_ddp_script_trains_on_two_nodes(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    script = tmp_path / "train.py"
+    script.write_text(readme_ddp_script())
+    port = free_ports(1)[0]
+    env = {"GCAGENT_CODEC": "2bit", "GCAGENT_CODEC_PARAMS": "threshold=0.05"}
+    procs = [launch(["--nnodes", "2", "--node-rank", str(r), "--master-port", str(port), "--agent-option",
+                     "compress.min_elements=0", str(script)], env=env) for r in (1, 0)]
+    (rc1, _, err1), (rc0, out0, err0) = finish(procs)
+    assert rc0 == 0 and rc1 == 0, out0[-3000:] + err0[-3000:] + err1[-3000:]
+    accuracies = [float(a) for a in re.findall(r"^epoch \d+: test accuracy ([0-9.]+)%$", out0, re.M)]
+    assert len(accuracies) == 10 and accuracies[-1] > 50, out0  # ten classes: chance is 10%
+    # The gradients went through the agents, compressed.
+    for node, err in ((0, err0), (1, err1)):
+        m = re.search(rf"node {node}: agent done: (\d+) iterations; sent (\d+) raw bytes as (\d+) wire bytes", err)
+        assert m and int(m.group(1)) > 0 and 0 < int(m.group(3)) * 10 < int(m.group(2)), err
