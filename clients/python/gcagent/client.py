@@ -290,6 +290,7 @@ class Reducer:
                 self._specs[key] = entry
                 changed = True
         if changed:
+            self._stale = True  # until the agent takes it: a refused declaration is asked again
             self.client.declare([self._tensor_spec(k) for k in sorted(self._specs)])
             self._stale = False
 

@@ -1,9 +1,16 @@
-"""A TensorFlow trainer for the shim tests (environment from shim_cluster.py): the tape with
-codec none against the reference average, then model.fit through DistributedOptimizer with
-2bit, each as its own job on the agents. Prints "report: {json}" last."""
+"""A TensorFlow trainer for the shim tests (environment from shim_cluster.py).
+
+    tf_trainer.py [suite | extras]
+
+suite: the tape with codec none against the reference average, then model.fit through
+DistributedOptimizer with 2bit, each as its own job on the agents. extras: Horovod's names,
+backward_passes_per_step, MetricAverageCallback, dgc's momentum warning and agent errors as
+the training loop sees them. Prints "report: {json}" last."""
 
 import json
 import os
+import sys
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -64,5 +71,109 @@ def keras_fit():
             "weight_sum": float(sum(np.sum(v.numpy(), dtype=np.float64) for v in m.trainable_variables))}
 
 
+def grid(rank, n, seed):
+    """Values on a 2^-4 grid: sums of a few are exact in fp32 in any order."""
+    return (np.random.default_rng(1000 * seed + rank).integers(-64, 64, n) / 16).astype(np.float32)
+
+
+def caught(fn):
+    """What the training loop's `except` sees: the exception's type and message, and its cause's type."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - what reaches the caller is the point
+        return {"type": type(e).__name__, "message": str(e), "cause": type(e.__cause__).__name__}
+    return None
+
+
+def horovod_names():
+    reducer = gcagent.Reducer(gcagent.Client(job="names"))
+    return {"reducer": [reducer.rank(), reducer.size(), reducer.local_rank(), reducer.local_size()],
+            "module": [gtf.rank(), gtf.size(), gtf.local_rank(), gtf.local_size()]}
+
+
+def backward_passes():
+    """SGD(1.0) with backward_passes_per_step=2 inside a tf.function: the weights after each of
+    four passes (the gradients given directly)."""
+    reducer = gcagent.Reducer(gcagent.Client(job="passes"), codec="none")
+    v = tf.Variable(np.zeros(6, np.float32))
+    opt = gtf.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), reducer, backward_passes_per_step=2)
+
+    @tf.function(jit_compile=False)
+    def apply(g):
+        opt.apply([g], [v])
+
+    given, weights = [grid(RANK, 6, p) for p in range(1, 5)], []
+    for g in given:
+        apply(tf.constant(g))
+        weights.append(v.numpy().tolist())
+    return {"given": [g.tolist() for g in given], "weights": weights,
+            "reductions": sorted(set(reducer._iteration.values()))}
+
+
+class Recorder(tf.keras.callbacks.Callback):
+    """The epoch-end logs as this trainer computed them (listed before MetricAverageCallback)."""
+
+    def __init__(self):
+        super().__init__()
+        self.logs = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.logs.append(dict(logs))
+
+
+def metric_average():
+    m = model()
+    reducer = gcagent.Reducer(gcagent.Client(job="metrics"), codec="none")
+    m.compile(optimizer=gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), reducer), loss=LOSS,
+              jit_compile=False)
+    x, y = batch(RANK, 50)
+    vx, vy = batch(RANK, 60)
+    recorder = Recorder()
+    hist = m.fit(x, y, batch_size=8, epochs=2, validation_data=(vx, vy), shuffle=False, verbose=0,
+                 callbacks=[recorder, gtf.MetricAverageCallback(reducer)])
+    return {"own": recorder.logs, "averaged": hist.history}
+
+
+def momentum_warnings():
+    client = gcagent.Client(job="dgc")
+    dgc = gcagent.Reducer(client, codec="dgc")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9), dgc)
+        # Either momentum alone is quiet.
+        gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9),
+                                 gcagent.Reducer(client, codec="dgc", params={"momentum": "0"}))
+        gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), dgc)
+    return [str(w.message) for w in seen if "gcagent" in str(w.message)]
+
+
+def agent_errors():
+    """A codec the agent refuses: from an eager tape, from model.fit, and from model.fit inside
+    agent_errors()."""
+    m = model()
+    tape = gcagent.Reducer(gcagent.Client(job="tape-codec"), codec="nosuch")
+    eager = caught(lambda: grads(m, *batch(RANK, 1), lambda t: gtf.DistributedGradientTape(t, tape)))
+    fit_reducer = gcagent.Reducer(gcagent.Client(job="fit-codec"), codec="nosuch")
+    m.compile(optimizer=gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), fit_reducer), loss=LOSS,
+              jit_compile=False)
+    x, y = batch(RANK, 2)
+
+    def fit():
+        m.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+    def fit_in_agent_errors():
+        with gtf.agent_errors():
+            fit()
+
+    return {"eager": eager, "fit": caught(fit), "agent_errors": caught(fit_in_agent_errors)}
+
+
+def extras():
+    return {"names": horovod_names(), "passes": backward_passes(), "metrics": metric_average(),
+            "momentum": momentum_warnings(), "errors": agent_errors()}
+
+
 if __name__ == "__main__":
-    print("report: " + json.dumps({"tape": tape_exact(), "fit": keras_fit()}), flush=True)
+    mode = sys.argv[1] if len(sys.argv) > 1 else "suite"
+    result = extras() if mode == "extras" else {"tape": tape_exact(), "fit": keras_fit()}
+    print("report: " + json.dumps(result), flush=True)
