@@ -23,7 +23,9 @@ What dist_sync does, this store does (each trainer process is one of dist_sync's
   entries being its parameters.
 
 Keys are declared to the agent as the store first meets them, with the priority MXNet passes
-(minus the parameter index)."""
+(minus the parameter index). An agent error raises gcagent.GcagentError from the call that met
+it (push, pushpull, Trainer.step). A dgc codec meeting an optimizer with momentum (set_optimizer)
+warns."""
 
 import pickle
 
@@ -31,7 +33,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.kvstore import KVStoreBase
 
-from gcagent.client import GcagentError, Reducer
+from gcagent.client import GcagentError, Reducer, warn_dgc_momentum
 
 # MXNet's compression types, run by the codecs of the same name with MXNet's aggregation.
 _MXNET_TYPES = ("2bit", "1bit")
@@ -67,6 +69,8 @@ class GcagentKVStore(KVStoreBase):
         self._stored = {}      # MXNet key -> the stored value (a float32 NDArray), as on dist_sync's servers
         self._codec = None     # (codec, params, aggregation) once set_gradient_compression ran
         self._updater = None   # set_optimizer's updater
+        self._momentum = None  # (momentum, optimizer name) once set_optimizer ran
+        self._warned = False
 
     # ---- who is who ----
 
@@ -90,6 +94,10 @@ class GcagentKVStore(KVStoreBase):
     @property
     def num_nodes(self):
         return self._reducer.client.node_count
+
+    @property
+    def local_rank(self):
+        return self._reducer.client.local_rank
 
     @property
     def local_size(self):
@@ -217,12 +225,21 @@ class GcagentKVStore(KVStoreBase):
             self._codec = (kind, {"threshold": threshold}, "mxnet")
         else:
             self._codec = (kind, {k: str(v) for k, v in params.items()}, None)
+        self._check_momentum()
 
     def set_optimizer(self, optimizer):
         """The optimizer updates the stored values with each sum, as on dist_sync's servers:
         a copy taken now (MXNet pickles it to the servers), so later changes to the Trainer's
         optimizer do not reach it, as in dist_sync."""
         self._updater = mx.optimizer.get_updater(pickle.loads(pickle.dumps(optimizer)))
+        self._momentum = (getattr(optimizer, "momentum", 0), type(optimizer).__name__)
+        self._check_momentum()
+
+    def _check_momentum(self):
+        """Once both are known, and once per store: dgc's momentum against the optimizer's."""
+        if not self._warned and self._momentum is not None:
+            options = self._reduce_options()
+            self._warned = warn_dgc_momentum(options["codec"], options["params"], *self._momentum)
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
         if self._updater is None:

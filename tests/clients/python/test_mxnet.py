@@ -7,8 +7,11 @@ pytest.importorskip("mxnet")
 from shim_cluster import Cluster, reports, run_trainers  # noqa: E402
 
 
+AGENT_ARGS = ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]
+
+
 def test_pushpull_and_gluon_trainer(tmp_path):
-    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]) as c:
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
         rep = reports(run_trainers(c, 2, "mxnet_trainer.py"), c)
         c.stop()
         ratio = [float(l.split("(ratio ")[1].split(")")[0]) for l in c.log(0).splitlines() if "done:" in l][0]
@@ -26,3 +29,23 @@ def test_pushpull_and_gluon_trainer(tmp_path):
     # Under MXNet's aggregation the contributions travel 2bit (16x smaller) and the sums
     # uncompressed, so 2 nodes move at most about 1.9x fewer bytes than raw.
     assert 1.2 < ratio < 1.95, ratio
+
+
+def test_errors_who_is_who_and_codec_warnings(tmp_path):
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 2, "mxnet_trainer.py", ["extras"]), c)
+    head = "gcagent: declare 5 tensors: the agent rejected the declare: invalid_argument: tensor 0: "
+    for rank, r in enumerate(rep):
+        assert r["names"] == {"store": [rank, 4, rank % 2, 2], "reducer": [rank, 4, rank % 2, 2]}, r
+        # dgc with the Trainer's sgd momentum: one warning over three steps.
+        assert r["momentum"] == [
+            "gcagent: the dgc codec applies momentum 0.9 itself (momentum correction) and SGD has momentum 0.9: the "
+            "gradient would see momentum twice. Either set the optimizer's momentum to 0 and give dgc the momentum "
+            "(params {'momentum': '0.9'}), or set dgc's momentum to 0 (params {'momentum': '0'}) and keep the "
+            "optimizer's."], r["momentum"]
+        # Trainer.step raises the agent's refusal as gcagent.GcagentError (4 weights, broadcast on
+        # keys of their own, and the first gradient are declared together).
+        codec, param = r["errors"]["codec"], r["errors"]["param"]
+        assert codec["type"] == param["type"] == "GcagentError" and codec["code"] == param["code"] == 5, r
+        assert codec["message"].startswith(head + "unknown codec 'nosuch'"), codec
+        assert param["message"].startswith(head + "codec 'dgc': parameter 'ratio'"), param

@@ -1,9 +1,15 @@
-"""An MXNet trainer for the shim tests (environment from shim_cluster.py): pushpull with codec
-none against the exact sum, then gluon.Trainer with the store and 2bit compression, each as
-its own job on the agents. Prints "report: {json}" last."""
+"""An MXNet trainer for the shim tests (environment from shim_cluster.py).
+
+    mxnet_trainer.py [suite | extras]
+
+suite: pushpull with codec none against the exact sum, then gluon.Trainer with the store and
+2bit compression, each as its own job on the agents. extras: who is who, dgc's momentum
+warning and agent errors as the training loop sees them. Prints "report: {json}" last."""
 
 import json
 import os
+import sys
+import warnings
 
 import mxnet as mx
 import numpy as np
@@ -64,5 +70,74 @@ def gluon_train():
             "codec": kv._codec[0], "params": kv._codec[1], "aggregation": kv._codec[2]}
 
 
+def small_net():
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros((1, 32)))
+    return net
+
+
+def train(net, trainer, steps):
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for it in range(steps):
+        x = np.random.default_rng(100 * it + RANK).standard_normal((8, 32)).astype(np.float32)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(np.arange(8) % 10)).mean()
+        loss.backward()
+        trainer.step(WORLD)
+
+
+def caught(fn):
+    """What the training loop's `except` sees: the exception's type, code and message."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - what reaches the caller is the point
+        return {"type": type(e).__name__, "code": getattr(e, "code", None), "message": str(e)}
+    return None
+
+
+def who_is_who():
+    kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="names")))
+    r = kv._reducer
+    return {"store": [kv.rank, kv.num_workers, kv.local_rank, kv.local_size],
+            "reducer": [r.rank(), r.size(), r.local_rank(), r.local_size()]}
+
+
+def momentum_warnings():
+    """dgc meets the Trainer's sgd momentum: one warning, however many steps."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        net = small_net()
+        kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="dgc")))
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kv,
+                                compression_params={"type": "dgc", "ratio": "0.1"})
+        train(net, trainer, 3)
+        # Either momentum alone is quiet.
+        quiet = gcagent.mxnet.KVStore(kv._reducer)
+        quiet.set_gradient_compression({"type": "dgc", "momentum": "0"})
+        quiet.set_optimizer(mx.optimizer.SGD(momentum=0.9))
+        quiet = gcagent.mxnet.KVStore(kv._reducer)
+        quiet.set_gradient_compression({"type": "dgc"})
+        quiet.set_optimizer(mx.optimizer.SGD())
+    return [str(w.message) for w in seen if "gcagent" in str(w.message)]
+
+
+def agent_errors():
+    """Compression the agent refuses, met by Trainer.step: an unknown codec, a bad parameter."""
+    out = {}
+    for job, compression in (("codec", {"type": "nosuch"}), ("param", {"type": "dgc", "ratio": "2"})):
+        net = small_net()
+        kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job=job)))
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv,
+                                compression_params=compression)
+        out[job] = caught(lambda: train(net, trainer, 1))
+    return out
+
+
 if __name__ == "__main__":
-    print("report: " + json.dumps({"pushpull": pushpull_exact(), "gluon": gluon_train()}), flush=True)
+    if (sys.argv[1] if len(sys.argv) > 1 else "suite") == "extras":
+        result = {"names": who_is_who(), "momentum": momentum_warnings(), "errors": agent_errors()}
+    else:
+        result = {"pushpull": pushpull_exact(), "gluon": gluon_train()}
+    print("report: " + json.dumps(result), flush=True)
