@@ -49,12 +49,16 @@ def find_agent(explicit: Optional[str] = None) -> str:
                        ". Pass --agent or set GCAGENT_BINARY to build/release/agent/gcagent")
 
 
+try:
+    _LIBC = ctypes.CDLL(None)  # loaded here: the forked child only makes the call
+except OSError:
+    _LIBC = None
+
+
 def die_with_parent():
     """preexec_fn: the child gets SIGTERM if the launcher dies, even by SIGKILL (Linux)."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    if _LIBC is not None and hasattr(_LIBC, "prctl"):
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class NodeAgent:

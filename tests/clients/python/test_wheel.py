@@ -31,8 +31,13 @@ BUNDLED = ["gcagent/_bundled/gcagent", "gcagent/_bundled/libgcagent_client.so.1"
 
 
 def source_key():
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *SOURCES],
-                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    r = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *SOURCES],
+                       cwd=REPO, capture_output=True, text=True)
+    if r.returncode == 0:
+        files = r.stdout.split()
+    else:  # not a git checkout: every file under the sources
+        files = [str(p.relative_to(REPO)) for s in SOURCES for p in [REPO / s, *(REPO / s).rglob("*")]
+                 if "__pycache__" not in p.parts]
     h = hashlib.sha256()
     for name in sorted(set(files)):
         path = REPO / name
