@@ -236,7 +236,10 @@ class Launch:
         return status
 
     def finish(self, status: int) -> int:
-        """Stops the agent; a clean run whose agent fails to stop cleanly fails too."""
+        """Stops the agent; a clean run whose agent fails to stop cleanly fails too. Signals
+        are ignored meanwhile: the stop is bounded (SIGKILL after a grace period)."""
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
         agent_died = self.agent is not None and self.agent.poll() not in (None, 0)
         agent_status = self.agent.stop() if self.agent else 0
         if self.agent:
