@@ -3,6 +3,7 @@
 #include <array>
 #include <string>
 
+#include "common/build_config.h"
 #include "common/str_cat.h"
 #include "compress/bf16/bf16.h"
 #include "compress/dgc/dgc.h"
@@ -16,25 +17,34 @@
 #include "compress/terngrad/terngrad.h"
 #include "compress/threshold/threshold.h"
 #include "compress/topk/topk.h"
+#if GCAGENT_HAVE_CUDA
+#include "compress/cuda/codecs.h"
+#define GC_GPU(factory) cuda::factory
+#else
+#define GC_GPU(factory) nullptr
+#endif
 
 namespace gcagent::compress {
 namespace {
 
 // The one list of codecs. Names are what configs and clients send.
 constexpr std::array kCodecs = {
-    CodecInfo{"none", "fp32 passthrough", makeNoneCodec},
-    CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec},
-    CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec},
-    CodecInfo{"2bit", "MXNet 2-bit threshold quantizer with residual", makeMx2bitCodec},
-    CodecInfo{"1bit", "MXNet 1-bit quantizer with residual", makeMx1bitCodec},
-    CodecInfo{"onebit", "sign and mean-magnitude scale with error feedback", makeOnebitCodec},
-    CodecInfo{"terngrad", "stochastic ternary with a per-slice scaler", makeTerngradCodec},
-    CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec},
-    CodecInfo{"dgc", "deep gradient compression: momentum correction, sampled threshold", makeDgcCodec},
-    CodecInfo{"threshold", "drop the smallest fraction of magnitudes into the residual", makeThresholdCodec},
-    CodecInfo{"randomk", "random-k with a shared seed, values only", makeRandomkCodec},
-    CodecInfo{"qsgd", "QSGD stochastic quantization with s levels", makeQsgdCodec},
+    CodecInfo{"none", "fp32 passthrough", makeNoneCodec, GC_GPU(makeGpuNone)},
+    CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec, GC_GPU(makeGpuFp16)},
+    CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
+    CodecInfo{"2bit", "MXNet 2-bit threshold quantizer with residual", makeMx2bitCodec, GC_GPU(makeGpuMx2bit)},
+    CodecInfo{"1bit", "MXNet 1-bit quantizer with residual", makeMx1bitCodec, GC_GPU(makeGpuMx1bit)},
+    CodecInfo{"onebit", "sign and mean-magnitude scale with error feedback", makeOnebitCodec, GC_GPU(makeGpuOnebit)},
+    CodecInfo{"terngrad", "stochastic ternary with a per-slice scaler", makeTerngradCodec, GC_GPU(makeGpuTerngrad)},
+    CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
+    CodecInfo{"dgc", "deep gradient compression: momentum correction, sampled threshold", makeDgcCodec,
+              GC_GPU(makeGpuDgc)},
+    CodecInfo{"threshold", "drop the smallest fraction of magnitudes into the residual", makeThresholdCodec,
+              GC_GPU(makeGpuThreshold)},
+    CodecInfo{"randomk", "random-k with a shared seed, values only", makeRandomkCodec, GC_GPU(makeGpuRandomk)},
+    CodecInfo{"qsgd", "QSGD stochastic quantization with s levels", makeQsgdCodec, GC_GPU(makeGpuQsgd)},
 };
+#undef GC_GPU
 
 }  // namespace
 

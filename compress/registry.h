@@ -1,4 +1,5 @@
-// Every codec, from one explicit list in registry.cc.
+// Every codec, from one explicit list in registry.cc: one row per codec with its CPU factory
+// and, in builds with CUDA, its GPU factory (compress/cuda/codecs.h).
 #pragma once
 
 #include <memory>
@@ -9,12 +10,19 @@
 
 namespace gcagent::compress {
 
+namespace cuda {
+class GpuCodec;
+}  // namespace cuda
+
 using CodecFactory = Result<std::unique_ptr<Codec>> (*)(const Params&, const CodecEnv&);
+// Takes parameters the CPU factory of the same row has already accepted.
+using GpuCodecFactory = Result<std::unique_ptr<cuda::GpuCodec>> (*)(const Params&);
 
 struct CodecInfo {
   std::string_view name;
   std::string_view summary;
   CodecFactory make;
+  GpuCodecFactory make_gpu;  // null: no GPU kernels (or a build without CUDA)
 };
 
 std::span<const CodecInfo> codecList();

@@ -1,4 +1,4 @@
-// The GPU codec factories, one per codec, listed once in registry.cu. Each takes the
+// The GPU codec factories, one per codec, named in the codec's row of compress/registry.cc. Each takes the
 // parameters the CPU codec of the same name takes, already validated by it.
 #pragma once
 

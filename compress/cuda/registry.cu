@@ -1,7 +1,6 @@
-// Every GPU codec, from one explicit list, and the probe for a usable GPU.
+// The GPU codecs, from the registry's rows (compress/registry.cc), and the probe for a usable GPU.
 #include <cuda_runtime.h>
 
-#include <array>
 #include <string>
 
 #include "common/str_cat.h"
@@ -10,23 +9,6 @@
 #include "compress/registry.h"
 
 namespace gcagent::compress::cuda {
-namespace {
-
-struct GpuCodecInfo {
-  std::string_view name;
-  Result<std::unique_ptr<GpuCodec>> (*make)(const Params&);
-};
-
-constexpr std::array kGpuCodecs = {
-    GpuCodecInfo{"none", makeGpuNone},         GpuCodecInfo{"fp16", makeGpuFp16},
-    GpuCodecInfo{"bf16", makeGpuBf16},         GpuCodecInfo{"2bit", makeGpuMx2bit},
-    GpuCodecInfo{"1bit", makeGpuMx1bit},       GpuCodecInfo{"onebit", makeGpuOnebit},
-    GpuCodecInfo{"terngrad", makeGpuTerngrad}, GpuCodecInfo{"qsgd", makeGpuQsgd},
-    GpuCodecInfo{"topk", makeGpuTopk},         GpuCodecInfo{"threshold", makeGpuThreshold},
-    GpuCodecInfo{"dgc", makeGpuDgc},           GpuCodecInfo{"randomk", makeGpuRandomk},
-};
-
-}  // namespace
 
 Status gpuAvailable() {
   // The CUDA runtime is linked statically and loads libcuda.so.1 itself on this first call:
@@ -41,7 +23,8 @@ Status gpuAvailable() {
 
 std::vector<std::string_view> gpuCodecNames() {
   std::vector<std::string_view> names;
-  for (const GpuCodecInfo& info : kGpuCodecs) names.push_back(info.name);
+  for (const CodecInfo& info : codecList())
+    if (info.make_gpu != nullptr) names.push_back(info.name);
   return names;
 }
 
@@ -50,13 +33,13 @@ Result<std::unique_ptr<GpuCodec>> makeGpuCodec(std::string_view name, const Para
   // the same words.
   auto cpu = makeCodec(name, params);
   if (!cpu.ok()) return cpu.status();
-  for (const GpuCodecInfo& info : kGpuCodecs) {
-    if (info.name != name) continue;
+  for (const CodecInfo& info : codecList()) {
+    if (info.name != name || info.make_gpu == nullptr) continue;
     GC_RETURN_IF_ERROR(gpuAvailable());
-    return info.make(params);
+    return info.make_gpu(params);
   }
   std::string known;
-  for (const GpuCodecInfo& info : kGpuCodecs) known = strCat(known, known.empty() ? "" : ", ", info.name);
+  for (std::string_view n : gpuCodecNames()) known = strCat(known, known.empty() ? "" : ", ", n);
   return Status::notFound(strCat("codec ", name, " has no GPU kernels; GPU codecs: ", known));
 }
 
