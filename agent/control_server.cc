@@ -30,6 +30,7 @@ struct ControlServer::Contribution {
   float* device = nullptr;  // its device slot; null for a host trainer
   std::shared_ptr<LocalCoder> coder;  // of the device slot's GPU; null: staged through the host
   std::weak_ptr<Session> session;
+  std::shared_ptr<const void> pin;  // the memory of host: its segment, or its device slots' staging
   size_t index = 0;  // the slot, in the trainer's declaration
   uint64_t elements = 0;
 };
@@ -94,6 +95,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    if (segment_) segment_->unlink();  // mapped on while a send still reads it, but gone from /dev/shm
     hello_deadline_.cancel();
     body_deadline_.cancel();
     boost::system::error_code ec;
@@ -289,7 +291,8 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   void forgetSlots() {
-    segment_.reset();  // a re-declaration replaces the old segment under the same name
+    if (segment_) segment_->unlink();  // a re-declaration replaces the old segment under the same name
+    segment_.reset();                  // (sends in flight may pin the old mapping a while)
     device_.reset();
     slots_.clear();
   }
@@ -306,7 +309,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
                                         server_.options_.mode, peer_uid_, server_.options_.group);
     if (!segment.ok()) return segment.status();
-    segment_ = std::move(segment).value();
+    segment_ = std::make_shared<shm::Segment>(std::move(segment).value());
     for (size_t i = 0; i < d.tensors.size(); ++i)
       slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
                                   d.tensors[i].elements, i};
@@ -421,6 +424,7 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     mine.device = device_ ? device_->deviceBuffer(slot.index) : nullptr;
     mine.coder = device_ ? device_->coder() : nullptr;
     mine.session = weak_from_this();
+    mine.pin = device_ ? std::shared_ptr<const void>(device_) : std::shared_ptr<const void>(segment_);
     mine.index = slot.index;
     mine.elements = slot.elements;
     for (const Contribution& c : entries)
@@ -436,8 +440,9 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Job> job_;
   uint32_t local_rank_ = 0;
   std::optional<uid_t> peer_uid_;
-  std::optional<shm::Segment> segment_;
-  std::unique_ptr<DeviceSlots> device_;       // instead of segment_ for a device declaration
+  // Shared: the engine pins them while it sends straight from them (ReductionEngine::reduce).
+  std::shared_ptr<shm::Segment> segment_;
+  std::shared_ptr<DeviceSlots> device_;       // instead of segment_ for a device declaration
   size_t staging_count_ = 0;                  // copies from device slots not yet finished
   uint64_t generation_ = 0;
   std::unordered_map<uint64_t, Slot> slots_;
@@ -652,10 +657,12 @@ void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, 
   }
   std::vector<float*> buffers;
   for (const Contribution& c : ready) buffers.push_back(c.host);
+  auto pins = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+  for (const Contribution& c : ready) pins->push_back(c.pin);
   size_t staging = 0;
   for (const Contribution& c : ready) staging += c.device != nullptr;
   if (staging == 0) {
-    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers));
+    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers), nullptr, pins);
     if (!st.ok()) onReduced(job->id, iteration, key, st);
     return;
   }
@@ -671,7 +678,7 @@ void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, 
   const uint64_t generation = job->generation;
   for (const Contribution& c : ready) {
     if (c.device == nullptr) continue;
-    auto done = [this, job, staged, iteration, key, generation](const Status& st) {
+    auto done = [this, job, staged, iteration, key, generation, pins](const Status& st) {
       if (!st.ok() && staged->first_error.ok()) staged->first_error = st;
       if (--staged->left != 0) return;
       auto live = jobs_.find(job->id);
@@ -684,7 +691,7 @@ void ControlServer::reduce(const std::shared_ptr<Job>& job, uint64_t iteration, 
       }
       if (why.ok() && generation != job->generation)
         why = Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
-      if (why.ok()) why = engine_.reduce(job->id, iteration, key, std::move(staged->buffers));
+      if (why.ok()) why = engine_.reduce(job->id, iteration, key, std::move(staged->buffers), nullptr, pins);
       if (!why.ok()) onReduced(job->id, iteration, key, why);
     };
     if (auto session = c.session.lock()) {

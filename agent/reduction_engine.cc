@@ -98,8 +98,12 @@ struct ReductionEngine::KeyState {
   uint64_t iteration = 0;
   std::vector<float*> outputs;
   uint32_t slices_left = 0;
-  FloatBuffer local_sum;
-  const float* source = nullptr;  // the node's sum of this iteration: local_sum or the only buffer
+  // The node's sum of this iteration: local_sum, or the only trainer's buffer. source_pin keeps
+  // it alive while uncompressed slices are sent straight from it (local_sum, or the caller's
+  // keepalive of the buffers). A local_sum a send still holds is replaced, not overwritten.
+  std::shared_ptr<FloatBuffer> local_sum;
+  const float* source = nullptr;
+  std::shared_ptr<const void> source_pin;
   uint32_t contributors = 0;
   bool completed_once = false;
   uint64_t last_iteration = 0;  // last iteration this node finished or failed
@@ -113,15 +117,37 @@ struct ReductionEngine::KeyState {
   SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 
-// A slice waiting for its peer's credit window. A contribution is encoded when it leaves
-// the queue (it reads the node's sum, which stays put while the key is active); a result
-// was encoded once by the owner and is shared by the sends to every node.
+// Bytes handed to the transport and what keeps them alive until it is done with them: an
+// encoding, or for an uncompressed slice the memory it lives in (the node's sum, an owner's
+// sum, a trainer's segment), sent without a copy.
+struct ReductionEngine::Payload {
+  std::shared_ptr<const void> pin;
+  std::span<const std::byte> bytes;
+};
+
+namespace {
+
+ReductionEngine::Payload pinned(std::shared_ptr<ByteBuffer> encoding) {
+  const std::span<const std::byte> bytes(*encoding);
+  return {std::move(encoding), bytes};
+}
+
+std::span<const std::byte> bytesOf(const float* p, uint64_t n) {
+  return std::as_bytes(std::span<const float>(p, n));
+}
+
+}  // namespace
+
+// A slice waiting for its peer's credit window. A contribution is encoded (or, uncompressed,
+// pointed at) when it leaves the queue: it reads the node's sum, which stays put while the
+// key is active. A result was encoded once by the owner and is shared by the sends to every
+// node; so are coded contributions, which come encoded from the coder.
 struct ReductionEngine::Outgoing {
   SliceKind kind;
   uint64_t job, key, iteration;
   uint32_t slice;
-  std::vector<std::byte> header;        // results only
-  std::shared_ptr<ByteBuffer> payload;  // results only
+  std::vector<std::byte> header;  // results and coded contributions only
+  Payload payload;                // results and coded contributions only (pinned)
 };
 
 struct ReductionEngine::Lane {
@@ -299,7 +325,7 @@ ReductionEngine::KeyState* ReductionEngine::findKey(uint64_t job, uint64_t key) 
 }
 
 Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
-                               std::shared_ptr<LocalCoder> coder) {
+                               std::shared_ptr<LocalCoder> coder, std::shared_ptr<const void> keepalive) {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return Status::failedPrecondition(strCat("job ", job, " is not declared"));
   JobState& js = *j->second;
@@ -373,15 +399,19 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     return {};
   }
   k.source = k.outputs[0];
+  k.source_pin = std::move(keepalive);
   if (k.outputs.size() > 1) {
     const auto merge_start = options_.now();
-    k.local_sum.resize(n);  // then memcpy (see FloatBuffer)
-    std::memcpy(k.local_sum.data(), k.outputs[0], n * sizeof(float));
+    if (!k.local_sum || k.local_sum.use_count() > 1) k.local_sum = std::make_shared<FloatBuffer>();
+    FloatBuffer& sum = *k.local_sum;
+    sum.resize(n);  // then memcpy (see FloatBuffer)
+    std::memcpy(sum.data(), k.outputs[0], n * sizeof(float));
     for (size_t b = 1; b < k.outputs.size(); ++b) {
-      addInto(k.local_sum.data(), k.outputs[b], n);
+      addInto(sum.data(), k.outputs[b], n);
     }
     stats_->merge().Observe(secondsBetween(merge_start, options_.now()));
-    k.source = k.local_sum.data();
+    k.source = sum.data();
+    k.source_pin = k.local_sum;
   }
   const uint32_t self = transport_.rank();
   std::vector<bool> touched(transport_.size(), false);
@@ -403,7 +433,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       addContribution(js, job, k, s, iteration, self, k.contributors, k.source + k.geometry.begin(s), {}, false);
       continue;
     }
-    enqueue(owner, k.spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, {}, nullptr});
+    enqueue(owner, k.spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, {}, {}});
     touched[owner] = true;
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
@@ -422,8 +452,8 @@ void ReductionEngine::dispatch(transport::Rank to) {
   while (!lane.queue.empty()) {
     const Outgoing& next = *lane.queue.top();
     uint64_t estimate = 0;
-    if (next.payload) {
-      estimate = next.payload->size();
+    if (next.payload.pin) {
+      estimate = next.payload.bytes.size();
     } else if (KeyState* k = findKey(next.job, next.key)) {
       const uint64_t n = k->geometry.size(next.slice);
       estimate = k->plan.compress ? k->push->maxEncodedBytes(n) : n * sizeof(float);
@@ -431,33 +461,33 @@ void ReductionEngine::dispatch(transport::Rank to) {
     if (!lane.window.admits(estimate)) break;
     Outgoing item = std::move(*lane.queue.pop());
     KeyState* k = findKey(item.job, item.key);
-    std::shared_ptr<ByteBuffer> payload = std::move(item.payload);
+    Payload payload = std::move(item.payload);
     std::vector<std::byte> header = std::move(item.header);
     if (item.kind == SliceKind::kContribution) {
       // A reduction that failed meanwhile leaves its queued slices behind: drop them.
       if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
     }
-    if (item.kind == SliceKind::kContribution && !payload) {  // coded contributions come encoded
+    if (item.kind == SliceKind::kContribution && !payload.pin) {  // coded contributions come encoded
       bool compressed = false;
-      auto encoded = encodeContribution(*jobs_.at(item.job), *k, item.slice, compressed);  // k exists: so does its job
-      if (!encoded.ok()) {
-        completeKey(item.job, *k, encoded.status());
+      auto made = contributionPayload(*jobs_.at(item.job), *k, item.slice, compressed);  // k exists: so does its job
+      if (!made.ok()) {
+        completeKey(item.job, *k, made.status());
         continue;
       }
-      payload = std::move(encoded).value();
+      payload = std::move(made).value();
       SliceMessage h{SliceKind::kContribution, item.job, item.key, item.iteration, item.slice, k->slice_count,
                      k->spec.elements, compressed ? k->push_fp : raw_fp_, k->contributors};
       header = encodeSliceHeader(h);
     }
-    const uint64_t bytes = payload->size();
+    const uint64_t bytes = payload.bytes.size();
     lane.window.take(bytes);
     // The gauge lives in the shared stats, which the callback keeps alive: sends may
     // complete after the engine is gone.
     prometheus::Gauge* inflight = peer_stats_[to]->inflight;
     inflight->Increment();
     const auto handed = options_.now();
-    Status s = transport_.send(to, header, *payload,
-                               [payload, inflight, bytes, handed, to, keep = stats_,
+    Status s = transport_.send(to, header, payload.bytes,
+                               [pin = payload.pin, inflight, bytes, handed, to, keep = stats_,
                                 engine = std::weak_ptr<ReductionEngine*>(alive_)](const Status& done) {
                                  inflight->Decrement();
                                  if (auto e = engine.lock(); e && *e) (*e)->onSent(to, bytes, handed, done);
@@ -487,13 +517,25 @@ void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, SteadyTime hand
   dispatch(to);
 }
 
-Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeContribution(JobState& js, KeyState& k,
-                                                                                     uint32_t slice,
-                                                                                     bool& compressed) {
+Result<ReductionEngine::Payload> ReductionEngine::contributionPayload(JobState& js, KeyState& k, uint32_t slice,
+                                                                      bool& compressed) {
   compressed = k.plan.compress && k.push_spec.name != "none";
   const uint64_t b = k.geometry.begin(slice), n = k.geometry.size(slice);
-  return encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice, k.iteration, {k.source + b, n},
-                     1);
+  if (!compressed && js.push_residuals.find(k.spec.key, slice).empty()) {
+    // Nothing owed from compressed rounds: the node's sum goes out as it is, without a copy.
+    countSent(*k.raw_stats, n * sizeof(float), n * sizeof(float), 1);
+    return Payload{k.source_pin, bytesOf(k.source + b, n)};
+  }
+  GC_ASSIGN_OR_RETURN(auto encoded, encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice,
+                                                k.iteration, {k.source + b, n}, 1));
+  return pinned(std::move(encoded));
+}
+
+void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
+  counters_.raw_bytes_sent += copies * raw;
+  counters_.wire_bytes_sent += copies * wire;
+  stats.raw_sent->Increment(static_cast<double>(copies * raw));
+  stats.wire_sent->Increment(static_cast<double>(copies * wire));
 }
 
 Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
@@ -514,7 +556,7 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
       for (uint64_t i = 0; i < n; ++i) flushed[i] += r[i];
       values = flushed;
     }
-    std::fill(old.begin(), old.end(), 0.0f);
+    residuals.erase(key, slice);  // paid: later uncompressed sends of the slice need no copy
   }
   auto payload = std::make_shared<ByteBuffer>(codec.maxEncodedBytes(n));
   const auto start = options_.now();
@@ -533,10 +575,7 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
     }
   }
   payload->resize(written);
-  counters_.raw_bytes_sent += copies * n * sizeof(float);
-  counters_.wire_bytes_sent += copies * written;
-  stats.raw_sent->Increment(static_cast<double>(copies * n * sizeof(float)));
-  stats.wire_sent->Increment(static_cast<double>(copies * written));
+  countSent(stats, n * sizeof(float), written, copies);
   return payload;
 }
 
@@ -617,21 +656,31 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
   Accumulator& acc = node.mapped();
   const uint64_t key = k.spec.key;
   const bool compressed = k.plan.compress && k.pull_spec.name != "none";
-  auto payload = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, acc.sum,
-                             transport_.size() - 1);
-  if (!payload.ok()) {
-    if (k.active && k.iteration == iteration) completeKey(job, k, payload.status());
-    return;
+  const uint32_t copies = transport_.size() - 1;
+  Payload payload;
+  if (!compressed && js.pull_residuals.find(key, slice).empty()) {
+    // Uncompressed with nothing owed: the sum itself goes to every node, without a copy.
+    auto sum = std::make_shared<FloatBuffer>(std::move(acc.sum));
+    countSent(*k.raw_stats, sum->size() * sizeof(float), sum->size() * sizeof(float), copies);
+    payload = Payload{sum, bytesOf(sum->data(), sum->size())};
+  } else {
+    auto encoded = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, acc.sum,
+                               copies);
+    if (!encoded.ok()) {
+      if (k.active && k.iteration == iteration) completeKey(job, k, encoded.status());
+      return;
+    }
+    payload = pinned(std::move(encoded).value());
   }
   SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements,
                  compressed ? k.pull_fp : raw_fp_ ^ kResultMark, acc.contributors};
   const auto header = encodeSliceHeader(h);
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     if (r == transport_.rank()) continue;
-    enqueue(r, k.spec.priority, Outgoing{SliceKind::kResult, job, key, iteration, slice, header, *payload});
+    enqueue(r, k.spec.priority, Outgoing{SliceKind::kResult, job, key, iteration, slice, header, payload});
     dispatch(r);
   }
-  applyResult(job, k, slice, iteration, acc.contributors, **payload, compressed);
+  applyResult(job, k, slice, iteration, acc.contributors, payload.bytes, compressed);
 }
 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
@@ -681,6 +730,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.completed_once = true;
   k.last_iteration = k.iteration;
   k.outputs.clear();
+  k.source_pin.reset();  // sends still in flight hold their own
   k.coded = false;
   k.work.buffers.clear();
   if (status.ok()) {
@@ -720,15 +770,11 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
                       compressed && isMxnet(k->spec));
       continue;
     }
-    const uint64_t raw = k->geometry.size(s) * sizeof(float);
-    counters_.raw_bytes_sent += raw;
-    counters_.wire_bytes_sent += payload->size();
-    cs.raw_sent->Increment(static_cast<double>(raw));
-    cs.wire_sent->Increment(static_cast<double>(payload->size()));
+    countSent(cs, k->geometry.size(s) * sizeof(float), payload->size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                    k->contributors};
     enqueue(owner, k->spec.priority,
-            Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h), std::move(payload)});
+            Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h), pinned(std::move(payload))});
     touched[owner] = true;
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)

@@ -102,8 +102,11 @@ class ReductionEngine {
   // average or the sum, per the tensor's policy) in place. With a `coder`, the
   // buffers are in its device's memory, and the node's side of the reduction (local sum,
   // encoding with this node's residuals, decoding the results) runs there.
+  // `keepalive` owns the buffers' memory (the trainers' segments): uncompressed slices are
+  // sent straight from it, so it is held until the transport is done with them, even past
+  // the reduction's end. Null: the caller keeps the buffers mapped at least that long.
   Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
-                std::shared_ptr<LocalCoder> coder = nullptr);
+                std::shared_ptr<LocalCoder> coder = nullptr, std::shared_ptr<const void> keepalive = nullptr);
 
   void onMessage(const transport::Message& message);
   // Fails every reduction in flight: they need every peer.
@@ -136,6 +139,11 @@ class ReductionEngine {
   struct Outgoing;
   struct Lane;
 
+ public:
+  struct Payload;  // bytes to send and what keeps them alive
+
+ private:
+
   KeyState* findKey(uint64_t job, uint64_t key);
   void addContribution(JobState& job_state, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                        transport::Rank from, uint32_t contributors, const float* local,
@@ -155,8 +163,10 @@ class ReductionEngine {
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
-  Result<std::shared_ptr<ByteBuffer>> encodeContribution(JobState& js, KeyState& k, uint32_t slice,
-                                                                      bool& compressed);
+  // A contribution's bytes: uncompressed ones straight from the node's sum, others encoded.
+  Result<Payload> contributionPayload(JobState& js, KeyState& k, uint32_t slice, bool& compressed);
+  // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
+  void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
   // Encodes one slice with the tensor's codec and its residual, or uncompressed with the
   // residual flushed into it; counts `copies` sends of it.
   Result<std::shared_ptr<ByteBuffer>> encodeSlice(compress::ResidualStore& residuals,

@@ -36,6 +36,16 @@ void ResidualStore::erase(uint64_t key) {
   keys_.erase(it);
 }
 
+void ResidualStore::erase(uint64_t key, uint32_t slice) {
+  auto k = keys_.find(key);
+  if (k == keys_.end()) return;
+  auto s = k->second.find(slice);
+  if (s == k->second.end()) return;
+  bytes_ -= s->second.size() * sizeof(float);
+  k->second.erase(s);
+  if (k->second.empty()) keys_.erase(k);
+}
+
 void ResidualStore::clear() {
   keys_.clear();
   bytes_ = 0;

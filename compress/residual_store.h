@@ -27,6 +27,9 @@ class ResidualStore {
 
   // Drops every slice of a key (its trainer left, or the tensor is gone).
   void erase(uint64_t key);
+  // Drops one slice's state: its residual went out with an uncompressed send. A later get()
+  // starts from zeros, as a flushed state would.
+  void erase(uint64_t key, uint32_t slice);
   void clear();
 
   size_t bytes() const { return bytes_; }

@@ -123,6 +123,11 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 
 Segment::~Segment() { release(); }
 
+void Segment::unlink() {
+  if (owner_) bip::shared_memory_object::remove(name_.c_str());
+  owner_ = false;
+}
+
 void Segment::release() {
   if (base_ != nullptr) ::munmap(base_, size_);
   if (owner_) bip::shared_memory_object::remove(name_.c_str());

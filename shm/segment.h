@@ -36,6 +36,9 @@ class Segment {
   const std::string& name() const { return name_; }
   std::span<std::byte> bytes() const { return {static_cast<std::byte*>(base_), size_}; }
   bool owner() const { return owner_; }
+  // Removes the name now (the owner's segment) and keeps the mapping until destruction: a
+  // send may still read it, while a new segment of the same name must be creatable.
+  void unlink();
 
  private:
   Segment(std::string name, void* base, size_t size, bool owner)

@@ -70,5 +70,21 @@ TEST(ResidualStoreTest, BudgetIsEnforcedWithAClearError) {
   EXPECT_EQ(store.bytes(), 100u);
 }
 
+TEST(ResidualStoreTest, ErasingOneSliceFreesItsBytesAndLeavesTheOthers) {
+  ResidualStore store;
+  (*store.get(1, 0, 10))[3] = 2.0f;
+  (*store.get(1, 1, 20))[4] = 5.0f;
+  store.erase(1, 0);
+  EXPECT_TRUE(store.find(1, 0).empty());
+  EXPECT_EQ(store.bytes(), 20 * sizeof(float));
+  EXPECT_EQ(store.find(1, 1)[4], 5.0f);
+  EXPECT_EQ((*store.get(1, 0, 10))[3], 0.0f);  // back from zeros
+  store.erase(1, 1);
+  store.erase(1, 0);
+  store.erase(1, 7);  // absent: nothing happens
+  EXPECT_EQ(store.bytes(), 0u);
+  EXPECT_EQ(store.slices(), 0u);
+}
+
 }  // namespace
 }  // namespace gcagent::compress
