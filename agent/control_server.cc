@@ -301,14 +301,18 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
     if (!job_) return Status::failedPrecondition("declare before hello");
     if (staging_count_ != 0)
       return Status::failedPrecondition("declare while device gradients are still being copied in");
-    GC_RETURN_IF_ERROR(declareTensors(d.tensors));
     std::vector<uint64_t> bytes;
     for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
     shm::SlotLayout layout = shm::layoutSlots(bytes);
-    forgetSlots();
+    // The new segment first: a declare refused for want of memory (a full /dev/shm) leaves
+    // the previous declaration, its segment and its slots in force. The old name goes (the
+    // new segment takes it); its mapping stays until the old slots are forgotten.
+    if (segment_) segment_->unlink();
     auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id_), layout.total_bytes,
                                         server_.options_.mode, peer_uid_, server_.options_.group);
     if (!segment.ok()) return segment.status();
+    GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+    forgetSlots();
     segment_ = std::make_shared<shm::Segment>(std::move(segment).value());
     for (size_t i = 0; i < d.tensors.size(); ++i)
       slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),

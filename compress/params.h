@@ -16,6 +16,10 @@
 
 namespace gcagent::compress {
 
+// The meaning of every codec's error_feedback parameter, for the codec reference.
+inline constexpr std::string_view kErrorFeedbackHelp =
+    "keep what the encoding lost in a residual and add it to the next gradient";
+
 struct Range {
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();

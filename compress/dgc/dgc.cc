@@ -142,7 +142,7 @@ Result<std::unique_ptr<Codec>> makeDgcCodec(const Params& params, const CodecEnv
   const uint64_t seed = reader.seed("seed", 0,
       "seed of the threshold sampling");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new DgcCodec(ratio, static_cast<float>(momentum), sample, seed, env)));

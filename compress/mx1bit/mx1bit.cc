@@ -83,7 +83,7 @@ Result<std::unique_ptr<Codec>> makeMx1bitCodec(const Params& params, const Codec
   const float threshold = reader.real32("threshold", 0.0f, Range::any(),
       "elements above it are sent as +1, the rest as -1 (MXNet's 1-bit)");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new Mx1bitCodec(threshold, env)));

@@ -104,7 +104,7 @@ Result<std::unique_ptr<Codec>> makeMx2bitCodec(const Params& params, const Codec
   const float threshold = reader.real32("threshold", 0.5f, Range::above(0),
       "an element is sent as +/-threshold once its residual-accumulated magnitude reaches it; pick it near the typical gradient magnitude (0.5 leaves small models untrained)");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new Mx2bitCodec(threshold, env)));

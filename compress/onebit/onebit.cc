@@ -172,7 +172,7 @@ Result<std::unique_ptr<Codec>> makeOnebitCodec(const Params& params, const Codec
   const bool scaled = reader.boolean("scaled", true,
       "scale the signs by the mean magnitude (false: plain signs)");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new OnebitCodec(scaled, env)));
 }

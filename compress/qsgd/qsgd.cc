@@ -201,7 +201,7 @@ Result<std::unique_ptr<Codec>> makeQsgdCodec(const Params& params, const CodecEn
   const uint64_t seed = reader.seed("seed", 0,
       "seed of the stochastic rounding");
   const bool error_feedback = reader.boolean("error_feedback", false,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new QsgdCodec(static_cast<int32_t>(levels),
                                               static_cast<size_t>(bucket), seed, error_feedback,

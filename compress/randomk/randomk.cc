@@ -137,7 +137,7 @@ Result<std::unique_ptr<Codec>> makeRandomkCodec(const Params& params, const Code
   const uint64_t seed = reader.seed("seed", 0,
       "seed of the shared random choice (equal on every node)");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new RandomkCodec(ratio, seed, error_feedback, env));
 }

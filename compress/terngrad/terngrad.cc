@@ -223,7 +223,7 @@ Result<std::unique_ptr<Codec>> makeTerngradCodec(const Params& params, const Cod
   const uint64_t seed = reader.seed("seed", 0,
       "seed of the stochastic rounding");
   const bool error_feedback = reader.boolean("error_feedback", false,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return std::unique_ptr<Codec>(new TerngradCodec(clip, seed, error_feedback, env));
 }

@@ -102,7 +102,7 @@ Result<std::unique_ptr<Codec>> makeThresholdCodec(const Params& params, const Co
   const uint64_t seed = reader.seed("seed", 0,
       "seed of the cut-off sampling");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback,
                             std::unique_ptr<Codec>(new ThresholdCodec(drop, sample, seed, env)));

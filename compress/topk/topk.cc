@@ -83,7 +83,7 @@ Result<std::unique_ptr<Codec>> makeTopkCodec(const Params& params, const CodecEn
   const double ratio = reader.real("ratio", 0.01, Range::openClosed(0, 1),
       "fraction of the elements sent, the largest magnitudes");
   const bool error_feedback = reader.boolean("error_feedback", true,
-      "keep what the encoding lost in a residual and add it to the next gradient");
+      kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
   return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new TopkCodec(ratio, env)));
 }

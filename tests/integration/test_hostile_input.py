@@ -4,6 +4,7 @@ Each is refused or outlived with a message naming the cause, never a crash, a ha
 deleted file, and a healthy job on the same agent keeps reducing exactly."""
 
 import os
+import re
 import shutil
 import socket
 import struct
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import AGENT, BUILD, Cluster, wait_for
+from cluster import AGENT, BUILD, TRAINER, Cluster, wait_for
 from test_dataplane import assert_trainers_ok, stop_clean
 
 MAGIC, VERSION, HELLO = 0x43414347, 1, 1
@@ -213,3 +214,45 @@ def test_agent_user_drops_root_once_the_ports_are_bound(tmp_path):
 def test_agent_user_is_checked_by_validate():
     r = run_agent("--validate", "--agent.user", "no-such-gcagent-user")
     assert r.returncode == 2 and "agent.user 'no-such-gcagent-user': no such user" in r.stderr, r
+
+
+class PrivateShmCluster(Cluster):
+    """One agent whose /dev/shm is a private tmpfs of `size` (a mount namespace of its own);
+    its trainers join that namespace to open their segments."""
+
+    def __init__(self, tmp_path, size):
+        super().__init__(tmp_path, 1)
+        self.size = size
+
+    def agent_command(self, rank):
+        return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                f'mount -t tmpfs -o size={self.size} tmpfs /dev/shm && exec "$@"', "sh"] + super().agent_command(rank)
+
+    def run_trainer(self, job, args, timeout=120):
+        cmd = ["nsenter", "-t", str(self.procs[0].pid), "-m", str(TRAINER), "--socket", self.sockets[0], "--job", job,
+               "--local-rank", "0", "--local-size", "1", "--world-rank", "0", "--world-size", "1",
+               "--timeout-ms", str(timeout * 1000), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+
+
+def test_a_full_dev_shm_refuses_the_declare_and_the_agent_serves_on(tmp_path):
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a private tmpfs here (needs root)")
+    healthy = ["--tensors", "100000,17", "--iterations", "3", "--check", "exact"]
+    with PrivateShmCluster(tmp_path, "16m") as c:
+        wait_for(lambda: os.path.exists(c.sockets[0]), what="the control socket")
+        rc, out = c.run_trainer("healthy", healthy)
+        assert rc == 0, out
+        before = rss_bytes(c.procs[0].pid)
+        # 32 MB of gradients for a 16 MiB /dev/shm: refused, naming /dev/shm and the size.
+        rc, out = c.run_trainer("victim", ["--tensors", "8000000", "--iterations", "1", "--check", "none"])
+        assert rc != 0
+        assert re.search(r"shm segment \S+: needs 32000000 bytes, /dev/shm has \d+ free", out), out
+        rc, out = c.run_trainer("healthy", healthy)  # the same agent, still exact
+        assert rc == 0, out
+        assert c.procs[0].poll() is None
+        assert rss_bytes(c.procs[0].pid) - before < 16 << 20
+        stop_clean(c)

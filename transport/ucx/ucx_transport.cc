@@ -481,6 +481,7 @@ class UcxTransport final : public Transport {
     UcxTransport* self = ctx->self;
     if (ctx->closing) return;
     const Rank peer = ctx->peer;
+    if (self->peers_[peer].ep.get() != ctx) return;  // not (or no longer) the peer's link: nothing to end
     self->retire(std::move(self->peers_[peer].ep));  // closed in progress()
     self->peerLost(peer, status);
   }
