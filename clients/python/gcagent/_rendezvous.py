@@ -152,7 +152,7 @@ def rendezvous(master: str, port: int, node_rank: int, nnodes: int, nproc: int, 
                 client.set("trainer_port", str(trainer_port))
             deadline = time.monotonic() + timeout
             peers = []
-            for r in range(nnodes):
+            for r in range(nnodes):  # node 0's entry first: every node compares itself with it
                 try:
                     theirs = json.loads(client.get(f"node/{r}", max(0.0, deadline - time.monotonic())))
                 except GcagentError as e:
@@ -162,10 +162,20 @@ def rendezvous(master: str, port: int, node_rank: int, nnodes: int, nproc: int, 
                                                     f"{client.where} within {timeout:g} s") from None
                 for what, flag in (("nnodes", "--nnodes"), ("nproc", "--nproc-per-node")):
                     if theirs[what] != mine[what]:
+                        # Node 0 keeps the store up until the others have seen what it saw, so
+                        # each of them says which flag too instead of finding the store gone.
+                        client.set(f"checked/{node_rank}", "1")
+                        if server is not None:
+                            for other in range(1, nnodes):
+                                try:
+                                    client.get(f"checked/{other}", max(0.0, deadline - time.monotonic()))
+                                except GcagentError:
+                                    break
                         raise GcagentError(ERR_INVALID, f"gcagent-run: node {r} runs with {flag} {theirs[what]}, "
                                                         f"node {node_rank} with {mine[what]}: every node must "
                                                         "pass the same")
                 peers.append(theirs["address"])
+            client.set(f"checked/{node_rank}", "1")
             agreed = Agreement(peers, int(client.get("trainer_port", max(0.0, deadline - time.monotonic()))))
             client.set(f"read/{node_rank}", "1")
             if server is not None:  # the store may go once every node has the list
