@@ -51,7 +51,8 @@ struct EpContext {
   Rank peer;
   Clock::time_point opened;  // when the gate admitted the link
   ucp_ep_h ep = nullptr;
-  bool closing = false;  // handed to progress() for closing: its errors no longer matter
+  bool closing = false;  // no longer the peer's link: its errors no longer matter
+  bool failed = false;   // UCX reported an error on it: UCX is done with its connection
 };
 
 struct SendContext {
@@ -140,6 +141,7 @@ class UcxTransport final : public Transport {
     for (auto& p : peers_)
       if (p.ep && p.ep->ep) eps.push_back(p.ep->ep);
     for (auto& d : dead_) eps.push_back(d->ep);
+    for (auto& d : parked_) eps.push_back(d->ep);
     closeEndpoints(eps);
     // Completions still queued belong to an owner that is going away: drop them.
     if (worker_) ucp_worker_destroy(worker_);
@@ -261,12 +263,7 @@ class UcxTransport final : public Transport {
     worked |= retryConnections();
     worked |= checkLiveness();
     worked |= !dead_.empty() || !events_.empty() || !completions_.empty() || !received_.empty();
-    if (!dead_.empty()) {
-      auto dead = std::exchange(dead_, {});
-      std::vector<ucp_ep_h> eps;
-      for (auto& d : dead) eps.push_back(d->ep);
-      closeEndpoints(eps);
-    }
+    closeRetired();
     // Deliver after UCX returns, so handlers may call send() freely.
     for (auto& [peer, event, why] : std::exchange(events_, {}))
       if (on_peer_) on_peer_(peer, event, why);
@@ -405,9 +402,32 @@ class UcxTransport final : public Transport {
     peerLost(r, why);
   }
 
+  // An endpoint UCX reported failed is closed in progress(). One this side gave up on (a
+  // silent peer, a replaced link) is parked open instead: force-closing a TCP endpoint whose
+  // cut link later comes back made UCX 1.13 run freed memory (SIGSEGV in libuct, in about
+  // one cut in four under load). A parked endpoint is closed once UCX reports it failed
+  // (its own timeout), when more than kMaxParked are parked, or at shutdown.
   void retire(std::unique_ptr<EpContext> ctx) {
     ctx->closing = true;
-    dead_.push_back(std::move(ctx));
+    (ctx->failed ? dead_ : parked_).push_back(std::move(ctx));
+  }
+
+  static constexpr size_t kMaxParked = 16;
+
+  void closeRetired() {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if ((*it)->failed || parked_.size() > kMaxParked) {
+        dead_.push_back(std::move(*it));
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (dead_.empty()) return;
+    auto dead = std::exchange(dead_, {});
+    std::vector<ucp_ep_h> eps;
+    for (auto& d : dead) eps.push_back(d->ep);
+    closeEndpoints(eps);
   }
 
   // Sends heartbeats that are due, and gives up on peers and new links that stayed silent
@@ -479,7 +499,8 @@ class UcxTransport final : public Transport {
   static void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* ctx = static_cast<EpContext*>(arg);
     UcxTransport* self = ctx->self;
-    if (ctx->closing) return;
+    ctx->failed = true;
+    if (ctx->closing) return;  // parked: closed in progress()
     const Rank peer = ctx->peer;
     if (self->peers_[peer].ep.get() != ctx) return;  // not (or no longer) the peer's link: nothing to end
     self->retire(std::move(self->peers_[peer].ep));  // closed in progress()
@@ -615,7 +636,8 @@ class UcxTransport final : public Transport {
   std::unique_ptr<LinkGate> gate_;
   std::vector<int> ucx_listeners_;  // UCX's TCP listening sockets (UCX owns them)
   std::vector<Peer> peers_;
-  std::vector<std::unique_ptr<EpContext>> dead_;  // closed in progress()
+  std::vector<std::unique_ptr<EpContext>> dead_;    // closed in progress()
+  std::vector<std::unique_ptr<EpContext>> parked_;  // given up on, left open (see retire())
   std::vector<PeerEventRecord> events_;
   std::vector<std::pair<SendDone, Status>> completions_;
   std::vector<Envelope> received_;
