@@ -160,6 +160,9 @@ CodecStats& Stats::codec(std::string_view name) {
       c.residual_norm = &gauge(Id::residual_l2_norm, {it->first});
       c.ratio_sent = &gauge(Id::compression_ratio, {it->first, "sent"});
       c.ratio_received = &gauge(Id::compression_ratio, {it->first, "received"});
+      // From the counters at once: a scrape before the next refresh must not read 0.
+      c.ratio_sent->Set(ratio(c.raw_sent->Value(), c.wire_sent->Value()));
+      c.ratio_received->Set(ratio(c.raw_received->Value(), c.wire_received->Value()));
     }
     return c;
   }

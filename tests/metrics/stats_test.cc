@@ -133,7 +133,11 @@ TEST(StatsHygiene, GaugesOfCodecsNoLongerUsedGoAndComeBackWithTheCodec) {
   EXPECT_EQ(read(r, "gcagent_compression_ratio", {{"codec", "2bit"}}).series, 0u);
   EXPECT_EQ(read(r, "gcagent_residual_l2_norm", {{"codec", "none"}}).series, 1u);
   EXPECT_EQ(read(r, "gcagent_raw_bytes_total", {{"codec", "2bit"}}).series, 2u);  // counters stay
-  stats.codec("2bit").residual_norm->Set(4);
+  stats.codec("2bit").raw_sent->Increment(1600);
+  stats.codec("2bit").wire_sent->Increment(100);
+  stats.retireCodecGaugesExcept({"none"});
+  stats.codec("2bit").residual_norm->Set(4);  // back, its ratio at once from the counters
+  EXPECT_EQ(read(r, "gcagent_compression_ratio", {{"codec", "2bit"}, {"direction", "sent"}}).value, 16);
   EXPECT_EQ(read(r, "gcagent_residual_l2_norm", {{"codec", "2bit"}}).value, 4);
   EXPECT_EQ(read(r, "gcagent_compression_ratio", {{"codec", "2bit"}}).series, 2u);
 }
