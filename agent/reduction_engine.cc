@@ -13,8 +13,7 @@
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "compress/registry.h"
-#include "scheduler/credit_window.h"
-#include "scheduler/priority_queue.h"
+#include "scheduler/send_lane.h"
 
 namespace gcagent::agent {
 namespace {
@@ -150,12 +149,9 @@ struct ReductionEngine::Outgoing {
   Payload payload;                // results and coded contributions only (pinned)
 };
 
-struct ReductionEngine::Lane {
-  scheduler::PriorityQueue<Outgoing> queue;
-  scheduler::CreditWindow window;
-  std::optional<SteadyTime> last_completion;  // of the last send on this lane; none yet
-  bool dispatching = false;
-  Lane(uint32_t slices, uint64_t bytes) : window(slices, bytes) {}
+struct ReductionEngine::Lane : scheduler::SendLane<Outgoing> {
+  using SendLane::SendLane;
+  bool dispatching = false;  // a completion during a send: dispatch()'s loop goes on
 };
 
 struct ReductionEngine::JobState {
@@ -187,7 +183,7 @@ uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
 }
 
 size_t ReductionEngine::queuedSlices(transport::Rank peer) const {
-  return peer < lanes_.size() && lanes_[peer] ? lanes_[peer]->queue.size() : 0;
+  return peer < lanes_.size() && lanes_[peer] ? lanes_[peer]->queued() : 0;
 }
 
 Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) const {
@@ -442,15 +438,15 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
 }
 
 void ReductionEngine::enqueue(transport::Rank to, int32_t priority, Outgoing item) {
-  lanes_[to]->queue.push(priority, std::move(item));
+  lanes_[to]->push(priority, std::move(item));
 }
 
 void ReductionEngine::dispatch(transport::Rank to) {
   Lane& lane = *lanes_[to];
   if (lane.dispatching) return;  // a completion during a send: the loop below goes on
   lane.dispatching = true;
-  while (!lane.queue.empty()) {
-    const Outgoing& next = *lane.queue.top();
+  while (const Outgoing* queued = lane.next()) {
+    const Outgoing& next = *queued;
     uint64_t estimate = 0;
     if (next.payload.pin) {
       estimate = next.payload.bytes.size();
@@ -458,8 +454,8 @@ void ReductionEngine::dispatch(transport::Rank to) {
       const uint64_t n = k->geometry.size(next.slice);
       estimate = k->plan.compress ? k->push->maxEncodedBytes(n) : n * sizeof(float);
     }
-    if (!lane.window.admits(estimate)) break;
-    Outgoing item = std::move(*lane.queue.pop());
+    if (!lane.admits(estimate)) break;
+    Outgoing item = lane.pop();
     KeyState* k = findKey(item.job, item.key);
     Payload payload = std::move(item.payload);
     std::vector<std::byte> header = std::move(item.header);
@@ -480,7 +476,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
       header = encodeSliceHeader(h);
     }
     const uint64_t bytes = payload.bytes.size();
-    lane.window.take(bytes);
+    lane.take(bytes);
     // The gauge lives in the shared stats, which the callback keeps alive: sends may
     // complete after the engine is gone.
     prometheus::Gauge* inflight = peer_stats_[to]->inflight;
@@ -493,7 +489,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
                                  if (auto e = engine.lock(); e && *e) (*e)->onSent(to, bytes, handed, done);
                                });
     if (!s.ok()) {
-      lane.window.give(bytes);
+      lane.refund(bytes);
       inflight->Decrement();
       if (k != nullptr && k->active && k->iteration == item.iteration)
         completeKey(item.job, *k, Status::unavailable(strCat("sending tensor ", item.key, " to rank ", to, ": ",
@@ -504,16 +500,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
 }
 
 void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s) {
-  Lane& lane = *lanes_[to];
-  lane.window.give(bytes);
-  const auto now = options_.now();
-  if (s.ok()) {
-    // The link's time for this message: since it was handed over, or since the previous
-    // completion if it waited behind that one.
-    const SteadyTime began = lane.last_completion ? std::max(handed, *lane.last_completion) : handed;
-    planner_.recordWire(bytes, secondsBetween(began, now));
-  }
-  lane.last_completion = now;
+  if (auto took = lanes_[to]->complete(bytes, handed, options_.now(), s.ok())) planner_.recordWire(bytes, *took);
   dispatch(to);
 }
 
