@@ -163,6 +163,7 @@ struct ReductionEngine::JobState {
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
     : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
+      stash_(options_.stash_budget_bytes),
       stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
                 options_.refit_interval}),
@@ -290,15 +291,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   for (auto& [key, k] : js.keys) replan(k, /*log_always=*/true);
   updatePlanGauges();
   // Replay the slices peers sent before this node knew the job.
-  auto stashed = stash_.find(job);
-  if (stashed != stash_.end()) {
-    std::vector<Stashed> replay = std::move(stashed->second);
-    stash_.erase(stashed);
-    for (const Stashed& s : replay) {
-      stash_bytes_ -= s.header.size() + s.payload.size();
-      onMessage({s.from, s.header, s.payload});
-    }
-  }
+  for (const EarlySliceStash::Slice& s : stash_.take(job)) onMessage({s.from, s.header, s.payload});
   return {};
 }
 
@@ -832,11 +825,8 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   // Slices of a job or a tensor not declared here yet wait for the declaration: the peer's
   // trainers may simply have declared first (shims declare tensors as they meet them).
   auto stash = [&](const char* what) {
-    const size_t bytes = m.header.size() + m.payload.size();
-    if (stash_bytes_ + bytes > options_.stash_budget_bytes)
-      return reject(m, Status::resourceExhausted(strCat(what, " is unknown here and the early-slice stash is full")));
-    stash_bytes_ += bytes;
-    stash_[h.job].push_back({m.from, {m.header.begin(), m.header.end()}, {m.payload.begin(), m.payload.end()}});
+    if (!stash_.keep(h.job, m))
+      reject(m, Status::resourceExhausted(strCat(what, " is unknown here and the early-slice stash is full")));
   };
   auto j = jobs_.find(h.job);
   if (j == jobs_.end()) return stash(strCat("job ", h.job).c_str());

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/early_slice_stash.h"
 #include "agent/local_coder.h"
 #include "agent/reduction_policy.h"
 #include "common/clock.h"
@@ -185,13 +186,7 @@ class ReductionEngine {
   EngineOptions options_;
   CompleteFn on_complete_;
   std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
-  struct Stashed {
-    transport::Rank from;
-    std::vector<std::byte> header;
-    std::vector<std::byte> payload;
-  };
-  std::unordered_map<uint64_t, std::vector<Stashed>> stash_;
-  size_t stash_bytes_ = 0;
+  EarlySliceStash stash_;
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
