@@ -101,6 +101,11 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
     return Status::invalidArgument(strCat("agent.node_rank ", config.agent_node_rank, " is not below the ",
                                           peers.size(), " entries of transport.peers"));
   for (const auto& p : peers) GC_RETURN_IF_ERROR(transport::splitHostPort(p).status());
+  // The loopback backend links transports inside one process (the engine's and the
+  // transport conformance tests); agents in processes of their own need UCX.
+  if (config.transport_backend == "loopback" && peers.size() > 1)
+    return Status::invalidArgument(strCat("transport.backend loopback links the agents of one process only; ",
+                                          peers.size(), " agents in transport.peers need ucx"));
   if (config.transport_heartbeat_interval >= config.transport_peer_timeout)
     return Status::invalidArgument(strCat("transport.heartbeat_interval (", config.transport_heartbeat_interval,
                                           " s) must be below transport.peer_timeout (",

@@ -27,7 +27,8 @@
     "seconds a control message has to arrive whole once its header did")                        \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
-  X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback", "how agents reach each other")      \
+  X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback",                                        \
+    "how agents reach each other: ucx, or loopback (a node on its own; agents of one process in tests)") \
   X(transport, listen, Text, "0.0.0.0:18515", 0, 0, "", "address:port this agent accepts peers on (its own authenticated handshake; UCX connects only after it)") \
   X(transport, peers, TextList, "", 0, 0, "",                                                   \
     "host:port of every agent in rank order, this one included")                               \

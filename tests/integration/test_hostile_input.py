@@ -256,3 +256,11 @@ def test_a_full_dev_shm_refuses_the_declare_and_the_agent_serves_on(tmp_path):
         assert c.procs[0].poll() is None
         assert rss_bytes(c.procs[0].pid) - before < 16 << 20
         stop_clean(c)
+
+
+def test_the_loopback_backend_is_refused_for_agents_of_their_own():
+    r = run_agent("--validate", "--transport.backend", "loopback", "--transport.peers", "127.0.0.1:1,127.0.0.1:2")
+    assert r.returncode == 2, r
+    assert "transport.backend loopback links the agents of one process only; 2 agents in transport.peers need ucx" \
+        in r.stderr, r
+    assert run_agent("--validate", "--transport.backend", "loopback").returncode == 0
