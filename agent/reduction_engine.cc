@@ -131,10 +131,6 @@ ReductionEngine::Payload pinned(std::shared_ptr<ByteBuffer> encoding) {
   return {std::move(encoding), bytes};
 }
 
-std::span<const std::byte> bytesOf(const float* p, uint64_t n) {
-  return std::as_bytes(std::span<const float>(p, n));
-}
-
 }  // namespace
 
 // A slice waiting for its peer's credit window. A contribution is encoded (or, uncompressed,
@@ -410,12 +406,12 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
       // Encoded with this node's residual, as it would be for another owner; not on the wire.
       const uint64_t b = k.geometry.begin(s), size = k.geometry.size(s);
       auto payload = encodeSlice(js.push_residuals, *k.push, *k.push_stats, true, k, s, iteration,
-                                 {k.source + b, size}, /*copies=*/0);
+                                 {k.source + b, size}, nullptr, /*copies=*/0);
       if (!payload.ok()) {
         completeKey(job, k, payload.status());
         break;
       }
-      addContribution(js, job, k, s, iteration, self, k.contributors, nullptr, **payload, true);
+      addContribution(js, job, k, s, iteration, self, k.contributors, nullptr, payload->bytes, true);
       continue;
     }
     if (owner == self) {
@@ -501,14 +497,8 @@ Result<ReductionEngine::Payload> ReductionEngine::contributionPayload(JobState& 
                                                                       bool& compressed) {
   compressed = k.plan.compress && k.push_spec.name != "none";
   const uint64_t b = k.geometry.begin(slice), n = k.geometry.size(slice);
-  if (!compressed && js.push_residuals.find(k.spec.key, slice).empty()) {
-    // Nothing owed from compressed rounds: the node's sum goes out as it is, without a copy.
-    countSent(*k.raw_stats, n * sizeof(float), n * sizeof(float), 1);
-    return Payload{k.source_pin, bytesOf(k.source + b, n)};
-  }
-  GC_ASSIGN_OR_RETURN(auto encoded, encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice,
-                                                k.iteration, {k.source + b, n}, 1));
-  return pinned(std::move(encoded));
+  return encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice, k.iteration, {k.source + b, n},
+                     k.source_pin, 1);
 }
 
 void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
@@ -518,12 +508,19 @@ void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64
   stats.wire_sent->Increment(static_cast<double>(copies * wire));
 }
 
-Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
+Result<ReductionEngine::Payload> ReductionEngine::encodeSlice(
     compress::ResidualStore& residuals, const compress::Codec& tensor_codec, metrics::CodecStats& tensor_stats,
-    bool compressed, KeyState& k, uint32_t slice, uint64_t iteration, std::span<const float> values, uint32_t copies) {
+    bool compressed, KeyState& k, uint32_t slice, uint64_t iteration, std::span<const float> values,
+    std::shared_ptr<const void> pin, uint32_t copies) {
   const uint64_t key = k.spec.key, n = values.size();
   const compress::Codec& codec = compressed ? tensor_codec : *raw_codec_;
   metrics::CodecStats& stats = compressed ? tensor_stats : *k.raw_stats;
+  if (!compressed && residuals.find(key, slice).empty()) {
+    // Uncompressed with nothing owed from compressed rounds: the values go out as they are,
+    // from the memory `pin` keeps alive, without a copy.
+    countSent(stats, n * sizeof(float), n * sizeof(float), copies);
+    return Payload{std::move(pin), std::as_bytes(values)};
+  }
   std::span<float> state;
   std::vector<float> flushed;
   if (compressed) {
@@ -556,7 +553,7 @@ Result<std::shared_ptr<ByteBuffer>> ReductionEngine::encodeSlice(
   }
   payload->resize(written);
   countSent(stats, n * sizeof(float), written, copies);
-  return payload;
+  return pinned(std::move(payload));
 }
 
 void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
@@ -637,21 +634,15 @@ void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint3
   const uint64_t key = k.spec.key;
   const bool compressed = k.plan.compress && k.pull_spec.name != "none";
   const uint32_t copies = transport_.size() - 1;
-  Payload payload;
-  if (!compressed && js.pull_residuals.find(key, slice).empty()) {
-    // Uncompressed with nothing owed: the sum itself goes to every node, without a copy.
-    auto sum = std::make_shared<FloatBuffer>(std::move(acc.sum));
-    countSent(*k.raw_stats, sum->size() * sizeof(float), sum->size() * sizeof(float), copies);
-    payload = Payload{sum, bytesOf(sum->data(), sum->size())};
-  } else {
-    auto encoded = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, acc.sum,
-                               copies);
-    if (!encoded.ok()) {
-      if (k.active && k.iteration == iteration) completeKey(job, k, encoded.status());
-      return;
-    }
-    payload = pinned(std::move(encoded).value());
+  // Uncompressed, the sum itself goes to every node: moved where the sends can pin it.
+  auto sum = std::make_shared<const FloatBuffer>(std::move(acc.sum));
+  auto encoded = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, *sum, sum,
+                             copies);
+  if (!encoded.ok()) {
+    if (k.active && k.iteration == iteration) completeKey(job, k, encoded.status());
+    return;
   }
+  const Payload payload = std::move(encoded).value();
   SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements,
                  compressed ? k.pull_fp : raw_fp_ ^ kResultMark, acc.contributors};
   const auto header = encodeSliceHeader(h);

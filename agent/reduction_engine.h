@@ -164,17 +164,17 @@ class ReductionEngine {
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
-  // A contribution's bytes: uncompressed ones straight from the node's sum, others encoded.
+  // A contribution's bytes, from the node's sum (encodeSlice).
   Result<Payload> contributionPayload(JobState& js, KeyState& k, uint32_t slice, bool& compressed);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
   void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
-  // Encodes one slice with the tensor's codec and its residual, or uncompressed with the
-  // residual flushed into it; counts `copies` sends of it.
-  Result<std::shared_ptr<ByteBuffer>> encodeSlice(compress::ResidualStore& residuals,
-                                                               const compress::Codec& tensor_codec,
-                                                               metrics::CodecStats& tensor_stats, bool compressed,
-                                                               KeyState& k, uint32_t slice, uint64_t iteration,
-                                                               std::span<const float> values, uint32_t copies);
+  // One slice's bytes for the wire, counted as `copies` sends: encoded with the tensor's codec
+  // and its residual; uncompressed, `values` themselves (kept alive by `pin`), or a copy with
+  // the residual a compressed round left flushed into it.
+  Result<Payload> encodeSlice(compress::ResidualStore& residuals, const compress::Codec& tensor_codec,
+                              metrics::CodecStats& tensor_stats, bool compressed, KeyState& k, uint32_t slice,
+                              uint64_t iteration, std::span<const float> values, std::shared_ptr<const void> pin,
+                              uint32_t copies);
   void onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s);
   void updatePlanGauges();
   void updateCostGauges();

@@ -210,10 +210,20 @@ def test_dashboard_uses_only_listed_metrics():
 def test_a_finished_jobs_series_and_its_codecs_gauges_go(tmp_path):
     from cluster import wait_for
     with Cluster(tmp_path, 2) as c:
-        results = c.trainers(1, ["--tensors", "300000,17", "--iterations", "5", "--codec", "2bit", "--check", "none"],
-                             job="resnet-run-7")
-        assert all(rc == 0 for rc, _ in results), results
         url = f"http://{c.metrics_address(0)}/metrics"
+        results = []
+        runner = threading.Thread(target=lambda: results.extend(c.trainers(
+            1, ["--tensors", "300000,17", "--iterations", "400", "--backward-ms", "20", "--codec", "2bit",
+                "--check", "none"],  # 8 s or more: long enough to be seen running
+            job="resnet-run-7")))
+        runner.start()
+        # While the job runs, its series and the codec's gauges are there...
+        wait_for(lambda: 'gcagent_job_trainers{training_job="resnet-run-7"} 1' in http_get(url),
+                 what="the job's series")
+        wait_for(lambda: 'gcagent_compression_ratio{codec="2bit",direction="sent"}' in http_get(url),
+                 what="2bit's ratio gauge")
+        runner.join()
+        assert len(results) == 2 and all(rc == 0 for rc, _ in results), results
         # The trainers left: the job's series go at once, the codec's gauges at the next refresh.
         text = http_get(url)
         assert 'training_job="resnet-run-7"' not in text
