@@ -204,10 +204,11 @@ void Stats::retireCodecGaugesExcept(const std::set<std::string, std::less<>>& in
 JobStats& Stats::job(std::string_view name) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(name);
-  if (it == jobs_.end() && job_labels_used_ >= kMaxJobLabels) it = jobs_.find("other");
+  // Live jobs with a label of their own, "other" aside: a retired job frees its label.
+  const size_t own = jobs_.size() - jobs_.count("other");
+  if (it == jobs_.end() && own >= kMaxJobLabels) it = jobs_.find("other");
   if (it != jobs_.end()) return it->second;
-  const std::string label = job_labels_used_ < kMaxJobLabels ? std::string(name) : std::string("other");
-  if (label != "other") ++job_labels_used_;
+  const std::string label = own < kMaxJobLabels ? std::string(name) : std::string("other");
   JobStats s{&counter(Id::job_iterations_completed_total, {label}), &gauge(Id::job_trainers, {label})};
   return jobs_.emplace(label, s).first->second;
 }

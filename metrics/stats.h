@@ -96,8 +96,8 @@ class Stats {
   // residual norm), so dashboards stop showing stale values; their counters stay, as rates
   // need them. codec() brings the gauges back.
   void retireCodecGaugesExcept(const std::set<std::string, std::less<>>& in_use);
-  // A training job's series. Labels stay bounded: the first kMaxJobLabels names get their own,
-  // later ones share "other". retireJob() removes a job's own series once it is gone.
+  // A training job's series. Labels stay bounded: at most kMaxJobLabels live jobs have their
+  // own, more share "other". retireJob() removes a job's own series (and frees its label).
   static constexpr size_t kMaxJobLabels = 32;
   JobStats& job(std::string_view name);
   void retireJob(std::string_view name);
@@ -145,7 +145,6 @@ class Stats {
   std::map<std::string, CodecStats, std::less<>> codecs_;
   std::map<uint32_t, PeerStats> peers_;
   std::map<std::string, JobStats, std::less<>> jobs_;
-  size_t job_labels_used_ = 0;  // names ever given a label of their own (bounds the label set)
   prometheus::Histogram* merge_;
   prometheus::Histogram* reduction_[3];
   prometheus::Counter* iterations_;

@@ -10,7 +10,7 @@
 //   kind (bad_message|timeout|peer_lost|reduction_failed|auth_failed|device_unavailable|accept_failed),
 //   step (encode|decode|wire|aggregate), term (w|b|overhead),
 //   reason (malformed|unauthenticated|timed_out|over_capacity),
-//   training_job (a job's name; the first 32 names an agent sees, the rest share "other"; not
+//   training_job (a job's name; at most 32 live jobs have their own, more share "other"; not
 //   "job", which Prometheus sets to the scrape job and would rename ours to exported_job).
 #pragma once
 

@@ -118,6 +118,8 @@ TEST(StatsHygiene, JobSeriesAreBoundedAndRemovedWithTheirJob) {
   stats.retireJob("job0");
   EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "job0"}}).series, 0u);
   EXPECT_EQ(read(r, "gcagent_job_trainers", {{"training_job", "job0"}}).series, 0u);
+  stats.job("late").iterations->Increment();  // job0's label is free again
+  EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "late"}}).value, 1);
   stats.retireJob("other");  // shared by many: stays
   EXPECT_EQ(read(r, "gcagent_job_iterations_completed_total", {{"training_job", "other"}}).series, 1u);
 }
