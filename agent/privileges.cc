@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -25,8 +27,10 @@ Result<UserIds> lookUpUser(const std::string& name) {
   passwd* found = nullptr;
   int rc = ::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (found == nullptr && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos) {
-    const auto uid = static_cast<uid_t>(std::stoul(name));
-    rc = ::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found);
+    errno = 0;
+    const unsigned long long uid = std::strtoull(name.c_str(), nullptr, 10);
+    if (errno == 0 && uid <= std::numeric_limits<uid_t>::max())
+      rc = ::getpwuid_r(static_cast<uid_t>(uid), &entry, buffer.data(), buffer.size(), &found);
   }
   if (found == nullptr)
     return Status::notFound(strCat("agent.user '", name, "': no such user", rc != 0 ? strCat(" (", std::strerror(rc), ")") : ""));

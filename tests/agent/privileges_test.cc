@@ -17,6 +17,12 @@ TEST(PrivilegesTest, AnUnknownUserIsNamed) {
   EXPECT_EQ(user.status().message(), "agent.user 'no-such-gcagent-user': no such user");
 }
 
+TEST(PrivilegesTest, AUidBeyondAnyUidIsNoSuchUser) {
+  auto user = lookUpUser("99999999999999999999999");
+  ASSERT_FALSE(user.ok());
+  EXPECT_EQ(user.status().message(), "agent.user '99999999999999999999999': no such user");
+}
+
 TEST(PrivilegesTest, TheAgentsOwnUserIsFoundByNameAndByNumber) {
   const passwd* me = ::getpwuid(::geteuid());
   ASSERT_NE(me, nullptr);
