@@ -12,8 +12,16 @@ Workloads:
 
 Hooks (--hook): allreduce (DDP's default gloo allreduce), fp16 (default_hooks.fp16_compress_hook),
 powersgd1 / powersgd4 (powerSGD_hook at that rank, from the second iteration on: DDP needs two
-iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC).
-Bytes on the wire are the namespace's non-loopback tx bytes over the timed iterations."""
+iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC). The gcagent hook
+learns DDP's buckets first (process-group allreduce while the bucket list still changes: the
+first three iterations); the worker fails when a timed gradset iteration did not go through the
+agent, so give it --warmup 4 or more.
+Bytes on the wire are the namespace's non-loopback tx bytes over the timed iterations.
+
+--check exact|fp16 (gradset): after the timed iterations, one more synced iteration from zeroed
+gradients, and every gradient compared with the average of every rank's gradient tensor
+(regenerated here from the ranks' seeds), within 1e-6 (exact: allreduce, gcagent none) or 2e-4
+(fp16 on values below 1/16); the largest difference is reported, a larger one fails the rank."""
 
 import argparse
 import json
@@ -30,13 +38,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from models import read_shapes
 
 
+def rank_gradients(shapes, rank):
+    """The gradient a rank's backward pass produces, tensor by tensor: values in [-1/16, 1/16),
+    like the C trainer's, from a generator seeded with the rank."""
+    gen = torch.Generator().manual_seed(rank)
+    for _, s in shapes:
+        yield torch.rand(s, generator=gen) / 8 - 1 / 16
+
+
 class GradientSet(nn.Module):
     def __init__(self, shapes):
         super().__init__()
-        gen = torch.Generator().manual_seed(dist.get_rank())
         self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for _, s in shapes])
-        # the gradient each backward pass produces: values in [-1/16, 1/16), like the C trainer's
-        self.grads = [torch.rand(s, generator=gen) / 8 - 1 / 16 for _, s in shapes]
+        self.grads = list(rank_gradients(shapes, dist.get_rank()))
 
     def forward(self, x):
         return sum((p * g).sum() for p, g in zip(self.params, self.grads)) * x
@@ -69,15 +83,36 @@ def register(model, hook, rank):
     return None
 
 
+TOLERANCE = {"exact": 1e-6, "fp16": 2e-4}
+
+
+def check_average(model, shapes, tolerance):
+    """The largest difference between a synced gradient and the average over every rank of the
+    gradients the ranks produced (each rank's regenerated tensor by tensor, so one tensor of
+    each is held at a time); raises past `tolerance`."""
+    world = dist.get_world_size()
+    streams = [rank_gradients(shapes, r) for r in range(world)]
+    worst = 0.0
+    for (name, _), p in zip(shapes, model.params):
+        expected = sum(next(g) for g in streams) / world
+        diff = (p.grad - expected).abs().max().item()
+        if not diff <= tolerance:  # NaN fails too
+            raise SystemExit(f"ddp_worker: rank {dist.get_rank()}: gradient {name} differs from the average "
+                             f"of every rank's by {diff:.3g} (tolerance {tolerance:g})")
+        worst = max(worst, diff)
+    return worst
+
+
 def gradset(a, rank):
-    model = GradientSet(read_shapes(a.model))
+    shapes = read_shapes(a.model)
+    model = GradientSet(shapes)
     # PowerSGD issues its second and third allreduce of a bucket from future callbacks: with
     # several buckets those interleave with the next buckets' in a different order on each
     # rank, and gloo fails ("Received data size doesn't match expected size"). One bucket
     # keeps the order; the others keep DDP's default 25 MB buckets.
     cap = {"bucket_cap_mb": 1e5} if a.hook.startswith("powersgd") else {}
     ddp = DDP(model, gradient_as_bucket_view=True, **cap)
-    register(ddp, a.hook, rank)
+    state = register(ddp, a.hook, rank)
     x = torch.ones(())
 
     def step():
@@ -86,14 +121,21 @@ def gradset(a, rank):
     for _ in range(a.warmup):
         step()
     dist.barrier()
+    agent0, fallback0 = (state.agent_buckets, state.fallback_buckets) if state else (0, 0)
     times, tx0, cpu0 = [], wire_tx(), time.process_time()
     for _ in range(a.iterations):
         dist.barrier()
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
-    tx = (wire_tx() - tx0) / a.iterations
     cpu = (time.process_time() - cpu0) / a.iterations
+    # a rank is done once its own results are in; the agents may still be sending the peers'
+    dist.barrier()
+    tx = (wire_tx() - tx0) / a.iterations
+    if state is not None and (state.fallback_buckets != fallback0 or state.agent_buckets == agent0):
+        raise SystemExit(f"ddp_worker: rank {rank}: {state.fallback_buckets - fallback0} buckets of the timed "
+                         f"iterations went through the process group, {state.agent_buckets - agent0} through "
+                         "the agent: the hook had not learned DDP's buckets yet (raise --warmup)")
     local = []
     with ddp.no_sync():
         for _ in range(a.iterations):
@@ -101,9 +143,22 @@ def gradset(a, rank):
             step()
             local.append(time.perf_counter() - t)
     elements = sum(p.numel() for p in model.params)
-    return {"iteration_s": times, "local_s": statistics.median(local),
-            "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
-            "grad_bytes": elements * 4}
+    out = {"iteration_s": times, "local_s": statistics.median(local),
+           "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
+           "grad_bytes": elements * 4}
+    if state is not None:
+        out.update(agent_buckets=(state.agent_buckets - agent0) // a.iterations,
+                   fallback_buckets=state.fallback_buckets)
+    if a.check != "none":
+        dist.barrier()
+        for p in model.params:
+            p.grad.zero_()  # a view into DDP's bucket (gradient_as_bucket_view): zeroed in place
+        step()
+        if state is not None and state.fallback_buckets != fallback0:
+            raise SystemExit(f"ddp_worker: rank {rank}: the checked iteration went through the process group")
+        out["check"] = a.check
+        out["check_max_error"] = check_average(model, shapes, TOLERANCE[a.check])
+    return out
 
 
 def mlp(a, rank):
@@ -150,6 +205,8 @@ def main():
     ap.add_argument("--hook", default="allreduce")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=2)
+    ap.add_argument("--check", choices=["none", *TOLERANCE], default="none",
+                    help="gradset: compare one synced iteration's gradients with the average of every rank's")
     a = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
