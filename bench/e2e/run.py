@@ -12,14 +12,26 @@ Workloads:
 - mlp: a real small PyTorch training loop (digits MLP), DDP with each hook and with gcagent's
   DDP comm hook.
 
+Systems: ddp (gloo allreduce), ddp-fp16, powersgd1, powersgd4 (DDP hooks), horovod; a codec
+name (none, fp16, 2bit, onebit, dgc, threshold): gcagent through the C test trainer (gradient
+sets) or its DDP comm hook (mlp); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
+comm hook and that codec on any workload (rows "ddp+gcagent <codec>"), the agents started in the
+namespaces as for the C trainer and with the same scheduling, so gcagent overlaps with the
+backward pass as DDP's allreduce does. gcagent's rows run once per --scheduling.
+
+Gradient sets through DDP: after the timed iterations one more synced iteration is compared
+with the average of every rank's gradient (exact for ddp and hook-none, fp16 rounding for
+ddp-fp16 and hook-fp16; the lossy codecs are not checked); --no-check skips it.
+
 Numbers: the gradient-sync time per iteration (median over the timed iterations, slowest
 rank), goodput = fp32 gradient bytes / sync time, bytes on the wire per node and iteration
 (veth counters: TCP/IP headers included), speedup = DDP gloo's sync time / the system's, both
 measured in this run. Needs root (ip netns, tc).
 
     bench/e2e/run.py [--rates 1gbit,10gbit] [--models vgg16,resnet50,bert_base,mlp]
-        [--systems ddp,fp16,powersgd1,powersgd4,horovod,none,fp16,2bit,onebit,dgc,threshold]
-        [--iterations 2] [--out bench/results]
+        [--systems ddp,ddp-fp16,powersgd1,powersgd4,horovod,none,fp16,2bit,onebit,dgc,threshold,
+                   hook-none,hook-fp16,hook-2bit,hook-onebit,hook-dgc,hook-threshold]
+        [--scheduling P3,FIFO] [--nodes 4] [--iterations 2] [--no-check] [--out bench/results]
 """
 
 import argparse
@@ -51,6 +63,10 @@ DDP_SYSTEMS = {"ddp": "allreduce", "ddp-fp16": "fp16", "powersgd1": "powersgd1",
 # codec label -> (codec, params)
 CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "onebit": ("onebit", []),
           "dgc": ("dgc", ["ratio=0.001"]), "threshold": ("threshold", ["drop=0.99"])}
+# DDP with gcagent's comm hook: system -> codec label
+HOOKS = {f"hook-{c}": c for c in CODECS}
+# the synced gradients checked against the average of every rank's (gradient sets)
+CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"], "FIFO": ["--scheduler.inflight_per_peer", "4096"]}
 
 
@@ -147,16 +163,25 @@ def free_port():
     return port
 
 
-def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=None, python=TORCH_PY):
+def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=None, python=TORCH_PY,
+              agent_extra=(), check=True):
+    """DDP workers, one per namespace (and an agent each when gcagent_codec is given, started
+    with agent_extra). check: compare the synced gradients of a gradient set with the average
+    of every rank's where the hook is exact or fp16 (CHECKS)."""
     n = len(ns.names)
     port = 29500 + (os.getpid() + int(time.time())) % 2000
     base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(ROOT / "clients" / "python")}
-    args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations),
-            "--warmup", "3" if workload == "gradset" else "20"]
+    # gcagent's hook sends the first three iterations through the process group while it learns
+    # DDP's buckets; two more pay the agents' connection set-up
+    warmup = (5 if hook == "gcagent" else 3) if workload == "gradset" else 20
+    args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations), "--warmup", str(warmup)]
     if model_csv:
         args += ["--model", str(model_csv)]
+    mode = CHECKS.get((hook, gcagent_codec) if hook == "gcagent" else hook)
+    if check and workload == "gradset" and mode:
+        args += ["--check", mode]
     if workload == "mlp":
         args[args.index("--iterations") + 1] = str(max(iterations, 50))
 
@@ -184,14 +209,30 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
             raise RuntimeError("a torch worker failed:\n" + "\n".join(o[-1500:] for o in outs))
         return [json.loads([ln for ln in o.splitlines() if ln.startswith("result: ")][-1][8:]) for o in outs]
 
+    agent = {}
     if gcagent_codec is None:
         res = launch(None)
     else:
-        with tempfile.TemporaryDirectory() as tmp, Cluster(tmp, n, [], namespaces=ns) as c:
+        with tempfile.TemporaryDirectory() as tmp, Cluster(tmp, n, list(agent_extra), namespaces=ns) as c:
+            cpu0, started = [cpu_seconds(p.pid) for p in c.procs], time.time()
             res = launch(c)
+            cpu1, wall = [cpu_seconds(p.pid) for p in c.procs], time.time() - started
+            metrics = [profile_from_metrics(scrape(c, ns, r)) for r in range(c.n)]
+        # per agent iteration (the hook's learning iterations do not reach the agents), over
+        # the whole run: warm-up, timed, no_sync and checked iterations
+        done = statistics.mean(m.get("gcagent_iterations_completed_total", 0) for m in metrics)
+        agent = {"metrics": metrics, "agent_iterations": done,
+                 "agent_cpu_s": statistics.mean(b - a for a, b in zip(cpu0, cpu1)) / max(done, 1),
+                 "agent_cpu_share": sum(b - a for a, b in zip(cpu0, cpu1)) / wall, "loadavg": os.getloadavg()[0],
+                 "cores": os.cpu_count()}
     per_iter = [max(r["iteration_s"][i] for r in res) for i in range(len(res[0]["iteration_s"]))]
     out = {"sync_s": max(r["sync_s"] for r in res), "iteration_s": per_iter,
-           "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"]}
+           "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"], **agent}
+    for key in ("agent_buckets", "fallback_buckets", "check"):
+        if key in res[0]:
+            out[key] = res[0][key]
+    if "check_max_error" in res[0]:
+        out["check_max_error"] = max(r["check_max_error"] for r in res)
     if "cpu_s" in res[0]:
         out["worker_cpu_s"] = statistics.mean(r["cpu_s"] for r in res)
     if "loss" in res[0]:
@@ -203,11 +244,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--rates", default="1gbit")
-    ap.add_argument("--models", default="vgg16")
-    ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS))
+    ap.add_argument("--models", default="vgg16", help="vgg16, resnet50, bert_base (bench/models), mlp, "
+                    "or the path of a gradient-set CSV (name,elements)")
+    ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS),
+                    help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook)")
     ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority)")
     ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--no-check", action="store_true",
+                    help="skip the check of DDP's synced gradient sets against the average of every rank's")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args()
     ok, why = Namespaces.available()
@@ -227,11 +272,14 @@ def main():
             for model in a.models.split(","):
                 workload = "mlp" if model == "mlp" else "gradset"
                 csv = None if workload == "mlp" else ROOT / "bench" / "models" / f"{model}.csv"
+                if model.endswith(".csv"):  # a gradient set of one's own: the rows name it by its stem
+                    csv, model = Path(model).resolve(), Path(model).stem
                 for system in systems:
                     runs = []
                     if system in DDP_SYSTEMS:
                         runs.append((system, "-", lambda s=system: run_torch(ns, workload, csv, DDP_SYSTEMS[s],
-                                                                              a.iterations, a.timeout)))
+                                                                              a.iterations, a.timeout,
+                                                                              check=not a.no_check)))
                     elif system == "horovod":
                         # `pip install horovod` (0.28.1, the newest on PyPI) with HOROVOD_WITH_GLOO=1
                         # HOROVOD_WITH_PYTORCH=1 against torch 2.15 did not finish building within
@@ -249,6 +297,12 @@ def main():
                             for sched in a.scheduling.split(","):
                                 runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
                                     ns, csv, s, q, a.iterations, a.timeout)))
+                    elif system in HOOKS:
+                        for sched in a.scheduling.split(","):
+                            runs.append((f"ddp+gcagent {HOOKS[system]}", sched,
+                                         lambda s=HOOKS[system], q=sched: run_torch(
+                                             ns, workload, csv, "gcagent", a.iterations, a.timeout, gcagent_codec=s,
+                                             agent_extra=SCHEDULING[q], check=not a.no_check)))
                     else:
                         raise SystemExit(f"e2e: unknown system {system!r}")
                     for label, sched, fn in runs:
@@ -268,7 +322,10 @@ def main():
                                 (model, rate, label, sched)] + [res]
                         raw.write_text(json.dumps(rows, indent=1))
                         if "sync_s" in res:
-                            log(f"  sync {res['sync_s'] * 1e3:.1f} ms, wire {res['wire_bytes'] / 1e6:.1f} MB/node")
+                            checked = (f", gradients checked ({res['check']}, max error {res['check_max_error']:.2g})"
+                                       if "check_max_error" in res else "")
+                            log(f"  sync {res['sync_s'] * 1e3:.1f} ms, "
+                                f"wire {res['wire_bytes'] / 1e6:.1f} MB/node{checked}")
     (out / "e2e.md").write_text(report.markdown(rows))
     print(report.markdown(rows))
     # the plots need matplotlib, which lives in the bench venv (scripts/setup.sh)
