@@ -1,5 +1,9 @@
-"""Smoke test of bench/e2e (the gcagent half; the torch half needs the torch venv and minutes):
-real agents in two namespaces, the numbers the benchmark reports and the table it writes."""
+"""Smoke test of bench/e2e: real agents in two namespaces, the numbers the benchmark reports and
+the table it writes; with the torch venv (GCAGENT_TORCH_PYTHON), DDP gloo and DDP with gcagent's
+comm hook on a small gradient set through run.py itself, the synced gradients checked against
+the average of every rank's."""
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,3 +68,49 @@ def test_gcagent_runs_report_sync_time_and_wire_bytes(tmp_path):
     assert "| four | 1gbit | gcagent none | P3 |" in table
     assert "| 2.00x |" in table
     assert "- gcagent none vs DDP gloo (four, 1gbit): 2.00x, goal 1.0x: met" in table
+
+
+def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
+    ok, why = Namespaces.available()
+    if not ok:
+        pytest.skip(why)
+    if not e2e.TORCH_PY.exists():
+        pytest.skip(f"no torch venv at {e2e.TORCH_PY} (scripts/setup.sh makes it)")
+    csv = tmp_path / "small.csv"
+    # DDP makes two buckets of these (its first is capped at 1 MB); both above the selective-
+    # compression threshold, so 2bit compresses them
+    csv.write_text("name,elements\nl0.weight,400000\nl0.bias,1000\nl1.weight,400000\nl1.bias,1000\n"
+                   "l2.weight,300000\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(E2E / "run.py"), "--nodes", "2", "--rates", "1gbit", "--models", str(csv),
+                        "--systems", "ddp,hook-none,hook-2bit", "--scheduling", "P3", "--iterations", "2",
+                        "--timeout", "300", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    rows = {row["system"]: row for row in json.loads((out / "e2e.json").read_text())}
+    assert set(rows) == {"ddp", "ddp+gcagent none", "ddp+gcagent 2bit"}
+    for row in rows.values():
+        assert "error" not in row, row.get("error")
+        assert row["model"] == "small" and row["nodes"] == 2 and row["sync_s"] > 0
+    grad = 4 * (400000 * 2 + 300000 + 2000)
+    ddp, none, twobit = rows["ddp"], rows["ddp+gcagent none"], rows["ddp+gcagent 2bit"]
+    assert ddp["scheduling"] == "-" and none["scheduling"] == twobit["scheduling"] == "P3"
+    assert ddp["grad_bytes"] == none["grad_bytes"] == twobit["grad_bytes"] == grad
+    # every rank compared the gradients of one synced iteration with the average of every
+    # rank's: gloo and the agent (uncompressed) within fp32 rounding
+    assert ddp["check"] == none["check"] == "exact" and "check" not in twobit
+    assert ddp["check_max_error"] <= 1e-6 and none["check_max_error"] <= 1e-6
+    # the timed iterations went through the agents (the worker fails otherwise), whose metrics
+    # were read: no errors, and at least the timed and checked iterations completed
+    for row in (none, twobit):
+        assert row["agent_buckets"] >= 1
+        assert all(m["gcagent_errors_total"] == 0 for m in row["metrics"])
+        assert all(m["gcagent_iterations_completed_total"] >= 2 for m in row["metrics"])
+    assert none["agent_iterations"] >= 3
+    # the agents' traffic is the namespace's: uncompressed at least the gradient per node (two
+    # nodes: the half the peer owns out, the reduced half back), 2 bits per element far less
+    assert grad <= none["wire_bytes"] < 1.3 * grad
+    assert twobit["wire_bytes"] < grad / 4
+    table = (out / "e2e.md").read_text()
+    assert "| small | 1gbit | ddp+gcagent none | P3 |" in table
+    assert "| small | 1gbit | ddp+gcagent 2bit | P3 |" in table
+    assert "- ddp+gcagent none vs DDP gloo (small, 1gbit):" in table
