@@ -1,7 +1,10 @@
 // Every backend through one suite: a group of ranks in this process, each with its own
-// transport (for UCX: its own context, worker and TCP connections over 127.0.0.1). The UCX
-// ranks run on a clock that starts one second after its epoch, as steady_clock does on a
-// machine that just booted; timeouts are reached by jumping that clock, not by waiting.
+// transport. "group" is the ideal in-process wire (loopback.h) that tests above the transport
+// use; "loopback" and "ucx" are the link layer (link_supervisor.h) over the loopback backend
+// (memory) and over UCX (its own context, worker and TCP connections over 127.0.0.1), both
+// behind the same gate on 127.0.0.1. The link-layer ranks run on a clock that starts one
+// second after its epoch, as steady_clock does on a machine that just booted; timeouts are
+// reached by jumping that clock, not by waiting.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 
 #include "tests/common/epoch_clock.h"
 #include "transport/loopback/loopback.h"
+#include "transport/loopback/loopback_backend.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -30,18 +34,12 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
   void makeGroup(Rank size, bool wait_up = true) {
     inbox_.assign(size, {});
     events_.assign(size, {});
-    if (GetParam() == "loopback") {
+    group_.clear();
+    if (GetParam() == "group") {
       group_ = makeLoopbackGroup(size);
     } else {
       for (Rank r = 0; r < size; ++r) {
-        UcxOptions o;
-        o.rank = r;
-        o.size = size;
-        o.listen = "127.0.0.1:0";
-        o.reconnect_seconds = 0.05;
-        o.now = clock_.now();
-        if (tweak_) tweak_(o);
-        auto t = makeUcxTransport(o);
+        auto t = makeRank(r, size, "127.0.0.1:0");
         ASSERT_TRUE(t.ok()) << t.status().toString();
         group_.push_back(std::move(t).value());
       }
@@ -56,6 +54,19 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
         if (t && !t->allPeersUp()) return false;
       return true;
     })) << "peers never came up";
+  }
+
+  // One rank of the link layer over the backend under test.
+  Result<std::unique_ptr<Transport>> makeRank(Rank r, Rank size, const std::string& listen) {
+    UcxOptions o;
+    o.rank = r;
+    o.size = size;
+    o.listen = listen;
+    o.reconnect_seconds = 0.05;
+    o.now = clock_.now();
+    if (tweak_) tweak_(o);
+    if (GetParam() == "loopback") return makeLoopbackTransport(net_, o);
+    return makeUcxTransport(o);
   }
 
   void install(Rank r) {
@@ -83,11 +94,12 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
     return v;
   }
 
+  std::shared_ptr<LoopbackNet> net_ = makeLoopbackNet();
   std::vector<std::unique_ptr<Transport>> group_;
   std::vector<std::string> addresses_;
   std::vector<std::vector<Received>> inbox_;
   std::vector<std::vector<std::pair<Rank, PeerEvent>>> events_;
-  std::function<void(UcxOptions&)> tweak_;  // adjusts each UCX rank's options
+  std::function<void(LinkOptions&)> tweak_;  // adjusts each link-layer rank's options
   testing::EpochClock clock_;
 };
 
@@ -144,12 +156,12 @@ TEST_P(TransportTest, RejectsBadDestinations) {
   EXPECT_EQ(group_[0]->send(7, {}, {}, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("loopback", "ucx"),
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("group", "loopback", "ucx"),
                          [](const auto& info) { return info.param; });
 
-// What only a real network transport can show: a peer that goes away is reported, and a
-// peer restarted at the same address rejoins.
-class UcxPeerLossTest : public TransportTest {
+// What only the link layer does: a peer that goes away is reported, and a peer restarted
+// at the same address rejoins.
+class PeerLossTest : public TransportTest {
  protected:
   // Closes rank `lost`, checks the others notice, restarts it at the same address and
   // checks that it rejoins and carries traffic.
@@ -164,13 +176,7 @@ class UcxPeerLossTest : public TransportTest {
     EXPECT_EQ(events_[a], (std::vector<std::pair<Rank, PeerEvent>>{{lost, PeerEvent::kDown}}));
     EXPECT_EQ(group_[a]->send(lost, {}, {}, nullptr).code(), StatusCode::kUnavailable);
 
-    UcxOptions o;
-    o.rank = lost;
-    o.size = 3;
-    o.listen = address;
-    o.reconnect_seconds = 0.05;
-    o.now = clock_.now();
-    auto again = makeUcxTransport(o);
+    auto again = makeRank(lost, 3, address);
     ASSERT_TRUE(again.ok()) << again.status().toString();
     group_[lost] = std::move(again).value();
     install(lost);
@@ -184,17 +190,18 @@ class UcxPeerLossTest : public TransportTest {
   }
 };
 
-TEST_P(UcxPeerLossTest, LostAcceptorIsReportedAndRejoins) { loseAndRestart(2); }
-TEST_P(UcxPeerLossTest, LostConnectorIsReportedAndRejoins) { loseAndRestart(0); }
+TEST_P(PeerLossTest, LostAcceptorIsReportedAndRejoins) { loseAndRestart(2); }
+TEST_P(PeerLossTest, LostConnectorIsReportedAndRejoins) { loseAndRestart(0); }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxPeerLossTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Links, PeerLossTest, ::testing::Values("loopback", "ucx"),
+                         [](const auto& info) { return info.param; });
 
 // Authentication: a link comes up only when both sides prove the same cluster token.
-class UcxAuthTest : public TransportTest {
+class AuthTest : public TransportTest {
  protected:
   void makeWithTokens(std::vector<std::string> tokens) {
     refusals_.assign(tokens.size(), {});
-    tweak_ = [this, tokens](UcxOptions& o) {
+    tweak_ = [this, tokens](LinkOptions& o) {
       o.token = tokens[o.rank];
       o.on_refused = [this, r = o.rank](const Refused& why) { refusals_[r].push_back(why.why.message()); };
     };
@@ -203,7 +210,7 @@ class UcxAuthTest : public TransportTest {
   std::vector<std::vector<std::string>> refusals_;
 };
 
-TEST_P(UcxAuthTest, SameTokenComesUpAndCarriesTraffic) {
+TEST_P(AuthTest, SameTokenComesUpAndCarriesTraffic) {
   makeWithTokens({"cluster-token", "cluster-token", "cluster-token"});
   ASSERT_TRUE(runUntil([&] { return group_[0]->allPeersUp() && group_[1]->allPeersUp() && group_[2]->allPeersUp(); }));
   int done = 0;
@@ -215,7 +222,7 @@ TEST_P(UcxAuthTest, SameTokenComesUpAndCarriesTraffic) {
 }
 
 // Rank 0 connects to rank 1. Whichever side holds the token checks the other's proof.
-TEST_P(UcxAuthTest, ConnectorRefusesAnAcceptorWithAnotherToken) {
+TEST_P(AuthTest, ConnectorRefusesAnAcceptorWithAnotherToken) {
   makeWithTokens({"token-a", "token-b"});
   ASSERT_TRUE(runUntil([&] { return refusals_[0].size() >= 2; })) << "the connector never refused";
   EXPECT_NE(refusals_[0][0].find("peer authentication failed: the peer claiming rank 1"), std::string::npos)
@@ -228,7 +235,7 @@ TEST_P(UcxAuthTest, ConnectorRefusesAnAcceptorWithAnotherToken) {
   EXPECT_EQ(group_[0]->send(1, {}, pattern(4, 1), nullptr).code(), StatusCode::kUnavailable);
 }
 
-TEST_P(UcxAuthTest, AcceptorRefusesAConnectorWithoutToken) {
+TEST_P(AuthTest, AcceptorRefusesAConnectorWithoutToken) {
   makeWithTokens({"", "token-b"});
   ASSERT_TRUE(runUntil([&] { return !refusals_[1].empty(); })) << "the acceptor never refused";
   EXPECT_NE(refusals_[1][0].find("did not prove knowledge of the cluster token"), std::string::npos) << refusals_[1][0];
@@ -236,17 +243,18 @@ TEST_P(UcxAuthTest, AcceptorRefusesAConnectorWithoutToken) {
   EXPECT_FALSE(group_[1]->peerUp(0));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxAuthTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Links, AuthTest, ::testing::Values("loopback", "ucx"),
+                         [](const auto& info) { return info.param; });
 
 // The heartbeat: a peer that stops answering (a stopped process, a cut link) is declared
 // lost within the peer timeout, though UCX itself would notice only after tens of seconds.
 // Time passes by jumps of the ranks' clock, each followed by enough progress for the
 // heartbeats sent to land, so a busy machine slows the test down but cannot fail it.
-class UcxHeartbeatTest : public TransportTest {
+class HeartbeatTest : public TransportTest {
  protected:
   static constexpr double kTimeout = 5, kHeartbeat = 0.1;
   void SetUp() override {
-    tweak_ = [](UcxOptions& o) {
+    tweak_ = [](LinkOptions& o) {
       o.peer_timeout_seconds = kTimeout;
       o.heartbeat_seconds = kHeartbeat;
     };
@@ -262,7 +270,7 @@ class UcxHeartbeatTest : public TransportTest {
   }
 };
 
-TEST_P(UcxHeartbeatTest, QuietButLivePeersStayUp) {
+TEST_P(HeartbeatTest, QuietButLivePeersStayUp) {
   makeGroup(2);
   // Three peer timeouts with no traffic but heartbeats.
   pass(15s, {0, 1});
@@ -272,7 +280,7 @@ TEST_P(UcxHeartbeatTest, QuietButLivePeersStayUp) {
   EXPECT_EQ(events_[1], (std::vector<std::pair<Rank, PeerEvent>>{{0, PeerEvent::kUp}}));
 }
 
-TEST_P(UcxHeartbeatTest, SilentPeerIsLostAtTheTimeoutAndRejoins) {
+TEST_P(HeartbeatTest, SilentPeerIsLostAtTheTimeoutAndRejoins) {
   for (Rank silent : {Rank{1}, Rank{0}}) {
     SCOPED_TRACE(silent);
     makeGroup(2);
@@ -306,7 +314,8 @@ TEST_P(UcxHeartbeatTest, SilentPeerIsLostAtTheTimeoutAndRejoins) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxHeartbeatTest, ::testing::Values("ucx"), [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Links, HeartbeatTest, ::testing::Values("loopback", "ucx"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace gcagent::transport
