@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -23,8 +24,10 @@ class DeviceCodec {
   // Enqueues the encoding of `in` with `state` into `out`. Returns the encoded size when the
   // codec is fixed size, else maxEncodedBytes(n): the sparse codecs' encodings start with a
   // u32 pair count, and take 4 + 8 * count bytes, readable once the work has run.
+  // `seconds`, where the device can time the encoding (the host), gets its duration once
+  // the work has run.
   virtual Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                                const compress::SliceId& id) = 0;
+                                const compress::SliceId& id, double* seconds = nullptr) = 0;
   // Enqueues out = scale * (the decoding of `in` added to -0.0), bit for bit what
   // Codec::decode writes.
   virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
@@ -38,6 +41,15 @@ class CoderDevice {
 
   // "gpu 0 (GPU-...)" or "host", for messages.
   virtual std::string describe() const = 0;
+  // Whether the device's memory is host memory the transport can send from (the host).
+  virtual bool hostAddressable() const { return false; }
+  // The work enqueued from here on belongs to `tag` (one tensor) at `priority`. A device that
+  // can reorder (the host's) runs higher priorities first, each tag's work in order; after()
+  // then reports on the tag's work only. One GPU stream ignores it: everything is in order.
+  virtual void setTag(uint64_t tag, int64_t priority) {
+    (void)tag;
+    (void)priority;
+  }
   virtual Result<std::unique_ptr<DeviceCodec>> makeCodec(const compress::CodecSpec& spec) = 0;
 
   // Zeroed memory on the device, and host memory the device copies to and from without
@@ -49,12 +61,17 @@ class CoderDevice {
   virtual void freeHost(void* p) = 0;
 
   // Element work on device memory, enqueued.
-  virtual Status add(float* dst, const float* src, size_t n) = 0;             // dst += src
+  // dst += src; `seconds`, where the device times it (the host), gets its duration once run.
+  virtual Status add(float* dst, const float* src, size_t n, double* seconds = nullptr) = 0;
   virtual Status divide(float* p, size_t n, float divisor) = 0;               // p /= divisor
   virtual Status flush(float* dst, float* residual, size_t n) = 0;            // dst += residual; residual = 0
   virtual Status zero(void* p, size_t bytes) = 0;
   // Between any two of: device memory, allocateHost() memory.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // Keeps `pin` alive until the work enqueued so far has run: host memory that work reads or
+  // writes (a trainer's segment) stays mapped even if its reduction was abandoned meanwhile.
+  virtual void hold(std::shared_ptr<const void> pin) { (void)pin; }
 
   // Runs `done` on the engine's thread once everything enqueued before has run, with the
   // first failure among it (a codec's data error, a failed launch or copy).

@@ -116,13 +116,26 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
   }
   // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
+  // Where received results wait for their decode (the message is gone after its handler).
+  GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
+  // On the host, encodings are written into buffers of their own and decodes read the staged
+  // bytes: no device memory to stage through.
+  if (device_->hostAddressable()) return &kc;
   if (kc.push_spec.name != "none") {  // none is never compressed: every slice leaves from the sum
     GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.device_encode_bytes));
   }
   GC_ASSIGN_OR_RETURN(kc.encode_host, device_->allocateHost(kc.encode_bytes));
   GC_ASSIGN_OR_RETURN(kc.decode_device, device_->allocateDevice(kc.decode_bytes));
-  GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
   return &kc;
+}
+
+std::span<const float> LocalCoder::residualOf(uint64_t job, uint64_t key, uint32_t slice) const {
+  if (!device_->hostAddressable()) return {};
+  auto it = keys_.find({job, key});
+  if (it == keys_.end()) return {};
+  const KeyCoding& k = *it->second;
+  if (slice >= k.states.size() || k.states[slice] == nullptr) return {};
+  return {k.states[slice], k.push_layout->stateElements(k.geometry.size(slice))};
 }
 
 Result<std::span<float>> LocalCoder::stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements) {
@@ -138,24 +151,36 @@ Result<std::span<float>> LocalCoder::stateOf(KeyCoding& k, uint64_t key, uint32_
   return std::span<float>(k.states[slice], elements);
 }
 
+void LocalCoder::tag(const KeyWork& w) {
+  device_->setTag(w.job * 0x9e3779b97f4a7c15ull ^ w.key, w.priority);
+}
+
 void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<bool>& exact, Encoded done) {
   deferred_.erase({w.job, w.key});  // a new iteration: what an abandoned one left is moot
+  tag(w);
   auto prepared = prepare(w);
   if (!prepared.ok()) {
     forget(w.job, w.key);
     return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
   }
   KeyCoding& k = **prepared;
+  const bool on_host = device_->hostAddressable();
   const uint64_t n_all = w.geometry.elements;
   float* sum = w.buffers.at(0);
   Status st;
-  for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n_all);
   const uint32_t slices = w.geometry.count();
+  // Times on the host: the encodes (one per slice), then the sum's adds.
+  auto seconds = std::make_shared<std::vector<double>>(slices + w.buffers.size(), 0.0);
+  for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b)
+    st = device_->add(sum, w.buffers[b], n_all, &(*seconds)[slices + b]);
   std::vector<size_t> returned(slices, 0);
   std::vector<bool> fixed(slices, true);  // sparse encodings say their size once they have run
+  // On the host: each compressed slice's own encoding buffer, and its encode time.
+  std::vector<std::shared_ptr<ByteBuffer>> own(slices);
   for (uint32_t s = 0; s < slices && st.ok(); ++s) {
     // none's encoding is the floats themselves: it leaves from the sum like an exact slice.
-    const bool compress_slice = compressed && k.encode_device != nullptr && !(s < exact.size() && exact[s]);
+    const bool compress_slice =
+        compressed && k.push_spec.name != "none" && !(s < exact.size() && exact[s]);
     const size_t n = w.geometry.size(s);
     const std::span<float> values(sum + w.geometry.begin(s), n);
     const compress::SliceId id{w.key, s, w.iteration};
@@ -169,10 +194,15 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         st = state.status();
         break;
       }
-      const std::span<std::byte> out(at(k.encode_device, k.device_encode_offsets[s]),
-                                     k.push_layout->maxEncodedBytes(n));
+      std::span<std::byte> out;
+      if (on_host) {
+        own[s] = std::make_shared<ByteBuffer>(k.push_layout->maxEncodedBytes(n));
+        out = *own[s];
+      } else {
+        out = {at(k.encode_device, k.device_encode_offsets[s]), k.push_layout->maxEncodedBytes(n)};
+      }
       encoded = out.data();
-      size = k.push->encode(values, *state, out, id);
+      size = k.push->encode(values, *state, out, id, &(*seconds)[s]);
     } else {
       if (k.states[s] != nullptr) {
         // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
@@ -180,39 +210,52 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         if (!r.empty()) st = device_->flush(values.data(), k.states[s] + (r.data() - k.states[s]), n);
         if (st.ok()) st = device_->zero(k.states[s], state_n * sizeof(float));
       }
-      // Uncompressed, the encoding is the floats themselves: copied out from where they are.
+      // Uncompressed, the encoding is the floats themselves: on the host they leave from the
+      // sum as they are; from a GPU they are copied out.
       encoded = reinterpret_cast<const std::byte*>(values.data());
       size = n * sizeof(float);
     }
     if (!size.ok()) st = size.status();
     if (st.ok()) returned[s] = *size;
     // Only the encoding crosses PCIe: its size, or the most a sparse one can take.
-    if (st.ok()) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), encoded, *size);
+    if (st.ok() && !on_host) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), encoded, *size);
   }
-  device_->after([this, job = w.job, key = w.key, &k, st, fixed = std::move(fixed), returned = std::move(returned),
-                  done = std::move(done)](const Status& ran) {
+  device_->after([this, w, &k, st, on_host, fixed = std::move(fixed), returned = std::move(returned),
+                  own = std::move(own), seconds, done = std::move(done)](const Status& ran) {
     Status first = st.ok() ? ran : st;
     if (!first.ok()) return done(Status(first.code(), strCat("encoding on ", device_->describe(), ": ", first.message())));
     // The key may have been forgotten meanwhile (re-declared): its memory is gone.
-    auto it = keys_.find({job, key});
+    auto it = keys_.find({w.job, w.key});
     if (it == keys_.end() || it->second.get() != &k)
-      return done(Status::failedPrecondition(strCat("tensor ", key, " was declared again while it was being encoded")));
-    std::vector<std::shared_ptr<ByteBuffer>> payloads;
+      return done(Status::failedPrecondition(strCat("tensor ", w.key, " was declared again while it was being encoded")));
+    KeyEncodings encodings;
+    for (size_t b = returned.size(); b < seconds->size(); ++b) encodings.sum_seconds += (*seconds)[b];
     for (uint32_t s = 0; s < returned.size(); ++s) {
-      const std::byte* bytes = at(k.encode_host, k.encode_offsets[s]);
-      const size_t capacity = (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
-      auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
-      if (!size.ok()) return done(size.status());
-      auto payload = std::make_shared<ByteBuffer>(*size);
-      std::memcpy(payload->data(), bytes, *size);
-      payloads.push_back(std::move(payload));
+      if (on_host && own[s]) {
+        auto size = encodedSize(fixed[s], returned[s], own[s]->data(), own[s]->size());
+        if (!size.ok()) return done(size.status());
+        own[s]->resize(*size);
+        encodings.slices.push_back({own[s], *own[s], (*seconds)[s]});
+      } else if (on_host) {
+        const float* values = w.buffers[0] + w.geometry.begin(s);
+        encodings.slices.push_back({w.keepalive, std::as_bytes(std::span<const float>(values, w.geometry.size(s))), 0});
+      } else {
+        const std::byte* bytes = at(k.encode_host, k.encode_offsets[s]);
+        const size_t capacity =
+            (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
+        auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
+        if (!size.ok()) return done(size.status());
+        auto payload = std::make_shared<ByteBuffer>(bytes, bytes + *size);
+        encodings.slices.push_back({payload, *payload, 0});
+      }
     }
-    done(std::move(payloads));
+    done(std::move(encodings));
   });
 }
 
 void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
                               float divisor, Done done) {
+  tag(w);
   auto prepared = prepare(w);
   if (!prepared.ok()) {
     forget(w.job, w.key);
@@ -230,19 +273,26 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   std::byte* on_device = at(k.decode_device, k.decode_offsets[slice]);
   if (st.ok()) {
     std::memcpy(staged, bytes.data(), bytes.size());
-    st = device_->copy(on_device, staged, bytes.size());
+    if (device_->hostAddressable()) {
+      on_device = staged;
+    } else {
+      st = device_->copy(on_device, staged, bytes.size());
+    }
   }
   float* out = w.buffers.at(0) + b;
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
   if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, {w.key, slice, w.iteration});
   if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
-  if (!done) return defer(w, slice, st);
+  if (!done) {
+    device_->hold(w.keepalive);  // the reduction may be abandoned before its last decode
+    return defer(w, slice, st);
+  }
   if (auto it = deferred_.find({w.job, w.key}); it != deferred_.end()) {
     st = std::move(it->second);
     deferred_.erase(it);
   }
-  device_->after([this, st, done = std::move(done)](const Status& ran) {
+  device_->after([this, st, pin = w.keepalive, done = std::move(done)](const Status& ran) {
     const Status first = st.ok() ? ran : st;
     if (!first.ok()) return done(Status(first.code(), strCat("decoding on ", device_->describe(), ": ", first.message())));
     done({});
@@ -255,13 +305,14 @@ void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {
 }
 
 void LocalCoder::sum(const KeyWork& w, float divisor, Done done) {
+  tag(w);
   const size_t n = w.geometry.elements;
   float* sum = w.buffers.at(0);
   Status st;
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->add(sum, w.buffers[b], n);
   if (st.ok() && divisor != 1.0f) st = device_->divide(sum, n, divisor);
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b) st = device_->copy(w.buffers[b], sum, n * sizeof(float));
-  device_->after([st, done = std::move(done)](const Status& ran) { done(st.ok() ? ran : st); });
+  device_->after([st, pin = w.keepalive, done = std::move(done)](const Status& ran) { done(st.ok() ? ran : st); });
 }
 
 }  // namespace gcagent::agent

@@ -5,7 +5,9 @@
 // the owners' side (summing the contributions, encoding the result) stays with the engine.
 //
 // One LocalCoder per device; it keeps the residuals of every (job, key) it coded, per slice.
-// Work is asynchronous: calls enqueue and return, `done` runs on the engine's thread.
+// Work is asynchronous: calls enqueue and return, `done` runs on the engine's thread. On the
+// host the sum is formed in the first trainer's buffer and uncompressed slices leave from
+// it without a copy; on a GPU only the encodings cross PCIe.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +35,30 @@ struct KeyWork {
   compress::CodecSpec pull;  // results
   scheduler::SliceGeometry geometry;
   std::vector<float*> buffers;  // the local trainers' gradients, in the device's memory
+  int32_t priority = 0;         // the tensor's: on the host, higher priorities are coded first
+  // Owns the buffers' memory on the host (the trainers' segments): held until the work on
+  // them has run, and pinning uncompressed slices that leave straight from the sum.
+  std::shared_ptr<const void> keepalive;
+};
+
+// One slice's bytes for the wire and what keeps them alive until the transport is done: an
+// encoding, or for a slice that leaves uncompressed from host memory, that memory.
+struct SliceEncoding {
+  std::shared_ptr<const void> pin;
+  std::span<const std::byte> bytes;
+  double seconds = 0;  // the encoding's duration where the device times it (the host), else 0
+};
+
+// A key's encodings, one per slice, and how long the local sum took (timed on the host).
+struct KeyEncodings {
+  std::vector<SliceEncoding> slices;
+  double sum_seconds = 0;
 };
 
 class LocalCoder {
  public:
   using Done = std::function<void(const Status&)>;
-  using Encoded = std::function<void(Result<std::vector<std::shared_ptr<ByteBuffer>>>)>;
+  using Encoded = std::function<void(Result<KeyEncodings>)>;
 
   // `residual_budget_bytes`: what the residuals kept on the device may take (as the engine's
   // compress.residual_budget_bytes on the host); an encode that needs more fails naming it.
@@ -49,7 +69,7 @@ class LocalCoder {
   // and the slice's residual when `compressed`, else uncompressed with whatever residual the
   // slice still owes added in (and cleared). Slices marked in `exact` (those this node owns,
   // whose sum it adds itself, as the host path does) always go uncompressed. `done` gets one
-  // payload per slice.
+  // encoding per slice.
   void encode(const KeyWork& work, bool compressed, const std::vector<bool>& exact, Encoded done);
   // Writes the decoding of an owner's result for `slice`, divided by `divisor` (1: the sum),
   // into every buffer; `compressed`: encoded with the pull codec, else uncompressed. An empty
@@ -65,11 +85,16 @@ class LocalCoder {
   void forget(uint64_t job, uint64_t key);
   void forgetJob(uint64_t job);
 
+  // A slice's residual state, where the engine's thread can read it (host memory, between
+  // the key's reductions); empty elsewhere or before its first compressed encode.
+  std::span<const float> residualOf(uint64_t job, uint64_t key, uint32_t slice) const;
+
   CoderDevice& device() { return *device_; }
 
  private:
   struct KeyCoding;
   Result<KeyCoding*> prepare(const KeyWork& work);
+  void tag(const KeyWork& work);
   // A slice's residual state on the device, allocated (zeroed) at its first compressed encode
   // and counted against the budget.
   Result<std::span<float>> stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements);

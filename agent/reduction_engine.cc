@@ -97,22 +97,14 @@ struct ReductionEngine::KeyState {
   uint64_t iteration = 0;
   std::vector<float*> outputs;
   uint32_t slices_left = 0;
-  // The node's sum of this iteration: local_sum, or the only trainer's buffer. source_pin keeps
-  // it alive while uncompressed slices are sent straight from it (local_sum, or the caller's
-  // keepalive of the buffers). A local_sum a send still holds is replaced, not overwritten.
-  std::shared_ptr<FloatBuffer> local_sum;
-  const float* source = nullptr;
-  std::shared_ptr<const void> source_pin;
   uint32_t contributors = 0;
   bool completed_once = false;
   uint64_t last_iteration = 0;  // last iteration this node finished or failed
   // Owner side, by (slice, iteration).
   std::map<std::pair<uint32_t, uint64_t>, Accumulator> accumulators;
-  // The coder of the last reduction that had one (it keeps this key's residuals), and
-  // whether the reduction in flight runs its node side there.
+  // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.
   std::shared_ptr<LocalCoder> coder;
-  bool coded = false;
-  KeyWork work;  // what the coder is told, while coded
+  KeyWork work;  // what the coder is told, while active
   SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 
@@ -133,16 +125,14 @@ ReductionEngine::Payload pinned(std::shared_ptr<ByteBuffer> encoding) {
 
 }  // namespace
 
-// A slice waiting for its peer's credit window. A contribution is encoded (or, uncompressed,
-// pointed at) when it leaves the queue: it reads the node's sum, which stays put while the
-// key is active. A result was encoded once by the owner and is shared by the sends to every
-// node; so are coded contributions, which come encoded from the coder.
+// A slice waiting for its peer's credit window: its header and its bytes, pinned. A result
+// was encoded once by the owner and is shared by the sends to every node.
 struct ReductionEngine::Outgoing {
   SliceKind kind;
   uint64_t job, key, iteration;
   uint32_t slice;
-  std::vector<std::byte> header;  // results and coded contributions only
-  Payload payload;                // results and coded contributions only (pinned)
+  std::vector<std::byte> header;
+  Payload payload;
 };
 
 struct ReductionEngine::Lane : scheduler::SendLane<Outgoing> {
@@ -152,9 +142,8 @@ struct ReductionEngine::Lane : scheduler::SendLane<Outgoing> {
 
 struct ReductionEngine::JobState {
   std::unordered_map<uint64_t, KeyState> keys;
-  compress::ResidualStore push_residuals;
-  compress::ResidualStore pull_residuals;
-  explicit JobState(size_t budget) : push_residuals(budget), pull_residuals(budget) {}
+  compress::ResidualStore pull_residuals;  // the owner's, for the results it re-encodes
+  explicit JobState(size_t budget) : pull_residuals(budget) {}
 };
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
@@ -278,7 +267,6 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   for (auto& [key, old] : js.keys) {
     auto now = keys.find(key);
     if (now == keys.end() || now->second.spec.elements != old.spec.elements || now->second.push_fp != old.push_fp) {
-      js.push_residuals.erase(key);
       js.pull_residuals.erase(key);
       if (old.coder) old.coder->forget(job, key);
     }
@@ -341,88 +329,27 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   const bool own_share_encoded = isMxnet(k.spec) && compressed;
   const bool alone = transport_.size() == 1 && !own_share_encoded;
   k.contributors = static_cast<uint32_t>(k.outputs.size());
-  k.coded = coder != nullptr;
-  if (coder) {
-    if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
-    k.coder = std::move(coder);
-    k.work = {job, key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs};
-    auto engine = std::weak_ptr<ReductionEngine*>(alive_);
-    if (alone) {
-      k.coder->sum(k.work, divisorOf(k.spec, k.contributors), [engine, job, key, iteration](const Status& s) {
-        if (auto e = engine.lock(); e && *e) (*e)->onSummedLocally(job, key, iteration, s);
-      });
-      return {};
-    }
-    // The slices this node owns go exact unless its own share is encoded (mxnet).
-    std::vector<bool> own(k.slice_count);
-    for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = !own_share_encoded && ownerOf(key, s) == transport_.rank();
-    k.coder->encode(k.work, compressed, own,
-                    [engine, job, key, iteration, compressed](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
-                      if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
-                    });
-    return {};
-  }
-  const uint64_t n = k.spec.elements;
+  // The node's side runs where the gradients are: on their GPU's coder, else the host's.
+  const bool on_host = coder == nullptr;
+  if (on_host) coder = options_.host_coder;
+  if (!coder) return Status::internal("the engine has no host coder");
+  if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
+  k.coder = std::move(coder);
+  k.work = {job, key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.spec.priority,
+            on_host ? std::move(keepalive) : nullptr};
+  auto engine = std::weak_ptr<ReductionEngine*>(alive_);
   if (alone) {
-    // A node on its own: the local sum is the whole sum. The last add divides (for an
-    // average) into the first trainer's buffer; the others get a copy.
-    if (k.outputs.size() > 1) {
-      const float divisor = divisorOf(k.spec, k.contributors);
-      float* out = k.outputs[0];
-      for (size_t b = 1; b < k.outputs.size(); ++b) {
-        const float* in = k.outputs[b];
-        const bool last = b + 1 == k.outputs.size();
-        if (last && divisor != 1.0f) {
-          addAndDivide(out, in, n, divisor);
-        } else {
-          addInto(out, in, n);
-        }
-      }
-      for (size_t b = 1; b < k.outputs.size(); ++b) std::memcpy(k.outputs[b], out, n * sizeof(float));
-    }
-    completeKey(job, k, {});
+    k.coder->sum(k.work, divisorOf(k.spec, k.contributors), [engine, job, key, iteration](const Status& s) {
+      if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, iteration, s);
+    });
     return {};
   }
-  k.source = k.outputs[0];
-  k.source_pin = std::move(keepalive);
-  if (k.outputs.size() > 1) {
-    const auto merge_start = options_.now();
-    if (!k.local_sum || k.local_sum.use_count() > 1) k.local_sum = std::make_shared<FloatBuffer>();
-    FloatBuffer& sum = *k.local_sum;
-    sum.resize(n);  // then memcpy (see FloatBuffer)
-    std::memcpy(sum.data(), k.outputs[0], n * sizeof(float));
-    for (size_t b = 1; b < k.outputs.size(); ++b) {
-      addInto(sum.data(), k.outputs[b], n);
-    }
-    stats_->merge().Observe(secondsBetween(merge_start, options_.now()));
-    k.source = sum.data();
-    k.source_pin = k.local_sum;
-  }
-  const uint32_t self = transport_.rank();
-  std::vector<bool> touched(transport_.size(), false);
-  for (uint32_t s = 0; s < k.slice_count && k.active; ++s) {
-    const uint32_t owner = ownerOf(key, s);
-    if (owner == self && own_share_encoded) {
-      // Encoded with this node's residual, as it would be for another owner; not on the wire.
-      const uint64_t b = k.geometry.begin(s), size = k.geometry.size(s);
-      auto payload = encodeSlice(js.push_residuals, *k.push, *k.push_stats, true, k, s, iteration,
-                                 {k.source + b, size}, nullptr, /*copies=*/0);
-      if (!payload.ok()) {
-        completeKey(job, k, payload.status());
-        break;
-      }
-      addContribution(js, job, k, s, iteration, self, k.contributors, nullptr, payload->bytes, true);
-      continue;
-    }
-    if (owner == self) {
-      addContribution(js, job, k, s, iteration, self, k.contributors, k.source + k.geometry.begin(s), {}, false);
-      continue;
-    }
-    enqueue(owner, k.spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, {}, {}});
-    touched[owner] = true;
-  }
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (touched[r]) dispatch(r);
+  // The slices this node owns go exact unless its own share is encoded (mxnet).
+  std::vector<bool> own(k.slice_count);
+  for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = !own_share_encoded && ownerOf(key, s) == transport_.rank();
+  k.coder->encode(k.work, compressed, own, [engine, job, key, iteration, compressed](Result<KeyEncodings> r) {
+    if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
+  });
   return {};
 }
 
@@ -436,14 +363,7 @@ void ReductionEngine::dispatch(transport::Rank to) {
   lane.dispatching = true;
   while (const Outgoing* queued = lane.next()) {
     const Outgoing& next = *queued;
-    uint64_t estimate = 0;
-    if (next.payload.pin) {
-      estimate = next.payload.bytes.size();
-    } else if (KeyState* k = findKey(next.job, next.key)) {
-      const uint64_t n = k->geometry.size(next.slice);
-      estimate = k->plan.compress ? k->push->maxEncodedBytes(n) : n * sizeof(float);
-    }
-    if (!lane.admits(estimate)) break;
+    if (!lane.admits(next.payload.bytes.size())) break;
     Outgoing item = lane.pop();
     KeyState* k = findKey(item.job, item.key);
     Payload payload = std::move(item.payload);
@@ -451,18 +371,6 @@ void ReductionEngine::dispatch(transport::Rank to) {
     if (item.kind == SliceKind::kContribution) {
       // A reduction that failed meanwhile leaves its queued slices behind: drop them.
       if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
-    }
-    if (item.kind == SliceKind::kContribution && !payload.pin) {  // coded contributions come encoded
-      bool compressed = false;
-      auto made = contributionPayload(*jobs_.at(item.job), *k, item.slice, compressed);  // k exists: so does its job
-      if (!made.ok()) {
-        completeKey(item.job, *k, made.status());
-        continue;
-      }
-      payload = std::move(made).value();
-      SliceMessage h{SliceKind::kContribution, item.job, item.key, item.iteration, item.slice, k->slice_count,
-                     k->spec.elements, compressed ? k->push_fp : raw_fp_, k->contributors};
-      header = encodeSliceHeader(h);
     }
     const uint64_t bytes = payload.bytes.size();
     lane.take(bytes);
@@ -491,14 +399,6 @@ void ReductionEngine::dispatch(transport::Rank to) {
 void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s) {
   if (auto took = lanes_[to]->complete(bytes, handed, options_.now(), s.ok())) planner_.recordWire(bytes, *took);
   dispatch(to);
-}
-
-Result<ReductionEngine::Payload> ReductionEngine::contributionPayload(JobState& js, KeyState& k, uint32_t slice,
-                                                                      bool& compressed) {
-  compressed = k.plan.compress && k.push_spec.name != "none";
-  const uint64_t b = k.geometry.begin(slice), n = k.geometry.size(slice);
-  return encodeSlice(js.push_residuals, *k.push, *k.push_stats, compressed, k, slice, k.iteration, {k.source + b, n},
-                     k.source_pin, 1);
 }
 
 void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
@@ -543,13 +443,6 @@ Result<ReductionEngine::Payload> ReductionEngine::encodeSlice(
   if (compressed) {
     planner_.recordEncode(codec.name(), n, written, took);
     sampleResidual(stats, codec, state, n);
-    if (&tensor_codec == k.push.get() && k.silent.due(slice, iteration) &&
-        k.silent.observe(codec, values, {payload->data(), written}, {key, slice, iteration})) {
-      stats.silent->Increment();
-      GC_LOG(kWarn, "agent", "tensor ", key, ": codec '", codec.name(), "' encoded nonzero gradients as nothing but "
-             "zeros for ", k.silent.silentIterations(), " iterations; its residual only grows and the layer does not "
-             "train (lower the codec's threshold or raise its ratio: gcagent --list-codecs)");
-    }
   }
   payload->resize(written);
   countSent(stats, n * sizeof(float), written, copies);
@@ -663,36 +556,15 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
     GC_LOG(kWarn, "agent", why);
     return;
   }
-  const uint64_t b = k.geometry.begin(slice), e = k.geometry.end(slice);
   const float divisor = divisorOf(k.spec, contributors);
-  if (k.coded) {
-    stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
-    // The device runs the decodes in order: only the last one reports, for all of them.
-    if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, divisor, {});
-    auto engine = std::weak_ptr<ReductionEngine*>(alive_);
-    k.coder->decodeResult(k.work, slice, compressed, encoded, divisor,
-                          [engine, job, key = k.spec.key, iteration](const Status& s) {
-                            if (auto e = engine.lock(); e && *e) (*e)->onDecoded(job, key, iteration, s);
-                          });
-    return;
-  }
-  float* out = k.outputs[0] + b;
-  std::span<float> dst(out, e - b);
-  const auto decode_start = options_.now();
-  const compress::Codec& codec = compressed ? *k.pull : *raw_codec_;
-  // The same bits on every node for the same bytes; an average is one division of the sum.
-  Status s = codec.decode(encoded, dst, 1.0f, {k.spec.key, slice, iteration});
-  if (s.ok() && divisor != 1.0f) divideBy(out, e - b, divisor);
-  const double took = secondsBetween(decode_start, options_.now());
-  (compressed ? k.pull_stats : k.raw_stats)->decode->Observe(took);
-  planner_.recordDecode(codec.name(), encoded.size(), took);
-  if (!s.ok()) {
-    badMessage(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message()));
-    completeKey(job, k, Status::dataLoss(strCat("result of tensor ", k.spec.key, " slice ", slice, ": ", s.message())));
-    return;
-  }
-  for (size_t t = 1; t < k.outputs.size(); ++t) std::memcpy(k.outputs[t] + b, out, (e - b) * sizeof(float));
-  if (--k.slices_left == 0) completeKey(job, k, {});
+  if (!k.coder->device().hostAddressable()) stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
+  // The coder runs a key's decodes in order: only the last one reports, for all of them.
+  if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, divisor, {});
+  auto engine = std::weak_ptr<ReductionEngine*>(alive_);
+  k.coder->decodeResult(k.work, slice, compressed, encoded, divisor,
+                        [engine, job, key = k.spec.key, iteration](const Status& s) {
+                          if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, iteration, s);
+                        });
 }
 
 void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& status) {
@@ -701,9 +573,8 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.completed_once = true;
   k.last_iteration = k.iteration;
   k.outputs.clear();
-  k.source_pin.reset();  // sends still in flight hold their own
-  k.coded = false;
   k.work.buffers.clear();
+  k.work.keepalive.reset();  // the coder's queued work and the sends in flight hold their own
   if (status.ok()) {
     ++counters_.keys_completed;
     stats_->tensorsReduced().Increment();
@@ -717,56 +588,75 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
 }
 
 void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
-                                Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads) {
+                                Result<KeyEncodings> encoded) {
   KeyState* k = findKey(job, key);
   if (k == nullptr || !k->active || k->iteration != iteration) return;  // failed meanwhile
-  if (!payloads.ok()) return completeKey(job, *k, payloads.status());
-  if (payloads->size() != k->slice_count)
-    return completeKey(job, *k, Status::internal(strCat("the coder returned ", payloads->size(), " slices of ",
+  if (!encoded.ok()) return completeKey(job, *k, encoded.status());
+  std::vector<SliceEncoding>& encodings = encoded->slices;
+  if (encodings.size() != k->slice_count)
+    return completeKey(job, *k, Status::internal(strCat("the coder returned ", encodings.size(), " slices of ",
                                                         k->slice_count)));
   JobState& js = *jobs_.at(job);
+  const bool on_host = k->coder->device().hostAddressable();
+  if (!on_host) {
+    uint64_t to_host = 0;
+    for (const SliceEncoding& e : encodings) to_host += e.bytes.size();
+    stats_->gpuCopy(true).Increment(static_cast<double>(to_host));
+  }
+  if (on_host && k->outputs.size() > 1) stats_->merge().Observe(encoded->sum_seconds);
+  if (compressed && on_host) observeEncodings(*k, iteration, encodings);
   metrics::CodecStats& cs = compressed ? *k->push_stats : *k->raw_stats;
   const uint32_t fp = compressed ? k->push_fp : raw_fp_;
-  uint64_t to_host = 0;
-  for (const auto& payload : *payloads) to_host += payload->size();
-  stats_->gpuCopy(true).Increment(static_cast<double>(to_host));
   const uint32_t self = transport_.rank();
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
-    std::shared_ptr<ByteBuffer>& payload = (*payloads)[s];
+    SliceEncoding& e = encodings[s];
     const uint32_t owner = ownerOf(key, s);
     if (owner == self) {
-      // This node's own contribution: exact, or encoded under mxnet (as on the host path).
-      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, *payload,
+      // This node's own contribution: exact, or encoded under mxnet.
+      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, e.bytes,
                       compressed && isMxnet(k->spec));
       continue;
     }
-    countSent(cs, k->geometry.size(s) * sizeof(float), payload->size(), 1);
+    countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                    k->contributors};
-    enqueue(owner, k->spec.priority,
-            Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h), pinned(std::move(payload))});
+    enqueue(owner, k->spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h),
+                                              Payload{std::move(e.pin), e.bytes}});
     touched[owner] = true;
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (touched[r]) dispatch(r);
 }
 
-void ReductionEngine::onDecoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
+void ReductionEngine::observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings) {
+  for (uint32_t s = 0; s < encodings.size(); ++s) {
+    const SliceEncoding& e = encodings[s];
+    if (e.seconds <= 0) continue;  // not encoded (an exact slice), or not timed
+    const uint64_t n = k.geometry.size(s);
+    k.push_stats->encode->Observe(e.seconds);
+    planner_.recordEncode(k.push_spec.name, n, e.bytes.size(), e.seconds);
+    sampleResidual(*k.push_stats, *k.push, k.coder->residualOf(k.work.job, k.spec.key, s), n);
+  }
+  // Sampled: slice 0 now and then. The sum is still in the first buffer (results come later).
+  if (!k.silent.due(0, iteration) || encodings.empty() || encodings[0].seconds <= 0) return;
+  const std::span<const float> input(k.outputs[0], k.geometry.size(0));
+  if (!k.silent.observe(*k.push, input, encodings[0].bytes, {k.spec.key, 0, iteration})) return;
+  k.push_stats->silent->Increment();
+  GC_LOG(kWarn, "agent", "tensor ", k.spec.key, ": codec '", k.push_spec.name, "' encoded nonzero gradients as nothing "
+         "but zeros for ", k.silent.silentIterations(), " iterations; its residual only grows and the layer does not "
+         "train (lower the codec's threshold or raise its ratio: gcagent --list-codecs)");
+}
+
+void ReductionEngine::onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
   KeyState* k = findKey(job, key);
   if (k == nullptr || !k->active || k->iteration != iteration) return;
-  if (!status.ok()) {
+  if (!status.ok() && transport_.size() > 1) {
     const std::string why = strCat("results of tensor ", key, ": ", status.message());
     badMessage(why);
     return completeKey(job, *k, Status::dataLoss(why));
   }
-  completeKey(job, *k, {});  // the last slice's report, for every slice
-}
-
-void ReductionEngine::onSummedLocally(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
-  KeyState* k = findKey(job, key);
-  if (k == nullptr || !k->active || k->iteration != iteration) return;
-  completeKey(job, *k, status);
+  completeKey(job, *k, status);  // the last slice's report, for every slice
 }
 
 void ReductionEngine::updateCostGauges() {

@@ -9,14 +9,14 @@
 // owner's residual) or mxnet (its share encoded like every other, the sum sent as is).
 //
 // Iterations are synchronous per key: a key reduces one iteration at a time on a node, and
-// owners keep contributions of different iterations apart. Everything runs on the thread
-// that owns the transport.
+// owners keep contributions of different iterations apart. The engine runs on the thread
+// that owns the transport; the node's side (local sum, encode, result decode) runs on a
+// LocalCoder, the host's on a HostStream thread in priority order, a GPU's on its stream.
 //
 // Sending follows P3: every slice bound for a peer waits in that peer's priority queue
 // (the tensor's priority, FIFO among equals) and leaves when the peer's credit window
 // (inflight_per_peer slices, optionally inflight_bytes) has room, so a high-priority
-// tensor submitted late overtakes the low-priority slices still queued. Contributions are
-// encoded when they leave the queue, so the codec work follows the same order. Whether a
+// tensor submitted late overtakes the low-priority slices still queued. Whether a
 // tensor travels compressed is the planner's decision (scheduler/planner.h); every slice
 // names its codec, and a slice sent uncompressed carries its residual along.
 #pragma once
@@ -63,7 +63,10 @@ struct EngineOptions {
   uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
   uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
-  size_t residual_budget_bytes = SIZE_MAX;
+  size_t residual_budget_bytes = SIZE_MAX;  // the owner's residuals, per job (the node's: its coder's)
+  // The node's side of host gradients: a LocalCoder on the host device (agent/host_coder_device.h),
+  // whose work runs on a HostStream's thread. Required.
+  std::shared_ptr<LocalCoder> host_coder;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
   // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
@@ -100,12 +103,13 @@ class ReductionEngine {
 
   // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
   // gradient (elements floats each), in local rank order; they receive the result (the
-  // average or the sum, per the tensor's policy) in place. With a `coder`, the
-  // buffers are in its device's memory, and the node's side of the reduction (local sum,
-  // encoding with this node's residuals, decoding the results) runs there.
-  // `keepalive` owns the buffers' memory (the trainers' segments): uncompressed slices are
-  // sent straight from it, so it is held until the transport is done with them, even past
-  // the reduction's end. Null: the caller keeps the buffers mapped at least that long.
+  // average or the sum, per the tensor's policy) in place. The node's side of the reduction
+  // (local sum, encoding with this node's residuals, decoding the results) runs on `coder`
+  // when the buffers are in its device's memory, else on the host coder.
+  // `keepalive` owns host buffers' memory (the trainers' segments): uncompressed slices are
+  // sent straight from it, so it is held until the coder's work and the transport are done
+  // with them, even past the reduction's end. Null: the caller keeps the buffers mapped at
+  // least that long.
   Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
                 std::shared_ptr<LocalCoder> coder = nullptr, std::shared_ptr<const void> keepalive = nullptr);
 
@@ -155,17 +159,18 @@ class ReductionEngine {
   void completeKey(uint64_t job, KeyState& k, const Status& status);
   // The coder's side of a reduction: its encodings are in, or a result was decoded.
   void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
-                 Result<std::vector<std::shared_ptr<ByteBuffer>>> payloads);
-  void onDecoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
-  void onSummedLocally(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
+                 Result<KeyEncodings> encoded);
+  // The coder's results are decoded (or, on a node on its own, the sum is in every buffer).
+  void onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
+  // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
+  // a host coder's encodings.
+  void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
   // Adds one node's contribution to the slice's sum: the sum so far when it is the first.
   Status addToSum(KeyState& k, Accumulator& acc, uint32_t slice, uint64_t iteration, transport::Rank from,
                   const float* local, std::span<const std::byte> encoded, bool compressed);
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
-  // A contribution's bytes, from the node's sum (encodeSlice).
-  Result<Payload> contributionPayload(JobState& js, KeyState& k, uint32_t slice, bool& compressed);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
   void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
   // One slice's bytes for the wire, counted as `copies` sends: encoded with the tensor's codec

@@ -74,17 +74,18 @@ Run iterate(asio::io_context& io, LocalCoder& coder, const std::vector<uint64_t>
   std::vector<KeyWork> works(sizes.size());
   for (size_t t = 0; t < sizes.size(); ++t) {
     KeyWork& w = works[t];
-    w = {1, t, iteration, codec, codec, {sizes[t], slice_elements}, {buffers[t]}};
+    w = {1, t, iteration, codec, codec, {sizes[t], slice_elements}, {buffers[t]}, 0, nullptr};
     ++outstanding;
-    coder.encode(w, compressed, {}, [&, t](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) {
+    coder.encode(w, compressed, {}, [&, t](Result<KeyEncodings> r) {
       --outstanding;
       must(r.ok(), "encode: " + r.status().toString());
-      for (uint32_t s = 0; s < r->size(); ++s) {
-        const ByteBuffer& bytes = *(*r)[s];
+      const std::vector<SliceEncoding>& slices = r->slices;
+      for (uint32_t s = 0; s < slices.size(); ++s) {
+        const std::span<const std::byte> bytes = slices[s].bytes;
         run.to_host += static_cast<double>(bytes.size());
         if (encode_only) continue;
         run.to_device += static_cast<double>(bytes.size());
-        if (s + 1 < r->size()) {  // as the engine does: the last decode reports for all
+        if (s + 1 < slices.size()) {  // as the engine does: the last decode reports for all
           coder.decodeResult(works[t], s, compressed, bytes, 2.0f, {});
           continue;
         }

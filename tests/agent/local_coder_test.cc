@@ -15,6 +15,14 @@
 namespace gcagent::agent {
 namespace {
 
+// The encodings' bytes, copied out of whatever holds them.
+Result<std::vector<std::shared_ptr<ByteBuffer>>> copied(Result<KeyEncodings> r) {
+  if (!r.ok()) return r.status();
+  std::vector<std::shared_ptr<ByteBuffer>> out;
+  for (const SliceEncoding& e : r->slices) out.push_back(std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end()));
+  return out;
+}
+
 class LocalCoderTest : public ::testing::Test {
  protected:
   LocalCoderTest() : coder_(makeHostCoderDevice(io_)) {}
@@ -27,7 +35,7 @@ class LocalCoderTest : public ::testing::Test {
 
   Result<std::vector<std::shared_ptr<ByteBuffer>>> encode(const KeyWork& w, bool compressed) {
     Result<std::vector<std::shared_ptr<ByteBuffer>>> got = Status::internal("no report");
-    coder_.encode(w, compressed, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+    coder_.encode(w, compressed, {}, [&](Result<KeyEncodings> r) { got = copied(std::move(r)); });
     settle();
     return got;
   }
@@ -234,7 +242,7 @@ TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {
   std::vector<float> a(2500, 0.5f);
   KeyWork w = workOf("2bit", 2500, 1000, {a.data()}, 1);  // 2bit keeps 4 bytes per element
   Result<std::vector<std::shared_ptr<ByteBuffer>>> got = Status::internal("no report");
-  small.encode(w, true, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  small.encode(w, true, {}, [&](Result<KeyEncodings> r) { got = copied(std::move(r)); });
   settle();
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kResourceExhausted);
@@ -246,7 +254,7 @@ TEST_F(LocalCoderTest, ResidualsBeyondTheBudgetAreRefusedNamingIt) {
   small.forget(w.job, w.key);
   std::vector<float> b(1500, 0.5f);
   KeyWork fits = workOf("2bit", 1500, 1000, {b.data()}, 1);
-  small.encode(fits, true, {}, [&](Result<std::vector<std::shared_ptr<ByteBuffer>>> r) { got = std::move(r); });
+  small.encode(fits, true, {}, [&](Result<KeyEncodings> r) { got = copied(std::move(r)); });
   settle();
   EXPECT_TRUE(got.ok()) << got.status().toString();
 }

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "agent/host_coder_device.h"
+#include "tests/agent/host_coders.h"
 #include "agent/slice_message.h"
 #include "tests/common/epoch_clock.h"
 #include "transport/loopback/loopback.h"
@@ -24,21 +25,30 @@ struct Done {
   Status status;
 };
 
-// N engines over loopback. Nodes marked `coded` run their side of each reduction through a
-// LocalCoder on the host device, as a GPU node would through its GPU.
+// N engines over loopback. Every node's side runs on its host coder; nodes marked `coded`
+// are handed a coder of their own with each reduction, one that stages its encodings and
+// results as a GPU's does (StagedDevice), as a GPU node's gradients are.
 class Cluster {
  public:
   Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {})
-      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes) {
+      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes), contributions_(nodes) {
     for (uint32_t r = 0; r < nodes; ++r) {
       const bool with_coder = r < coded.size() && coded[r];
-      coders_.push_back(with_coder ? std::make_shared<LocalCoder>(makeHostCoderDevice(io_)) : nullptr);
+      coders_.push_back(with_coder ? host_.makeStaged() : nullptr);
+      EngineOptions o = options;
+      o.host_coder = host_.make(options.residual_budget_bytes);
       engines_.push_back(std::make_unique<ReductionEngine>(
-          *transports_[r], options, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
+          *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
             done_[r].push_back({it, key, s});
           }));
       ReductionEngine* e = engines_.back().get();
-      transports_[r]->setHandlers([e](const transport::Message& m) { e->onMessage(m); }, nullptr);
+      transports_[r]->setHandlers(
+          [this, e, r](const transport::Message& m) {
+            if (auto h = parseSliceHeader(m.header); h.ok() && h->kind == SliceKind::kContribution)
+              contributions_[r].push_back(h->key);
+            e->onMessage(m);
+          },
+          nullptr);
       EXPECT_TRUE(transports_[r]->connect({}).ok());
     }
   }
@@ -47,23 +57,29 @@ class Cluster {
     for (int i = 0; i < rounds; ++i) {
       bool worked = false;
       for (auto& t : transports_) worked |= t->progress();
-      io_.restart();
-      worked |= io_.poll() > 0;  // the coders' reports
+      worked |= host_.poll();  // the coders' reports
       if (!worked && i > 2) return;
     }
   }
 
+  // Runs the coders' work and reports, but delivers nothing over the transports.
+  void settleCoders() { host_.poll(); }
+
   ReductionEngine& engine(uint32_t r) { return *engines_[r]; }
   std::shared_ptr<LocalCoder> coder(uint32_t r) { return coders_[r]; }
   std::vector<Done>& done(uint32_t r) { return done_[r]; }
+  // The keys of the contributions node r received, in the order they arrived.
+  const std::vector<uint64_t>& contributions(uint32_t r) const { return contributions_[r]; }
   uint32_t size() const { return static_cast<uint32_t>(engines_.size()); }
 
  private:
   asio::io_context io_;
+  HostCoders host_{io_};
   std::vector<std::shared_ptr<LocalCoder>> coders_;  // before the engines: they outlive them
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<ReductionEngine>> engines_;
   std::vector<std::vector<Done>> done_;
+  std::vector<std::vector<uint64_t>> contributions_;
 };
 
 float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
@@ -145,12 +161,16 @@ TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJust
   for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 1u) << "node " << r;
 }
 
-// P3: eight layers submitted last layer first while the credit window holds two slices
-// per peer. Layer 0, submitted last, overtakes every slice still queued and completes
-// first; with a window larger than the iteration every slice was handed over on submit, so
-// the layers complete in submission order. Over loopback the order is a function of the
-// submissions only, never of timing (the shaped-link timings are in bench/scheduler_bench.py).
-std::vector<uint64_t> completionOrderOfABackwardPass(uint32_t window) {
+// P3: eight layers submitted last layer first, each encoded before the next is submitted
+// (`encode_each`, as in a backward pass slower than the codec), while the credit window
+// holds two slices per peer and nothing is delivered yet. Layer 0, submitted last, overtakes
+// every slice still queued: node 1 receives node 0's contributions of layer 7 that were
+// handed over at once, then layers 0, 1, ... 7. With a window larger than the iteration
+// every slice was handed over as it was encoded: they arrive in submission order. Without
+// `encode_each` all eight wait for the codec together, which takes the highest priority
+// first. Over loopback with manual host streams the order is a function of the submissions
+// only, never of timing (the shaped-link timings are in bench/scheduler_bench.py).
+std::vector<uint64_t> arrivalOrderOfABackwardPass(uint32_t window, bool encode_each) {
   EngineOptions o = smallSlices();
   o.inflight_per_peer = window;
   Cluster c(2, o);
@@ -163,24 +183,27 @@ std::vector<uint64_t> completionOrderOfABackwardPass(uint32_t window) {
     for (uint32_t r = 0; r < 2; ++r) {
       grads[r][k].assign(10000, 1.0f + static_cast<float>(r));
       EXPECT_TRUE(c.engine(r).reduce(job, 1, k, {grads[r][k].data()}).ok());
+      if (encode_each) c.settleCoders();
     }
   c.pump();
-  std::vector<uint64_t> order;
-  for (const Done& d : c.done(0)) {
-    EXPECT_TRUE(d.status.ok()) << d.status.toString();
-    order.push_back(d.key);
-  }
+  for (const Done& d : c.done(0)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
+  EXPECT_EQ(c.done(0).size(), 8u);
   for (uint32_t r = 0; r < 2; ++r)
     for (uint64_t k = 0; k < 8; ++k) EXPECT_EQ(grads[r][k], std::vector<float>(10000, 1.5f)) << r << " " << k;
+  std::vector<uint64_t> order;  // consecutive slices of one layer counted once
+  for (uint64_t key : c.contributions(1))
+    if (order.empty() || order.back() != key) order.push_back(key);
   return order;
 }
 
-TEST(ReductionEngineTest, HighPriorityLayerSubmittedLastCompletesFirst) {
-  const std::vector<uint64_t> p3 = completionOrderOfABackwardPass(2);
-  ASSERT_EQ(p3.size(), 8u);
-  EXPECT_EQ(p3, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
-  const std::vector<uint64_t> fifo = completionOrderOfABackwardPass(4096);
-  EXPECT_EQ(fifo, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+TEST(ReductionEngineTest, HighPriorityLayerSubmittedLastOvertakesTheQueuedSlices) {
+  EXPECT_EQ(arrivalOrderOfABackwardPass(2, true), (std::vector<uint64_t>{7, 0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(arrivalOrderOfABackwardPass(4096, true), (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+}
+
+TEST(ReductionEngineTest, LayersWaitingForTheCodecAreEncodedHighestPriorityFirst) {
+  // Even with the wire in FIFO order, layer 0 leaves first: it was encoded first.
+  EXPECT_EQ(arrivalOrderOfABackwardPass(4096, false), (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST(ReductionEngineTest, SingleNodeIsALocalAllreduce) {
@@ -330,7 +353,7 @@ TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextItera
   c.pump();
   ASSERT_EQ(c.done(0).size(), 1u);
   EXPECT_FALSE(c.done(0)[0].status.ok());
-  EXPECT_NE(c.done(0)[0].status.message().find("encoding on host: "), std::string::npos) << c.done(0)[0].status.toString();
+  EXPECT_NE(c.done(0)[0].status.message().find("encoding on staged host: "), std::string::npos) << c.done(0)[0].status.toString();
   EXPECT_NE(c.done(0)[0].status.message().find("onebit"), std::string::npos) << c.done(0)[0].status.toString();
   // The other node's reduction cannot finish without node 0; it is failed as the agent would
   // on the job's loss, and both go on with the next iteration.
@@ -449,10 +472,13 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
   // names its codec, so the owners decode each contribution with the right one.
   const uint64_t job = jobIdOf("mixed");
   auto transports = transport::makeLoopbackGroup(2);
+  asio::io_context io;
+  HostCoders host(io);
   std::vector<std::unique_ptr<ReductionEngine>> engines;
   std::vector<int> completed(2, 0);
   for (uint32_t r = 0; r < 2; ++r) {
     EngineOptions o = smallSlices();
+    o.host_coder = host.make();
     o.default_codec = {"fp16", {}};
     o.min_elements = r == 0 ? 0 : 1000000;
     engines.push_back(std::make_unique<ReductionEngine>(*transports[r], o,
@@ -473,8 +499,10 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
   for (uint64_t i = 0; i < 5000; ++i) want[i] = 0.5f * (a[i] + b[i]);
   ASSERT_TRUE(engines[0]->reduce(job, 1, 9, {a.data()}).ok());
   ASSERT_TRUE(engines[1]->reduce(job, 1, 9, {b.data()}).ok());
-  for (int i = 0; i < 50; ++i)
+  for (int i = 0; i < 50; ++i) {
     for (auto& t : transports) t->progress();
+    host.poll();
+  }
   EXPECT_EQ(completed, (std::vector<int>{1, 1}));
   EXPECT_EQ(a, b);
   for (uint64_t i = 0; i < 5000; ++i) ASSERT_NEAR(a[i], want[i], 1e-3) << i;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agent/reduction_engine.h"
+#include "tests/agent/host_coders.h"
 #include "metrics/read.h"
 #include "metrics/stats.h"
 #include "transport/loopback/loopback.h"
@@ -23,11 +24,14 @@ struct Node {
 TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
   constexpr uint64_t kElements = 1 << 20, kSlice = 65536, kIterations = 5;
   auto transports = transport::makeLoopbackGroup(2);
+  asio::io_context io;
+  HostCoders host(io);
   std::vector<Node> nodes(2);
   for (uint32_t r = 0; r < 2; ++r) {
     EngineOptions o;
     o.slice_elements = kSlice;
     o.stats = nodes[r].stats;
+    o.host_coder = host.make();
     Node& n = nodes[r];
     n.engine = std::make_unique<ReductionEngine>(*transports[r], o,
                                                  [&n](uint64_t, uint64_t, uint64_t, const Status& s) {
@@ -52,6 +56,7 @@ TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
     for (int round = 0; round < 1000; ++round) {
       bool worked = false;
       for (auto& t : transports) worked |= t->progress();
+      worked |= host.poll();
       if (!worked) break;
     }
   }
