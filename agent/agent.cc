@@ -8,7 +8,7 @@
 
 #include "agent/control_server.h"
 #include "agent/gpu_coders.h"
-#include "agent/host_coder_device.h"
+#include "agent/host_stream.h"
 #include "agent/io.h"
 #include "agent/job_notice.h"
 #include "agent/privileges.h"
@@ -237,9 +237,7 @@ Status Agent::run() {
   ControlServer* server_ptr = nullptr;
   // Host gradients' codec work runs on a thread of its own, in priority order, never here.
   EngineOptions engine_options = impl_->engine_options;
-  engine_options.host_coder = std::make_shared<LocalCoder>(
-      makeHostCoderDevice(std::make_shared<HostStream>(io), engine_options.codec_env),
-      static_cast<size_t>(c.compress_residual_budget_bytes));
+  engine_options.host_stream = std::make_shared<HostStream>(io);
   ReductionEngine engine(*transport, std::move(engine_options),
                          [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
                            if (server_ptr != nullptr) server_ptr->onReduced(job, it, key, s);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "agent/host_coder_device.h"
 #include "agent/silent_codec_watch.h"
 #include "agent/slice_math.h"
 #include "agent/slice_message.h"
@@ -51,19 +52,32 @@ uint64_t jobIdOf(std::string_view name) {
 // A contribution that arrived before its turn. Contributions are summed in rank order, so
 // the sum has the same bits whatever order the network delivers them in.
 struct ParkedContribution {
-  const float* local = nullptr;    // this node's own share (it stays put while its key is active)
-  std::vector<std::byte> encoded;  // a peer's bytes, copied: the message is gone after onMessage
+  // A peer's bytes are copied (the message is gone after onMessage); this node's own share
+  // is pinned where its coder left it.
+  std::shared_ptr<const void> pin;
+  std::span<const std::byte> bytes;
   bool compressed = false;
   uint32_t contributors = 0;
 };
 
+// One slice's sum at its owner. Contributions are decoded into it on the host stream, one at
+// a time in rank order, at the tensor's priority: the stream takes the most urgent first.
 struct ReductionEngine::Accumulator {
-  FloatBuffer sum;
-  std::vector<bool> seen;  // which nodes' contributions arrived (added or parked)
+  std::shared_ptr<FloatBuffer> sum = std::make_shared<FloatBuffer>();  // shared with the merge in flight
+  std::vector<bool> seen;  // which nodes' contributions arrived (merged, merging or parked)
   std::map<transport::Rank, ParkedContribution> parked;
-  transport::Rank next = 0;  // the rank added next; all below it are in the sum
+  transport::Rank next = 0;  // the rank merged next; all below it are in the sum
   uint32_t contributors = 0;
+  bool merging = false;  // rank `next`'s contribution is on the host stream
 };
+
+namespace {
+
+// The owner's stream work and its result residuals are keyed apart from the node's side.
+constexpr uint64_t kMergeTag = 0x6a09e667f3bcc909ull;
+uint64_t ownerKeyOf(uint64_t key, uint32_t slice) { return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0xbb67ae8584caa73bull); }
+
+}  // namespace
 
 namespace {
 
@@ -79,7 +93,7 @@ float divisorOf(const TensorSpec& t, uint32_t contributors) {
 struct ReductionEngine::KeyState {
   TensorSpec spec;
   compress::CodecSpec push_spec, pull_spec;
-  std::unique_ptr<compress::Codec> push, pull;
+  std::shared_ptr<const compress::Codec> push, pull;  // shared with the merges in flight
   uint32_t push_fp = 0, pull_fp = 0;
   metrics::CodecStats* push_stats = nullptr;  // cached: no registry lookup per slice
   metrics::CodecStats* pull_stats = nullptr;
@@ -116,14 +130,6 @@ struct ReductionEngine::Payload {
   std::span<const std::byte> bytes;
 };
 
-namespace {
-
-ReductionEngine::Payload pinned(std::shared_ptr<ByteBuffer> encoding) {
-  const std::span<const std::byte> bytes(*encoding);
-  return {std::move(encoding), bytes};
-}
-
-}  // namespace
 
 // A slice waiting for its peer's credit window: its header and its bytes, pinned. A result
 // was encoded once by the owner and is shared by the sends to every node.
@@ -142,8 +148,6 @@ struct ReductionEngine::Lane : scheduler::SendLane<Outgoing> {
 
 struct ReductionEngine::JobState {
   std::unordered_map<uint64_t, KeyState> keys;
-  compress::ResidualStore pull_residuals;  // the owner's, for the results it re-encodes
-  explicit JobState(size_t budget) : pull_residuals(budget) {}
 };
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
@@ -160,6 +164,11 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   }
   raw_codec_ = std::move(compress::makeCodec({"none", {}}, options_.codec_env)).value();
   raw_fp_ = fingerprint({"none", {}});
+  if (options_.host_stream) {
+    const auto budget = options_.residual_budget_bytes;
+    host_coder_ = std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget);
+    owner_coder_ = std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget);
+  }
 }
 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
@@ -222,7 +231,7 @@ void ReductionEngine::updatePlanGauges() {
 
 Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
   auto& slot = jobs_[job];
-  if (!slot) slot = std::make_unique<JobState>(options_.residual_budget_bytes);
+  if (!slot) slot = std::make_unique<JobState>();
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
   for (const TensorSpec& t : tensors) {
@@ -267,7 +276,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   for (auto& [key, old] : js.keys) {
     auto now = keys.find(key);
     if (now == keys.end() || now->second.spec.elements != old.spec.elements || now->second.push_fp != old.push_fp) {
-      js.pull_residuals.erase(key);
+      for (uint32_t s = 0; s < old.slice_count; ++s) owner_coder_->forget(job, ownerKeyOf(key, s));
       if (old.coder) old.coder->forget(job, key);
     }
   }
@@ -287,6 +296,7 @@ void ReductionEngine::dropJob(uint64_t job) {
   for (auto& [key, k] : j->second->keys)
     if (k.coder && std::find(coders.begin(), coders.end(), k.coder.get()) == coders.end()) coders.push_back(k.coder.get());
   for (LocalCoder* c : coders) c->forgetJob(job);
+  owner_coder_->forgetJob(job);
   jobs_.erase(j);
 }
 
@@ -331,7 +341,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.contributors = static_cast<uint32_t>(k.outputs.size());
   // The node's side runs where the gradients are: on their GPU's coder, else the host's.
   const bool on_host = coder == nullptr;
-  if (on_host) coder = options_.host_coder;
+  if (on_host) coder = host_coder_;
   if (!coder) return Status::internal("the engine has no host coder");
   if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
   k.coder = std::move(coder);
@@ -408,50 +418,8 @@ void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64
   stats.wire_sent->Increment(static_cast<double>(copies * wire));
 }
 
-Result<ReductionEngine::Payload> ReductionEngine::encodeSlice(
-    compress::ResidualStore& residuals, const compress::Codec& tensor_codec, metrics::CodecStats& tensor_stats,
-    bool compressed, KeyState& k, uint32_t slice, uint64_t iteration, std::span<const float> values,
-    std::shared_ptr<const void> pin, uint32_t copies) {
-  const uint64_t key = k.spec.key, n = values.size();
-  const compress::Codec& codec = compressed ? tensor_codec : *raw_codec_;
-  metrics::CodecStats& stats = compressed ? tensor_stats : *k.raw_stats;
-  if (!compressed && residuals.find(key, slice).empty()) {
-    // Uncompressed with nothing owed from compressed rounds: the values go out as they are,
-    // from the memory `pin` keeps alive, without a copy.
-    countSent(stats, n * sizeof(float), n * sizeof(float), copies);
-    return Payload{std::move(pin), std::as_bytes(values)};
-  }
-  std::span<float> state;
-  std::vector<float> flushed;
-  if (compressed) {
-    GC_ASSIGN_OR_RETURN(state, residuals.get(key, slice, codec.stateElements(n)));
-  } else if (std::span<float> old = residuals.find(key, slice); !old.empty()) {
-    // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
-    const std::span<const float> r = tensor_codec.residual(old, n);
-    if (!r.empty()) {
-      flushed.assign(values.begin(), values.end());
-      for (uint64_t i = 0; i < n; ++i) flushed[i] += r[i];
-      values = flushed;
-    }
-    residuals.erase(key, slice);  // paid: later uncompressed sends of the slice need no copy
-  }
-  auto payload = std::make_shared<ByteBuffer>(codec.maxEncodedBytes(n));
-  const auto start = options_.now();
-  GC_ASSIGN_OR_RETURN(size_t written, codec.encode(values, state, *payload, {key, slice, iteration}));
-  const double took = secondsBetween(start, options_.now());
-  stats.encode->Observe(took);
-  if (compressed) {
-    planner_.recordEncode(codec.name(), n, written, took);
-    sampleResidual(stats, codec, state, n);
-  }
-  payload->resize(written);
-  countSent(stats, n * sizeof(float), written, copies);
-  return pinned(std::move(payload));
-}
-
-void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
-                                      transport::Rank from, uint32_t contributors, const float* local,
-                                      std::span<const std::byte> encoded, bool compressed) {
+void ReductionEngine::addContribution(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
+                                      transport::Rank from, ParkedContribution contribution) {
   Accumulator& acc = k.accumulators[{slice, iteration}];
   if (acc.seen.empty()) acc.seen.assign(transport_.size(), false);
   if (acc.seen[from]) {
@@ -462,89 +430,113 @@ void ReductionEngine::addContribution(JobState& js, uint64_t job, KeyState& k, u
     return;
   }
   acc.seen[from] = true;
-  if (from != acc.next) {
-    ParkedContribution& parked = acc.parked[from];
-    parked.local = local;
-    if (local == nullptr) parked.encoded.assign(encoded.begin(), encoded.end());
-    parked.compressed = compressed;
-    parked.contributors = contributors;
-    return;
-  }
-  ParkedContribution now{local, {}, compressed, contributors};
-  for (;;) {
-    const std::span<const std::byte> bytes = now.encoded.empty() ? encoded : std::span<const std::byte>(now.encoded);
-    if (!addToSum(k, acc, slice, iteration, acc.next, now.local, bytes, now.compressed).ok()) {
-      // Dropped: that rank may still send a valid one; nothing after it is added before.
-      acc.seen[acc.next] = false;
-      if (acc.next == 0 && acc.parked.empty()) k.accumulators.erase({slice, iteration});
-      return;
-    }
-    acc.contributors += now.contributors;
-    ++acc.next;
-    auto waiting = acc.parked.find(acc.next);
-    if (waiting == acc.parked.end()) break;
-    now = std::move(waiting->second);
-    acc.parked.erase(waiting);
-    encoded = {};
-  }
-  if (acc.next == transport_.size()) finishSlice(job, js, k, slice, iteration);
+  acc.parked.emplace(from, std::move(contribution));
+  mergeNext(job, k, slice, iteration);
 }
 
-Status ReductionEngine::addToSum(KeyState& k, Accumulator& acc, uint32_t slice, uint64_t iteration,
-                                 transport::Rank from, const float* local, std::span<const std::byte> encoded,
-                                 bool compressed) {
-  const uint64_t n = k.geometry.size(slice);
+void ReductionEngine::mergeNext(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration) {
+  Accumulator& acc = k.accumulators.at({slice, iteration});
+  if (acc.merging) return;
+  auto waiting = acc.parked.find(acc.next);
+  if (waiting == acc.parked.end()) return;
+  ParkedContribution c = std::move(waiting->second);
+  acc.parked.erase(waiting);
+  acc.merging = true;
   const bool first = acc.next == 0;
-  if (first) acc.sum.resize(n);  // left uninitialised: the first contribution is written over it
-  const auto start = options_.now();
-  if (local != nullptr) {
-    if (first) {
-      std::memcpy(acc.sum.data(), local, n * sizeof(float));
-    } else {
-      addInto(acc.sum.data(), local, n);
-    }
-    stats_->merge().Observe(secondsBetween(start, options_.now()));
-    return {};
-  }
-  const compress::Codec& codec = compressed ? *k.push : *raw_codec_;
+  if (first) acc.sum->resize(k.geometry.size(slice));  // left uninitialised: the first decode writes it
+  std::shared_ptr<const compress::Codec> codec = c.compressed ? k.push : raw_codec_;
+  auto seconds = std::make_shared<double>(0);
   const compress::SliceId id{k.spec.key, slice, iteration};
-  Status s = first ? codec.decode(encoded, acc.sum, 1.0f, id) : codec.decodeAdd(encoded, acc.sum, id);
-  const double took = secondsBetween(start, options_.now());
-  (compressed ? k.push_stats : k.raw_stats)->decode->Observe(took);
-  planner_.recordDecode(codec.name(), encoded.size(), took);
-  if (!s.ok()) {
-    const std::string why = strCat("contribution from rank ", from, " for tensor ", k.spec.key, " slice ", slice,
-                                   " rejected: ", s.message());
+  const uint64_t tag = (job * 0x9e3779b97f4a7c15ull ^ k.spec.key) ^ kMergeTag;
+  HostStream& stream = *options_.host_stream;
+  stream.enqueue(tag, k.spec.priority, [codec, sum = acc.sum, c, first, id, seconds]() -> Status {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = first ? codec->decode(c.bytes, *sum, 1.0f, id) : codec->decodeAdd(c.bytes, *sum, id);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s;
+  });
+  stream.after(tag, k.spec.priority,
+               [engine = std::weak_ptr<ReductionEngine*>(alive_), job, key = k.spec.key, slice, iteration,
+                from = acc.next, contributors = c.contributors, compressed = c.compressed, codec, bytes = c.bytes.size(),
+                seconds](const Status& s) {
+                 if (auto e = engine.lock(); e && *e)
+                   (*e)->onMerged(job, key, slice, iteration, from, contributors, compressed, *codec, bytes, *seconds, s);
+               });
+}
+
+void ReductionEngine::onMerged(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, transport::Rank from,
+                               uint32_t contributors, bool compressed, const compress::Codec& codec, size_t bytes,
+                               double seconds, const Status& status) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr) return;
+  auto found = k->accumulators.find({slice, iteration});
+  if (found == k->accumulators.end()) return;  // failed meanwhile
+  Accumulator& acc = found->second;
+  acc.merging = false;
+  (compressed ? k->push_stats : k->raw_stats)->decode->Observe(seconds);
+  planner_.recordDecode(codec.name(), bytes, seconds);
+  if (!status.ok()) {
+    const std::string why = strCat("contribution from rank ", from, " for tensor ", key, " slice ", slice,
+                                   " rejected: ", status.message());
     badMessage(why);
     GC_LOG(kWarn, "agent", why);
-  }
-  return s;
-}
-
-void ReductionEngine::finishSlice(uint64_t job, JobState& js, KeyState& k, uint32_t slice, uint64_t iteration) {
-  auto node = k.accumulators.extract({slice, iteration});
-  Accumulator& acc = node.mapped();
-  const uint64_t key = k.spec.key;
-  const bool compressed = k.plan.compress && k.pull_spec.name != "none";
-  const uint32_t copies = transport_.size() - 1;
-  // Uncompressed, the sum itself goes to every node: moved where the sends can pin it.
-  auto sum = std::make_shared<const FloatBuffer>(std::move(acc.sum));
-  auto encoded = encodeSlice(js.pull_residuals, *k.pull, *k.pull_stats, compressed, k, slice, iteration, *sum, sum,
-                             copies);
-  if (!encoded.ok()) {
-    if (k.active && k.iteration == iteration) completeKey(job, k, encoded.status());
+    // Dropped: that rank may still send a valid one; nothing after it is merged before.
+    acc.seen[from] = false;
+    if (acc.next == 0 && acc.parked.empty()) k->accumulators.erase(found);
     return;
   }
-  const Payload payload = std::move(encoded).value();
-  SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k.slice_count, k.spec.elements,
-                 compressed ? k.pull_fp : raw_fp_ ^ kResultMark, acc.contributors};
+  acc.contributors += contributors;
+  ++acc.next;
+  if (acc.next == transport_.size()) return finishSlice(job, *k, slice, iteration);
+  mergeNext(job, *k, slice, iteration);
+}
+
+void ReductionEngine::finishSlice(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration) {
+  auto node = k.accumulators.extract({slice, iteration});
+  Accumulator& acc = node.mapped();
+  const bool compressed = k.plan.compress && k.pull_spec.name != "none";
+  // The sum is encoded with the owner's residual of the slice, on the host stream; sent
+  // uncompressed, it goes to every node from where it is (the encoding pins it).
+  const uint64_t n = k.geometry.size(slice);
+  const std::shared_ptr<FloatBuffer> sum = acc.sum;
+  KeyWork work{job, ownerKeyOf(k.spec.key, slice), iteration, k.pull_spec, k.pull_spec, {n, n}, {sum->data()},
+               k.spec.priority, sum};
+  owner_coder_->encode(work, compressed, {},
+                       [engine = std::weak_ptr<ReductionEngine*>(alive_), job, key = k.spec.key, slice, iteration,
+                        compressed, contributors = acc.contributors](Result<KeyEncodings> r) {
+                         if (auto e = engine.lock(); e && *e)
+                           (*e)->onResultEncoded(job, key, slice, iteration, compressed, contributors, std::move(r));
+                       });
+}
+
+void ReductionEngine::onResultEncoded(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, bool compressed,
+                                      uint32_t contributors, Result<KeyEncodings> encoded) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr) return;
+  if (!encoded.ok() || encoded->slices.size() != 1) {
+    const Status why = encoded.ok() ? Status::internal("the owner's coder returned no result") : encoded.status();
+    if (k->active && k->iteration == iteration) completeKey(job, *k, why);
+    return;
+  }
+  SliceEncoding& e = encoded->slices[0];
+  const uint64_t n = k->geometry.size(slice);
+  metrics::CodecStats& cs = compressed ? *k->pull_stats : *k->raw_stats;
+  if (compressed) {
+    cs.encode->Observe(e.seconds);
+    planner_.recordEncode(k->pull_spec.name, n, e.bytes.size(), e.seconds);
+    sampleResidual(cs, *k->pull, owner_coder_->residualOf(job, ownerKeyOf(key, slice), 0), n);
+  }
+  countSent(cs, n * sizeof(float), e.bytes.size(), transport_.size() - 1);
+  const Payload payload{std::move(e.pin), e.bytes};
+  SliceMessage h{SliceKind::kResult, job, key, iteration, slice, k->slice_count, k->spec.elements,
+                 compressed ? k->pull_fp : raw_fp_ ^ kResultMark, contributors};
   const auto header = encodeSliceHeader(h);
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     if (r == transport_.rank()) continue;
-    enqueue(r, k.spec.priority, Outgoing{SliceKind::kResult, job, key, iteration, slice, header, payload});
+    enqueue(r, k->spec.priority, Outgoing{SliceKind::kResult, job, key, iteration, slice, header, payload});
     dispatch(r);
   }
-  applyResult(job, k, slice, iteration, acc.contributors, payload.bytes, compressed);
+  applyResult(job, *k, slice, iteration, contributors, payload.bytes, compressed);
 }
 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
@@ -596,7 +588,6 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   if (encodings.size() != k->slice_count)
     return completeKey(job, *k, Status::internal(strCat("the coder returned ", encodings.size(), " slices of ",
                                                         k->slice_count)));
-  JobState& js = *jobs_.at(job);
   const bool on_host = k->coder->device().hostAddressable();
   if (!on_host) {
     uint64_t to_host = 0;
@@ -614,8 +605,8 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     const uint32_t owner = ownerOf(key, s);
     if (owner == self) {
       // This node's own contribution: exact, or encoded under mxnet.
-      addContribution(js, job, *k, s, iteration, self, k->contributors, nullptr, e.bytes,
-                      compressed && isMxnet(k->spec));
+      addContribution(job, *k, s, iteration, self,
+                      {std::move(e.pin), e.bytes, compressed && isMxnet(k->spec), k->contributors});
       continue;
     }
     countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
@@ -735,7 +726,9 @@ void ReductionEngine::onMessage(const transport::Message& m) {
     metrics::CodecStats& cs = compressed ? *k.push_stats : *k.raw_stats;
     cs.raw_received->Increment(static_cast<double>(slice_elements * 4));
     cs.wire_received->Increment(static_cast<double>(m.payload.size()));
-    addContribution(js, h.job, k, h.slice, h.iteration, m.from, h.contributors, nullptr, m.payload, compressed);
+    auto copy = std::make_shared<ByteBuffer>(m.payload.begin(), m.payload.end());
+    const std::span<const std::byte> bytes(*copy);
+    addContribution(h.job, k, h.slice, h.iteration, m.from, {std::move(copy), bytes, compressed, h.contributors});
   } else {
     const bool compressed = h.codec_fingerprint == k.pull_fp && k.pull_spec.name != "none";
     if (h.codec_fingerprint != k.pull_fp && h.codec_fingerprint != (raw_fp_ ^ kResultMark))

@@ -46,6 +46,9 @@
 
 namespace gcagent::agent {
 
+class HostStream;
+struct ParkedContribution;
+
 struct TensorSpec {
   uint64_t key = 0;
   uint64_t elements = 0;
@@ -63,10 +66,12 @@ struct EngineOptions {
   uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
   uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
-  size_t residual_budget_bytes = SIZE_MAX;  // the owner's residuals, per job (the node's: its coder's)
-  // The node's side of host gradients: a LocalCoder on the host device (agent/host_coder_device.h),
-  // whose work runs on a HostStream's thread. Required.
-  std::shared_ptr<LocalCoder> host_coder;
+  // What the residuals kept on the host may take: the node's (of host gradients), and apart
+  // the owner's (of the results it re-encodes). A GPU's coder has its own.
+  size_t residual_budget_bytes = SIZE_MAX;
+  // Where the host's codec work runs (the node's side of host gradients, and every owner's
+  // merge and result encoding): a thread of its own, most urgent tensor first. Required.
+  std::shared_ptr<HostStream> host_stream;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
   // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
@@ -150,10 +155,17 @@ class ReductionEngine {
  private:
 
   KeyState* findKey(uint64_t job, uint64_t key);
-  void addContribution(JobState& job_state, uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
-                       transport::Rank from, uint32_t contributors, const float* local,
-                       std::span<const std::byte> encoded, bool compressed);
-  void finishSlice(uint64_t job, JobState& js, KeyState& k, uint32_t slice, uint64_t iteration);
+  // The owner's side: contributions wait for their turn (rank order), are merged into the
+  // slice's sum on the host stream one at a time, and the sum is encoded there too.
+  void addContribution(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, transport::Rank from,
+                       ParkedContribution contribution);
+  void mergeNext(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration);
+  void onMerged(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, transport::Rank from,
+                uint32_t contributors, bool compressed, const compress::Codec& codec, size_t bytes, double seconds,
+                const Status& status);
+  void finishSlice(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration);
+  void onResultEncoded(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, bool compressed,
+                       uint32_t contributors, Result<KeyEncodings> encoded);
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
                    std::span<const std::byte> encoded, bool compressed);
   void completeKey(uint64_t job, KeyState& k, const Status& status);
@@ -165,21 +177,11 @@ class ReductionEngine {
   // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
   // a host coder's encodings.
   void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
-  // Adds one node's contribution to the slice's sum: the sum so far when it is the first.
-  Status addToSum(KeyState& k, Accumulator& acc, uint32_t slice, uint64_t iteration, transport::Rank from,
-                  const float* local, std::span<const std::byte> encoded, bool compressed);
   void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
   void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
-  // One slice's bytes for the wire, counted as `copies` sends: encoded with the tensor's codec
-  // and its residual; uncompressed, `values` themselves (kept alive by `pin`), or a copy with
-  // the residual a compressed round left flushed into it.
-  Result<Payload> encodeSlice(compress::ResidualStore& residuals, const compress::Codec& tensor_codec,
-                              metrics::CodecStats& tensor_stats, bool compressed, KeyState& k, uint32_t slice,
-                              uint64_t iteration, std::span<const float> values, std::shared_ptr<const void> pin,
-                              uint32_t copies);
   void onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s);
   void updatePlanGauges();
   void updateCostGauges();
@@ -197,7 +199,9 @@ class ReductionEngine {
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
   scheduler::Planner planner_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; none for this one
-  std::unique_ptr<compress::Codec> raw_codec_;
+  std::shared_ptr<const compress::Codec> raw_codec_;
+  std::shared_ptr<LocalCoder> host_coder_;   // the node's side of host gradients
+  std::shared_ptr<LocalCoder> owner_coder_;  // the results this node owns, with their residuals
   uint32_t raw_fp_ = 0;
   // Send completions may run after the engine is gone; they reach it through this.
   std::shared_ptr<ReductionEngine*> alive_;

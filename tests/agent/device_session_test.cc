@@ -152,7 +152,7 @@ class Agent {
   explicit Agent(const std::string& socket, bool coded = false) : transports_(transport::makeLoopbackGroup(1)) {
     path_ = std::make_shared<MemfdDevicePath>(io_, coded);
     EngineOptions engine_options;
-    engine_options.host_coder = std::make_shared<LocalCoder>(makeHostCoderDevice(io_));
+    engine_options.host_stream = std::make_shared<HostStream>(io_);
     engine_ = std::make_unique<ReductionEngine>(*transports_[0], engine_options,
                                                 [this](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
                                                   server_->onReduced(job, it, key, s);

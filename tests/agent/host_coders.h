@@ -44,6 +44,12 @@ class HostCoders {
  public:
   explicit HostCoders(asio::io_context& io) : io_(io) {}
 
+  // A stream for an engine's host work.
+  std::shared_ptr<HostStream> stream() {
+    streams_.push_back(std::make_shared<HostStream>(io_, HostStream::Mode::kManual));
+    return streams_.back();
+  }
+
   std::shared_ptr<LocalCoder> make(size_t residual_budget_bytes = SIZE_MAX) {
     streams_.push_back(std::make_shared<HostStream>(io_, HostStream::Mode::kManual));
     return std::make_shared<LocalCoder>(makeHostCoderDevice(streams_.back()), residual_budget_bytes);

@@ -31,12 +31,12 @@ struct Done {
 class Cluster {
  public:
   Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {})
-      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes), contributions_(nodes) {
+      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes), contributions_(nodes), results_(nodes) {
     for (uint32_t r = 0; r < nodes; ++r) {
       const bool with_coder = r < coded.size() && coded[r];
       coders_.push_back(with_coder ? host_.makeStaged() : nullptr);
       EngineOptions o = options;
-      o.host_coder = host_.make(options.residual_budget_bytes);
+      o.host_stream = host_.stream();
       engines_.push_back(std::make_unique<ReductionEngine>(
           *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
             done_[r].push_back({it, key, s});
@@ -44,8 +44,8 @@ class Cluster {
       ReductionEngine* e = engines_.back().get();
       transports_[r]->setHandlers(
           [this, e, r](const transport::Message& m) {
-            if (auto h = parseSliceHeader(m.header); h.ok() && h->kind == SliceKind::kContribution)
-              contributions_[r].push_back(h->key);
+            if (auto h = parseSliceHeader(m.header); h.ok())
+              (h->kind == SliceKind::kContribution ? contributions_ : results_)[r].push_back(h->key);
             e->onMessage(m);
           },
           nullptr);
@@ -70,6 +70,7 @@ class Cluster {
   std::vector<Done>& done(uint32_t r) { return done_[r]; }
   // The keys of the contributions node r received, in the order they arrived.
   const std::vector<uint64_t>& contributions(uint32_t r) const { return contributions_[r]; }
+  const std::vector<uint64_t>& results(uint32_t r) const { return results_[r]; }
   uint32_t size() const { return static_cast<uint32_t>(engines_.size()); }
 
  private:
@@ -79,7 +80,7 @@ class Cluster {
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<ReductionEngine>> engines_;
   std::vector<std::vector<Done>> done_;
-  std::vector<std::vector<uint64_t>> contributions_;
+  std::vector<std::vector<uint64_t>> contributions_, results_;
 };
 
 float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
@@ -170,7 +171,20 @@ TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJust
 // `encode_each` all eight wait for the codec together, which takes the highest priority
 // first. Over loopback with manual host streams the order is a function of the submissions
 // only, never of timing (the shaped-link timings are in bench/scheduler_bench.py).
-std::vector<uint64_t> arrivalOrderOfABackwardPass(uint32_t window, bool encode_each) {
+struct Arrivals {
+  std::vector<uint64_t> contributions;  // at node 1, from node 0
+  std::vector<uint64_t> results;        // at node 0, from node 1
+};
+
+// Consecutive slices of one layer counted once.
+std::vector<uint64_t> layersOf(const std::vector<uint64_t>& keys) {
+  std::vector<uint64_t> order;
+  for (uint64_t key : keys)
+    if (order.empty() || order.back() != key) order.push_back(key);
+  return order;
+}
+
+Arrivals arrivalsOfABackwardPass(uint32_t window, bool encode_each) {
   EngineOptions o = smallSlices();
   o.inflight_per_peer = window;
   Cluster c(2, o);
@@ -190,15 +204,24 @@ std::vector<uint64_t> arrivalOrderOfABackwardPass(uint32_t window, bool encode_e
   EXPECT_EQ(c.done(0).size(), 8u);
   for (uint32_t r = 0; r < 2; ++r)
     for (uint64_t k = 0; k < 8; ++k) EXPECT_EQ(grads[r][k], std::vector<float>(10000, 1.5f)) << r << " " << k;
-  std::vector<uint64_t> order;  // consecutive slices of one layer counted once
-  for (uint64_t key : c.contributions(1))
-    if (order.empty() || order.back() != key) order.push_back(key);
-  return order;
+  return {layersOf(c.contributions(1)), layersOf(c.results(0))};
+}
+
+std::vector<uint64_t> arrivalOrderOfABackwardPass(uint32_t window, bool encode_each) {
+  return arrivalsOfABackwardPass(window, encode_each).contributions;
 }
 
 TEST(ReductionEngineTest, HighPriorityLayerSubmittedLastOvertakesTheQueuedSlices) {
   EXPECT_EQ(arrivalOrderOfABackwardPass(2, true), (std::vector<uint64_t>{7, 0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(arrivalOrderOfABackwardPass(4096, true), (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+}
+
+TEST(ReductionEngineTest, ContributionsWaitingAtTheOwnerAreMergedHighestPriorityFirst) {
+  // Node 1 receives node 0's layers last first, all at once; it merges and encodes the sums
+  // of layer 0 first, so node 0 receives its results first.
+  const Arrivals a = arrivalsOfABackwardPass(4096, true);
+  EXPECT_EQ(a.contributions, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(a.results, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST(ReductionEngineTest, LayersWaitingForTheCodecAreEncodedHighestPriorityFirst) {
@@ -478,7 +501,7 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
   std::vector<int> completed(2, 0);
   for (uint32_t r = 0; r < 2; ++r) {
     EngineOptions o = smallSlices();
-    o.host_coder = host.make();
+    o.host_stream = host.stream();
     o.default_codec = {"fp16", {}};
     o.min_elements = r == 0 ? 0 : 1000000;
     engines.push_back(std::make_unique<ReductionEngine>(*transports[r], o,

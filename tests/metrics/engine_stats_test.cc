@@ -31,7 +31,7 @@ TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
     EngineOptions o;
     o.slice_elements = kSlice;
     o.stats = nodes[r].stats;
-    o.host_coder = host.make();
+    o.host_stream = host.stream();
     Node& n = nodes[r];
     n.engine = std::make_unique<ReductionEngine>(*transports[r], o,
                                                  [&n](uint64_t, uint64_t, uint64_t, const Status& s) {
