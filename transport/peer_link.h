@@ -1,9 +1,12 @@
 // The connection state of one peer, kept apart from the data that flows on its link: the
 // link layer (link_supervisor.h) moves a peer through these states; a backend never sees them.
 //
-//   kIdle ──dial (lower rank only)──> kAuthenticating ──admitted──> kConnecting ──hello/ack──> kUp
-//     ^                                    │ refused, unreachable        │ set-up timeout       │ failed, silent
-//     └──── kPaused (reconnect pause) <────┴─────────────────────────────┴──────────────────────┘
+//   kIdle ─dial─> kAuthenticating ─admitted─> kConnecting ─hello/ack─> kUp
+//                     │ refused,                  │ set-up            │ failed, silent,
+//                     │ unreachable               │ timeout           │ replaced
+//                     v                           v                   v
+//                  kPaused <──────────────────────┴───────────────────┘
+//                     └─ pause over: dial again (lower rank), or wait for the peer's dial
 //
 // The higher rank of a pair never dials: it waits in kIdle (or kPaused) until the lower
 // rank's handshake reaches its gate. A new admission replaces the link in any state.
