@@ -151,6 +151,11 @@ Result<std::span<float>> LocalCoder::stateOf(KeyCoding& k, uint64_t key, uint32_
   return std::span<float>(k.states[slice], elements);
 }
 
+compress::SliceId LocalCoder::idOf(const KeyWork& w, uint32_t slice) {
+  return w.renamed ? compress::SliceId{w.id_key, w.id_slice + slice, w.iteration}
+                   : compress::SliceId{w.key, slice, w.iteration};
+}
+
 void LocalCoder::tag(const KeyWork& w) {
   device_->setTag(w.job * 0x9e3779b97f4a7c15ull ^ w.key, w.priority);
 }
@@ -183,7 +188,7 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         compressed && k.push_spec.name != "none" && !(s < exact.size() && exact[s]);
     const size_t n = w.geometry.size(s);
     const std::span<float> values(sum + w.geometry.begin(s), n);
-    const compress::SliceId id{w.key, s, w.iteration};
+    const compress::SliceId id = idOf(w, s);
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
     const std::byte* encoded = nullptr;
@@ -281,7 +286,7 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   }
   float* out = w.buffers.at(0) + b;
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
-  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, {w.key, slice, w.iteration});
+  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, idOf(w, slice));
   if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
   if (!done) {

@@ -39,6 +39,12 @@ struct KeyWork {
   // Owns the buffers' memory on the host (the trainers' segments): held until the work on
   // them has run, and pinning uncompressed slices that leave straight from the sum.
   std::shared_ptr<const void> keepalive;
+  // The codecs' slice ids are {key, s, iteration}; with `renamed`, {id_key, id_slice + s,
+  // iteration}: an owner codes one slice of a tensor under a key of its own (its residuals
+  // kept apart from the node's), and seeded codecs must still see the tensor's ids.
+  bool renamed = false;
+  uint64_t id_key = 0;
+  uint32_t id_slice = 0;
 };
 
 // One slice's bytes for the wire and what keeps them alive until the transport is done: an
@@ -95,6 +101,7 @@ class LocalCoder {
   struct KeyCoding;
   Result<KeyCoding*> prepare(const KeyWork& work);
   void tag(const KeyWork& work);
+  static compress::SliceId idOf(const KeyWork& work, uint32_t slice);
   // A slice's residual state on the device, allocated (zeroed) at its first compressed encode
   // and counted against the budget.
   Result<std::span<float>> stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements);

@@ -345,8 +345,8 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (!coder) return Status::internal("the engine has no host coder");
   if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
   k.coder = std::move(coder);
-  k.work = {job, key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.spec.priority,
-            on_host ? std::move(keepalive) : nullptr};
+  k.work = {job,    key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.spec.priority,
+            on_host ? std::move(keepalive) : nullptr, /*renamed=*/false, 0, 0};
   auto engine = std::weak_ptr<ReductionEngine*>(alive_);
   if (alone) {
     k.coder->sum(k.work, divisorOf(k.spec, k.contributors), [engine, job, key, iteration](const Status& s) {
@@ -499,8 +499,8 @@ void ReductionEngine::finishSlice(uint64_t job, KeyState& k, uint32_t slice, uin
   // uncompressed, it goes to every node from where it is (the encoding pins it).
   const uint64_t n = k.geometry.size(slice);
   const std::shared_ptr<FloatBuffer> sum = acc.sum;
-  KeyWork work{job, ownerKeyOf(k.spec.key, slice), iteration, k.pull_spec, k.pull_spec, {n, n}, {sum->data()},
-               k.spec.priority, sum};
+  KeyWork work{job,    ownerKeyOf(k.spec.key, slice), iteration, k.pull_spec, k.pull_spec, {n, n}, {sum->data()},
+               k.spec.priority, sum, /*renamed=*/true, k.spec.key, slice};
   owner_coder_->encode(work, compressed, {},
                        [engine = std::weak_ptr<ReductionEngine*>(alive_), job, key = k.spec.key, slice, iteration,
                         compressed, contributors = acc.contributors](Result<KeyEncodings> r) {

@@ -74,7 +74,7 @@ Run iterate(asio::io_context& io, LocalCoder& coder, const std::vector<uint64_t>
   std::vector<KeyWork> works(sizes.size());
   for (size_t t = 0; t < sizes.size(); ++t) {
     KeyWork& w = works[t];
-    w = {1, t, iteration, codec, codec, {sizes[t], slice_elements}, {buffers[t]}, 0, nullptr};
+    w = {1, t, iteration, codec, codec, {sizes[t], slice_elements}, {buffers[t]}, 0, nullptr, false, 0, 0};
     ++outstanding;
     coder.encode(w, compressed, {}, [&, t](Result<KeyEncodings> r) {
       --outstanding;
