@@ -33,12 +33,14 @@
 
 #include "agent/early_slice_stash.h"
 #include "agent/local_coder.h"
+#include "agent/owner_side.h"
+#include "agent/residual_sampler.h"
+#include "agent/tensor_route.h"
 #include "agent/reduction_policy.h"
 #include "common/clock.h"
 #include "common/default_init.h"
 #include "common/status.h"
 #include "compress/codec.h"
-#include "compress/residual_store.h"
 #include "metrics/stats.h"
 #include "scheduler/planner.h"
 #include "scheduler/slicing.h"
@@ -47,15 +49,7 @@
 namespace gcagent::agent {
 
 class HostStream;
-struct ParkedContribution;
 
-struct TensorSpec {
-  uint64_t key = 0;
-  uint64_t elements = 0;
-  int32_t priority = 0;
-  compress::CodecSpec codec;  // empty name: the engine's default
-  ReductionPolicy policy;
-};
 
 struct EngineOptions {
   uint64_t slice_elements = 40000;
@@ -145,7 +139,6 @@ class ReductionEngine {
  private:
   struct KeyState;
   struct JobState;
-  struct Accumulator;
   struct Outgoing;
   struct Lane;
 
@@ -155,17 +148,8 @@ class ReductionEngine {
  private:
 
   KeyState* findKey(uint64_t job, uint64_t key);
-  // The owner's side: contributions wait for their turn (rank order), are merged into the
-  // slice's sum on the host stream one at a time, and the sum is encoded there too.
-  void addContribution(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, transport::Rank from,
-                       ParkedContribution contribution);
-  void mergeNext(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration);
-  void onMerged(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, transport::Rank from,
-                uint32_t contributors, bool compressed, const compress::Codec& codec, size_t bytes, double seconds,
-                const Status& status);
-  void finishSlice(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration);
-  void onResultEncoded(uint64_t job, uint64_t key, uint32_t slice, uint64_t iteration, bool compressed,
-                       uint32_t contributors, Result<KeyEncodings> encoded);
+  // The owner side's result of a slice: sent to every node and decoded here.
+  void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors);
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
                    std::span<const std::byte> encoded, bool compressed);
   void completeKey(uint64_t job, KeyState& k, const Status& status);
@@ -177,7 +161,6 @@ class ReductionEngine {
   // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
   // a host coder's encodings.
   void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
-  void replan(KeyState& k, bool log_always);
   void enqueue(transport::Rank to, int32_t priority, Outgoing item);
   void dispatch(transport::Rank to);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
@@ -187,7 +170,6 @@ class ReductionEngine {
   void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
   void badMessage(std::string_view why);
-  void sampleResidual(metrics::CodecStats& cs, const compress::Codec& codec, std::span<const float> state, size_t n);
 
   transport::Transport& transport_;
   EngineOptions options_;
@@ -199,13 +181,11 @@ class ReductionEngine {
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
   scheduler::Planner planner_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; none for this one
-  std::shared_ptr<const compress::Codec> raw_codec_;
-  std::shared_ptr<LocalCoder> host_coder_;   // the node's side of host gradients
-  std::shared_ptr<LocalCoder> owner_coder_;  // the results this node owns, with their residuals
-  uint32_t raw_fp_ = 0;
+  std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients
+  std::unique_ptr<OwnerSide> owner_;       // the slices this node owns
+  ResidualSampler sampler_;
   // Send completions may run after the engine is gone; they reach it through this.
   std::shared_ptr<ReductionEngine*> alive_;
-  uint64_t encodes_ = 0;                         // picks the slices whose residual norm is sampled
 };
 
 // Identifies a job on the wire: a hash of its name, equal on every node.

@@ -1,0 +1,92 @@
+// The owner's half of a reduction. For each slice this node owns, every node's contribution
+// (its own included) is merged into the slice's sum strictly in node-rank order, so the sum
+// has the same bits whatever order the network delivers them in; one that arrives before its
+// turn is parked. Merges run on the host stream one contribution at a time per slice, at the
+// tensor's priority, so the contributions of the most urgent tensor are merged first. Once
+// every node's contribution is in, the sum is encoded on the stream with the owner's result
+// residual (a LocalCoder of its own, under keys apart from the node's side) and handed to
+// `ready`. Runs on the comm thread; only the stream's work runs elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "agent/host_stream.h"
+#include "agent/local_coder.h"
+#include "agent/residual_sampler.h"
+#include "agent/tensor_route.h"
+#include "common/default_init.h"
+#include "scheduler/planner.h"
+
+namespace gcagent::agent {
+
+class OwnerSide {
+ public:
+  struct Slice {
+    uint64_t job = 0, key = 0;
+    uint32_t slice = 0;
+    uint64_t iteration = 0;
+  };
+  // A node's contribution: its bytes and what keeps them alive (a copy of a peer's message,
+  // or this node's own share where its coder left it).
+  struct Contribution {
+    std::shared_ptr<const void> pin;
+    std::span<const std::byte> bytes;
+    bool compressed = false;
+    uint32_t contributors = 0;  // trainers it sums
+  };
+  // The route of a declared tensor; null once it is gone.
+  using RouteOf = std::function<TensorRoute*(uint64_t job, uint64_t key)>;
+  // A slice's result, encoded (or why it could not be), and the trainers it sums.
+  using Ready = std::function<void(const Slice&, Result<SliceEncoding>, bool compressed, uint32_t contributors)>;
+  // A contribution refused (a second one from a node, or one its codec cannot decode).
+  using Refused = std::function<void(const std::string& why)>;
+
+  OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::shared_ptr<LocalCoder> coder,
+            scheduler::Planner& planner, RouteOf route_of, Ready ready, Refused refused);
+  ~OwnerSide();
+
+  void add(const Slice& slice, uint32_t from, Contribution contribution);
+
+  // Partial sums that can no longer complete: a tensor's up to `iteration`, or a job's.
+  void dropSums(uint64_t job, uint64_t key, uint64_t iteration);
+  void dropSums(uint64_t job);
+  // A tensor re-declared with another wire format (its sums and residuals are moot), a job dropped.
+  void forget(uint64_t job, uint64_t key, uint32_t slice_count);
+  void forgetJob(uint64_t job);
+
+  size_t pending() const { return sums_.size(); }
+  // Adds, per rank, the slices owned here that still wait for that rank's contribution.
+  void countWaiting(std::vector<double>& per_rank) const;
+
+ private:
+  struct Sum;
+  using Id = std::tuple<uint64_t, uint64_t, uint32_t, uint64_t>;  // job, key, slice, iteration
+  void mergeNext(const Id& id, Sum& sum, const TensorRoute& route);
+  void onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t contributors, bool compressed, size_t bytes,
+                double seconds, const Status& status);
+  void encode(const Id& id, Sum& sum, const TensorRoute& route);
+  void onEncoded(const Slice& s, bool compressed, uint32_t contributors, Result<KeyEncodings> encoded);
+
+  uint32_t nodes_;
+  std::shared_ptr<HostStream> stream_;
+  std::shared_ptr<LocalCoder> coder_;
+  std::shared_ptr<const compress::Codec> raw_;
+  scheduler::Planner& planner_;
+  RouteOf route_of_;
+  Ready ready_;
+  Refused refused_;
+  std::map<Id, Sum> sums_;
+  uint64_t serials_ = 0;
+  ResidualSampler sampler_;
+  // The stream's reports may run after this is gone; they reach it through this.
+  std::shared_ptr<OwnerSide*> alive_;
+};
+
+}  // namespace gcagent::agent

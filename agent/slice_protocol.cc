@@ -1,0 +1,59 @@
+#include "agent/slice_protocol.h"
+
+#include <string_view>
+
+#include "common/str_cat.h"
+
+namespace gcagent::agent {
+namespace {
+
+// Marks result fingerprints, so a contribution is never mistaken for a result.
+constexpr uint32_t kResultMark = 0x5bd1e995u;
+// Marks the contributions of tensors under the mxnet policy: nodes that disagree on the
+// policy would sum differently, so their slices are refused like a codec mismatch.
+constexpr uint32_t kMxnetMark = 0x2545f491u;
+
+uint32_t fingerprint(const compress::CodecSpec& spec) {
+  uint32_t h = 2166136261u;  // FNV-1a over name and sorted parameters
+  auto add = [&](std::string_view s) {
+    for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+    h = (h ^ 0xff) * 16777619u;
+  };
+  add(spec.name);
+  for (const auto& [k, v] : spec.params) {
+    add(k);
+    add(v);
+  }
+  return h;
+}
+
+}  // namespace
+
+uint32_t contributionFingerprint(const compress::CodecSpec& codec, bool mxnet) {
+  return fingerprint(codec) ^ (mxnet ? kMxnetMark : 0u);
+}
+uint32_t resultFingerprint(const compress::CodecSpec& codec) { return fingerprint(codec) ^ kResultMark; }
+uint32_t rawContributionFingerprint() { return fingerprint({"none", {}}); }
+uint32_t rawResultFingerprint() { return fingerprint({"none", {}}) ^ kResultMark; }
+
+Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t owner, uint32_t self, uint32_t from) {
+  if (h.tensor_elements != r.spec.elements || h.slice_count != r.slice_count)
+    return Status::invalidArgument(strCat("tensor ", h.key, " has ", h.tensor_elements, " elements there, ",
+                                          r.spec.elements, " here"));
+  if (h.kind == SliceKind::kContribution) {
+    if (h.codec_fingerprint != r.push_fp && h.codec_fingerprint != rawContributionFingerprint())
+      return Status::invalidArgument(strCat("tensor ", h.key, ": codec differs from '", r.push_spec.name,
+                                            "' (aggregation ", aggregationName(r.spec.policy.aggregation), ")"));
+    if (owner != self)
+      return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, " is not owned here"));
+    return h.codec_fingerprint == r.push_fp && r.push_spec.name != "none";
+  }
+  if (h.codec_fingerprint != r.pull_fp && h.codec_fingerprint != rawResultFingerprint())
+    return Status::invalidArgument(strCat("tensor ", h.key, ": result codec differs from '", r.pull_spec.name, "'"));
+  if (owner != from)
+    return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": result from rank ", from,
+                                          ", which does not own it"));
+  return h.codec_fingerprint == r.pull_fp && r.pull_spec.name != "none";
+}
+
+}  // namespace gcagent::agent

@@ -1,0 +1,28 @@
+// The slice protocol between agents: every slice names the codec its bytes are in by a
+// fingerprint (name and parameters, marked for results and for the mxnet policy), so nodes
+// that disagree refuse each other's slices instead of mixing semantics, and a slice sent
+// uncompressed is recognised whatever the tensor's codec. checkSlice() is what a received
+// slice must satisfy before its bytes are used.
+#pragma once
+
+#include <cstdint>
+
+#include "agent/slice_message.h"
+#include "agent/tensor_route.h"
+#include "common/status.h"
+#include "compress/codec.h"
+
+namespace gcagent::agent {
+
+uint32_t contributionFingerprint(const compress::CodecSpec& codec, bool mxnet);
+uint32_t resultFingerprint(const compress::CodecSpec& codec);
+// Of slices sent uncompressed.
+uint32_t rawContributionFingerprint();
+uint32_t rawResultFingerprint();
+
+// Whether a received slice of `route`'s tensor is in its codec (true) or uncompressed
+// (false), once it checks out: the tensor's size, the codec, and the slice's owner (this
+// node for a contribution, the sender for a result). The error names the tensor.
+Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& route, uint32_t owner, uint32_t self, uint32_t from);
+
+}  // namespace gcagent::agent
