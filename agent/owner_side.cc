@@ -28,10 +28,11 @@ struct OwnerSide::Sum {
 };
 
 OwnerSide::OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::shared_ptr<LocalCoder> coder,
-                     scheduler::Planner& planner, RouteOf route_of, Ready ready, Refused refused)
+                     scheduler::Planner& planner, ResidualSampler& sampler, RouteOf route_of, Ready ready,
+                     Refused refused)
     : nodes_(nodes), stream_(std::move(stream)), coder_(std::move(coder)),
       raw_(std::move(compress::makeCodec(compress::CodecSpec{"none", {}})).value()), planner_(planner), route_of_(std::move(route_of)),
-      ready_(std::move(ready)), refused_(std::move(refused)), alive_(std::make_shared<OwnerSide*>(this)) {}
+      ready_(std::move(ready)), refused_(std::move(refused)), sampler_(sampler), alive_(std::make_shared<OwnerSide*>(this)) {}
 
 OwnerSide::~OwnerSide() { *alive_ = nullptr; }
 

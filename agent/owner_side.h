@@ -48,8 +48,10 @@ class OwnerSide {
   // A contribution refused (a second one from a node, or one its codec cannot decode).
   using Refused = std::function<void(const std::string& why)>;
 
+  // `planner` gets the merges' and encodes' timings, `sampler` the result residuals (shared
+  // with the node's side: one encode in 64 of either is sampled).
   OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::shared_ptr<LocalCoder> coder,
-            scheduler::Planner& planner, RouteOf route_of, Ready ready, Refused refused);
+            scheduler::Planner& planner, ResidualSampler& sampler, RouteOf route_of, Ready ready, Refused refused);
   ~OwnerSide();
 
   void add(const Slice& slice, uint32_t from, Contribution contribution);
@@ -84,7 +86,7 @@ class OwnerSide {
   Refused refused_;
   std::map<Id, Sum> sums_;
   uint64_t serials_ = 0;
-  ResidualSampler sampler_;
+  ResidualSampler& sampler_;
   // The stream's reports may run after this is gone; they reach it through this.
   std::shared_ptr<OwnerSide*> alive_;
 };
