@@ -1,6 +1,9 @@
 // The trainers' side of the agent: a Unix stream socket speaking the control protocol
 // (shm/protocol.h), one shared-memory segment per trainer, and the bookkeeping that turns
 // the submissions of a job's local trainers into one reduction per key and iteration.
+// Its parts: trainer_connection.h (a trainer's frames and deadlines), trainer_session.h
+// (its requests and slots), local_job.h (a job's members, joining and counting) and
+// device_staging.h (device slots copied in before a reduction on the host).
 #pragma once
 
 #include <sys/types.h>
@@ -17,11 +20,15 @@
 
 #include "agent/device_path.h"
 #include "agent/io.h"
+#include "agent/local_job.h"
 #include "agent/reduction_engine.h"
+#include "agent/trainer_connection.h"
 #include "common/retry_delay.h"
 #include "common/status.h"
 
 namespace gcagent::agent {
+
+class TrainerSession;
 
 struct ServerOptions {
   std::string socket_path;
@@ -38,7 +45,7 @@ struct ServerOptions {
   // What a stranger on the socket can hold: connections beyond max_connections are closed
   // at once; a connection that says no hello within hello_timeout, or announces a frame
   // and does not finish its body within body_timeout, is closed. Before its hello a
-  // connection may announce at most kUnidentifiedBodyBytes.
+  // connection may announce at most kUnidentifiedBodyBytes (trainer_connection.h).
   size_t max_connections = 256;
   std::chrono::milliseconds hello_timeout{10000};
   std::chrono::milliseconds body_timeout{30000};
@@ -46,9 +53,6 @@ struct ServerOptions {
   // accepting trainers.
   std::function<void(bool accepting)> on_accepting;
 };
-
-// A hello is a few hundred bytes: an unidentified connection cannot make the agent hold more.
-inline constexpr size_t kUnidentifiedBodyBytes = 64 * 1024;
 
 struct ServerCounters {
   uint64_t trainers_connected = 0;
@@ -81,23 +85,21 @@ class ControlServer {
   const ServerCounters& counters() const { return counters_; }
 
  private:
-  class Session;
-  struct Job;
-  struct Contribution;
-  friend class Session;
+  friend class TrainerSession;
 
   void accept();
   void acceptFailed(const boost::system::error_code& ec);
   void badMessage(const Status& why);
   void timedOut(uint32_t trainer, std::string_view what);
   void deviceRefused(const Status& why);
-  void sessionClosed(Session* session);
+  void sessionClosed(TrainerSession* session);
   // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
   // the host, or on the host after staging the device slots.
-  void reduce(const std::shared_ptr<Job>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);
+  void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);
   // Tells the job's trainers that submitted (iteration, key) how it ended.
-  void notify(Job& job, uint64_t iteration, uint64_t key, const Status& status);
-  std::shared_ptr<Job> findOrCreateJob(const std::string& name, uint32_t local_size, Status* error);
+  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status);
+  // Fails every (iteration, key) of the job still waiting for local trainers with `why`.
+  void failPending(LocalJob& job, const Status& why);
 
   asio::io_context& io_;
   ReductionEngine& engine_;
@@ -107,8 +109,8 @@ class ControlServer {
   RetryDelay accept_delay_;
   bool refusing_ = false;  // over max_connections: logged once per streak
   std::shared_ptr<DevicePath> device_path_;
-  std::map<Session*, std::shared_ptr<Session>> sessions_;
-  std::unordered_map<uint64_t, std::shared_ptr<Job>> jobs_;
+  std::map<TrainerSession*, std::shared_ptr<TrainerSession>> sessions_;
+  LocalJobs jobs_;
   uint32_t next_trainer_id_ = 1;
   bool stopping_ = false;
   ServerCounters counters_;

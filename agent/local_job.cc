@@ -1,0 +1,60 @@
+#include "agent/local_job.h"
+
+#include <algorithm>
+
+#include "agent/reduction_engine.h"
+#include "common/str_cat.h"
+
+namespace gcagent::agent {
+
+std::optional<std::vector<Contribution>> LocalJob::contribute(uint32_t local_rank, uint64_t iteration, uint64_t key,
+                                                              Contribution mine) {
+  auto& entries = pending[{iteration, key}];
+  entries.resize(local_size);
+  entries[local_rank] = std::move(mine);
+  for (const Contribution& c : entries)
+    if (c.host == nullptr) return std::nullopt;
+  std::vector<Contribution> ready = std::move(entries);
+  pending.erase({iteration, key});
+  return ready;
+}
+
+bool LocalJob::keyCompleted(uint64_t iteration) {
+  if (++keys_done[iteration] != tensors.size()) return false;
+  keys_done.erase(iteration);
+  last_completed = std::max(last_completed, iteration);
+  return true;
+}
+
+void LocalJob::loseAfter(uint64_t after, const Status& why) {
+  if (!lost.ok()) return;
+  lost = why;
+  lost_after = after;
+}
+
+bool LocalJob::deserted() const {
+  return std::all_of(members.begin(), members.end(), [](TrainerSession* s) { return s == nullptr; });
+}
+
+std::shared_ptr<LocalJob> findOrCreateJob(LocalJobs& jobs, const std::string& name, uint32_t local_size,
+                                          Status* error) {
+  const uint64_t id = jobIdOf(name);
+  auto& job = jobs[id];
+  if (!job) {
+    job = std::make_shared<LocalJob>();
+    job->name = name;
+    job->id = id;
+    job->local_size = local_size;
+    job->members.assign(local_size, nullptr);
+  } else if (job->name != name) {
+    *error = Status::failedPrecondition(strCat("job '", name, "' collides with job '", job->name, "'"));
+    return nullptr;
+  } else if (job->local_size != local_size) {
+    *error = Status::invalidArgument(strCat("job '", name, "' has ", job->local_size,
+                                            " local trainers, this one says ", local_size));
+    return nullptr;
+  }
+  return job;
+}
+
+}  // namespace gcagent::agent

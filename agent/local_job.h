@@ -1,0 +1,77 @@
+// A job as this node's trainers share it: its members by local rank, its declaration, and
+// the bookkeeping that joins their submissions of an (iteration, key) into one reduction and
+// counts an iteration's keys to its completion. Apart from the control server so that the
+// joining and the counting, where a lost or doubled contribution would hang or skip an
+// iteration, are tested on their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "shm/protocol.h"
+
+namespace gcagent::agent {
+
+class LocalCoder;
+class TrainerSession;
+
+// One local trainer's gradient of an (iteration, key), ready to reduce.
+struct Contribution {
+  float* host = nullptr;    // its shared-memory slot, or the host buffer a device slot stages to
+  float* device = nullptr;  // its device slot; null for a host trainer
+  std::shared_ptr<LocalCoder> coder;  // of the device slot's GPU; null: staged through the host
+  std::weak_ptr<TrainerSession> session;
+  std::shared_ptr<const void> pin;  // the memory of host: its segment, or its device slots' staging
+  size_t index = 0;  // the slot, in the trainer's declaration
+  uint64_t elements = 0;
+};
+
+struct LocalJob {
+  std::string name;
+  uint64_t id = 0;
+  uint32_t local_size = 0;
+  std::vector<TrainerSession*> members;  // by local rank
+  std::vector<shm::protocol::TensorDecl> tensors;
+  uint64_t generation = 0;
+  // Submissions of an (iteration, key) so far, by local rank.
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<Contribution>> pending;
+  // Reductions in flight that run on a GPU's coder: their averages are in the device slots.
+  std::set<std::pair<uint64_t, uint64_t>> coded;
+  std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
+  size_t inFlight = 0;                   // reductions handed to the engine, not yet done
+  uint64_t last_completed = 0;           // the last iteration whose every key completed
+  // Set once a trainer of the job left, here or on another node: iterations after
+  // lost_after can never complete.
+  Status lost;
+  uint64_t lost_after = 0;
+
+  // Local rank `local_rank`'s gradient of (iteration, key) is in: every local trainer's, in
+  // rank order, once the last is (and the entry is gone from pending); nothing before.
+  std::optional<std::vector<Contribution>> contribute(uint32_t local_rank, uint64_t iteration, uint64_t key,
+                                                      Contribution mine);
+  // One key of `iteration` completed: true when that made every declared key of it complete
+  // (last_completed then counts it).
+  bool keyCompleted(uint64_t iteration);
+  // Iterations after `last_completed` can never complete, for `why`; the first reason stays.
+  void loseAfter(uint64_t last_completed, const Status& why);
+  // No local trainer is connected.
+  bool deserted() const;
+};
+
+using LocalJobs = std::unordered_map<uint64_t, std::shared_ptr<LocalJob>>;
+
+// The job `name` (by jobIdOf), made for `local_size` trainers when it is new; null, with
+// `error` set, when another job has its id or the job has another local size.
+std::shared_ptr<LocalJob> findOrCreateJob(LocalJobs& jobs, const std::string& name, uint32_t local_size,
+                                          Status* error);
+
+}  // namespace gcagent::agent
