@@ -55,6 +55,7 @@ void HostStream::after(uint64_t tag, int64_t priority, Done done) {
 }
 
 void HostStream::hold(uint64_t tag, int64_t priority, std::shared_ptr<const void> pin) {
+  if (!pin) return;  // nothing to keep (an item without task, done or pin would be a report)
   push({priority, 0, tag, nullptr, nullptr, std::move(pin), guard()});
 }
 

@@ -259,7 +259,7 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
 }
 
 void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
-                              float divisor, Done done) {
+                              float divisor, Done done, std::shared_ptr<const void> bytes_owner) {
   tag(w);
   auto prepared = prepare(w);
   if (!prepared.ok()) {
@@ -274,14 +274,21 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   Status st;
   if (bytes.size() > capacity)
     st = Status::invalidArgument(strCat("a result of ", bytes.size(), " bytes for ", n, " elements"));
-  std::byte* staged = at(k.decode_host, k.decode_offsets[slice]);
-  std::byte* on_device = at(k.decode_device, k.decode_offsets[slice]);
-  if (st.ok()) {
+  // Where the decode reads: the bytes where the transport left them (host, owned), staged in
+  // host memory (host), or staged and copied to the device.
+  const std::byte* on_device = nullptr;
+  const bool in_place = bytes_owner && device_->hostAddressable();
+  if (st.ok() && in_place) {
+    on_device = bytes.data();
+  } else if (st.ok()) {
+    std::byte* staged = at(k.decode_host, k.decode_offsets[slice]);
     std::memcpy(staged, bytes.data(), bytes.size());
     if (device_->hostAddressable()) {
       on_device = staged;
     } else {
-      st = device_->copy(on_device, staged, bytes.size());
+      std::byte* device_stage = at(k.decode_device, k.decode_offsets[slice]);
+      st = device_->copy(device_stage, staged, bytes.size());
+      on_device = device_stage;
     }
   }
   float* out = w.buffers.at(0) + b;
@@ -289,6 +296,7 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, idOf(w, slice));
   if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
+  if (in_place) device_->hold(std::move(bytes_owner));  // until the decode has run
   if (!done) {
     device_->hold(w.keepalive);  // the reduction may be abandoned before its last decode
     return defer(w, slice, st);

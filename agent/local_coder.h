@@ -82,8 +82,10 @@ class LocalCoder {
   // `done` enqueues without a report (one after() per slice would stall the stream each
   // time): the next call with a `done` reports for every decode of the key since, with the
   // first failure.
+  // `bytes_owner`, when set, keeps `bytes` valid while held: on the host they are decoded
+  // where they are, else they are staged first (the caller's memory is gone after the call).
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
-                    float divisor, Done done);
+                    float divisor, Done done, std::shared_ptr<const void> bytes_owner = nullptr);
   // A node on its own: every buffer gets the sum of the buffers divided by `divisor` (1: the sum).
   void sum(const KeyWork& work, float divisor, Done done);
 

@@ -70,12 +70,16 @@ void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   auto seconds = std::make_shared<double>(0);
   const compress::SliceId slice_id{key, slice, iteration};
   const uint64_t tag = (job * 0x9e3779b97f4a7c15ull ^ key) ^ kMergeTag;
-  stream_->enqueue(tag, route.spec.priority, [codec, values = sum.values, c, first, slice_id, seconds]() -> Status {
+  const std::span<const std::byte> bytes = c.bytes;
+  stream_->enqueue(tag, route.spec.priority, [codec, values = sum.values, bytes, first, slice_id, seconds]() -> Status {
     const auto start = std::chrono::steady_clock::now();
-    Status s = first ? codec->decode(c.bytes, *values, 1.0f, slice_id) : codec->decodeAdd(c.bytes, *values, slice_id);
+    Status s = first ? codec->decode(bytes, *values, 1.0f, slice_id) : codec->decodeAdd(bytes, *values, slice_id);
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return s;
   });
+  // Released on this thread once the merge has run (a transport's receive buffer goes back
+  // to its pool here).
+  stream_->hold(tag, route.spec.priority, std::move(c.pin));
   stream_->after(tag, route.spec.priority,
                  [owner = std::weak_ptr<OwnerSide*>(alive_), id, serial = sum.serial, from = sum.next,
                   contributors = c.contributors, compressed = c.compressed, bytes = c.bytes.size(),

@@ -314,11 +314,12 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
     enqueue(r, k->spec.priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
     dispatch(r);
   }
-  applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed);
+  applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed, payload.pin);
 }
 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
-                                  uint32_t contributors, std::span<const std::byte> encoded, bool compressed) {
+                                  uint32_t contributors, std::span<const std::byte> encoded, bool compressed,
+                                  std::shared_ptr<const void> encoded_owner) {
   if (!k.active || k.iteration != iteration) {
     const std::string why = strCat("result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
                                    k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
@@ -329,12 +330,15 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
   const float divisor = k.divisor(contributors);
   if (!k.coder->device().hostAddressable()) stats_->gpuCopy(false).Increment(static_cast<double>(encoded.size()));
   // The coder runs a key's decodes in order: only the last one reports, for all of them.
-  if (--k.slices_left > 0) return k.coder->decodeResult(k.work, slice, compressed, encoded, divisor, {});
+  if (--k.slices_left > 0)
+    return k.coder->decodeResult(k.work, slice, compressed, encoded, divisor, {}, std::move(encoded_owner));
   auto engine = std::weak_ptr<ReductionEngine*>(alive_);
-  k.coder->decodeResult(k.work, slice, compressed, encoded, divisor,
-                        [engine, job, key = k.spec.key, iteration](const Status& s) {
-                          if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, iteration, s);
-                        });
+  k.coder->decodeResult(
+      k.work, slice, compressed, encoded, divisor,
+      [engine, job, key = k.spec.key, iteration](const Status& s) {
+        if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, iteration, s);
+      },
+      std::move(encoded_owner));
 }
 
 void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& status) {
@@ -486,11 +490,18 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   metrics::CodecStats& cs = !compressed ? *k.raw_stats : contribution ? *k.push_stats : *k.pull_stats;
   cs.raw_received->Increment(static_cast<double>(raw));
   cs.wire_received->Increment(static_cast<double>(m.payload.size()));
-  if (!contribution) return applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload, compressed);
-  // The message is gone after this handler; the merge runs later, on the host stream.
-  auto copy = std::make_shared<ByteBuffer>(m.payload.begin(), m.payload.end());
-  const std::span<const std::byte> bytes(*copy);
-  owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(copy), bytes, compressed, h.contributors});
+  if (!contribution)
+    return applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload, compressed, m.payload_owner);
+  // The merge runs later, on the host stream: the payload is kept where the transport
+  // received it when it lets us, else copied (the message is gone after this handler).
+  std::shared_ptr<const void> pin = m.payload_owner;
+  std::span<const std::byte> bytes = m.payload;
+  if (!pin) {
+    auto copy = std::make_shared<ByteBuffer>(m.payload.begin(), m.payload.end());
+    bytes = *copy;
+    pin = std::move(copy);
+  }
+  owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors});
 }
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {

@@ -150,8 +150,9 @@ class ReductionEngine {
   KeyState* findKey(uint64_t job, uint64_t key);
   // The owner side's result of a slice: sent to every node and decoded here.
   void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors);
+  // `encoded_owner`, when set, keeps `encoded` valid past this call (no staging copy).
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
-                   std::span<const std::byte> encoded, bool compressed);
+                   std::span<const std::byte> encoded, bool compressed, std::shared_ptr<const void> encoded_owner);
   void completeKey(uint64_t job, KeyState& k, const Status& status);
   // The coder's side of a reduction: its encodings are in, or a result was decoded.
   void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,8 +29,11 @@ struct BackendEvents {
   // carries the sender's link prefix (link_frame.h). Returns whether a data frame's payload
   // is wanted; an unwanted one is dropped unread. Runs from poll().
   std::function<bool(FrameKind, std::span<const std::byte> header)> arrived;
-  // A wanted data frame, whole, in arrival order per link. Runs from deliver().
-  std::function<void(std::span<const std::byte> header, std::span<const std::byte> payload)> received;
+  // A wanted data frame, whole, in arrival order per link. Runs from deliver(). `owner`, when
+  // set, keeps `payload` valid while it is held (Message::payload_owner).
+  std::function<void(std::span<const std::byte> header, std::span<const std::byte> payload,
+                     std::shared_ptr<const void> owner)>
+      received;
   // Link `id` broke (the peer closed, died or cannot be reached). Runs from poll().
   std::function<void(LinkId id, const Status& why)> failed;
 };

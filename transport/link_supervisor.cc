@@ -48,9 +48,8 @@ class LinkSupervisor final : public Transport {
           strCat(name_, ": rank ", options_.rank, " is not below the size ", options_.size));
     BackendEvents events;
     events.arrived = [this](FrameKind kind, std::span<const std::byte> header) { return onArrived(kind, header); };
-    events.received = [this](std::span<const std::byte> header, std::span<const std::byte> payload) {
-      onReceived(header, payload);
-    };
+    events.received = [this](std::span<const std::byte> header, std::span<const std::byte> payload,
+                             std::shared_ptr<const void> owner) { onReceived(header, payload, std::move(owner)); };
     events.failed = [this](LinkId id, const Status& why) { onLinkFailed(id, why); };
     backend_->setEvents(std::move(events));
 
@@ -308,9 +307,10 @@ class LinkSupervisor final : public Transport {
     return false;
   }
 
-  void onReceived(std::span<const std::byte> header, std::span<const std::byte> payload) {
+  void onReceived(std::span<const std::byte> header, std::span<const std::byte> payload,
+                  std::shared_ptr<const void> owner) {
     const auto prefix = readLinkPrefix(header);  // checked when it arrived
-    if (prefix && on_message_) on_message_({prefix->from, linkHeaderBody(header), payload});
+    if (prefix && on_message_) on_message_({prefix->from, linkHeaderBody(header), payload, std::move(owner)});
   }
 
   struct PeerEventRecord {

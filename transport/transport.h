@@ -18,11 +18,14 @@ namespace gcagent::transport {
 
 using Rank = uint32_t;
 
-// A received message. Header and payload are valid only during the handler call.
+// A received message. Header and payload are valid only during the handler call, unless
+// `payload_owner` is set: holding it keeps the payload valid (and unchanged) for as long, so
+// a handler that works on the payload later need not copy it.
 struct Message {
   Rank from;
   std::span<const std::byte> header;
   std::span<const std::byte> payload;
+  std::shared_ptr<const void> payload_owner = nullptr;
 };
 
 enum class PeerEvent {

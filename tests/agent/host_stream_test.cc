@@ -60,6 +60,7 @@ TEST(HostStreamTest, AThreadRunsTheWorkAndIoRunWaitsForTheReport) {
     return Status();
   });
   stream.hold(4, 0, std::move(pin));
+  stream.hold(4, 0, nullptr);  // nothing to keep: no item at all
   bool reported = false;
   stream.after(4, 0, [&](const Status& s) { reported = s.ok(); });
   io.run();  // returns once the report and the release have run here

@@ -157,7 +157,7 @@ class LoopbackBackend final : public LinkBackend {
     const bool worked = !completions_.empty() || !received_.empty();
     for (auto& [done, status] : std::exchange(completions_, {})) done(status);
     for (const LoopbackFrame& f : std::exchange(received_, {}))
-      if (events_.received) events_.received(f.header, f.payload);
+      if (events_.received) events_.received(f.header, f.payload, nullptr);
     return worked;
   }
 

@@ -198,8 +198,16 @@ class UcxBackend final : public LinkBackend {
     for (auto& [done, status] : std::exchange(completions_, {}))
       if (done) done(status);
     for (Envelope& e : std::exchange(received_, {})) {
-      if (events_.received) events_.received(e.header, e.payload.bytes());
-      pool_.give(std::move(e.payload));
+      // The handler may keep the payload (the engine merges it later, on another thread); the
+      // buffer goes back to the pool when the last holder lets go, on this thread (holders
+      // release on the comm thread), or is freed if the backend is gone by then.
+      auto owner = std::shared_ptr<const Buffer>(new Buffer(std::move(e.payload)),
+                                                 [pool = std::weak_ptr<BufferPool>(pool_)](const Buffer* b) {
+                                                   if (auto p = pool.lock()) p->give(std::move(*const_cast<Buffer*>(b)));
+                                                   delete b;
+                                                 });
+      const std::span<const std::byte> payload = owner->bytes();
+      if (events_.received) events_.received(e.header, payload, std::move(owner));
     }
     return worked;
   }
@@ -313,12 +321,12 @@ class UcxBackend final : public LinkBackend {
     auto* bytes = static_cast<const std::byte*>(header);
     std::vector<std::byte> whole(bytes, bytes + header_length);
     if (!rendezvous) {
-      Buffer copy = self->pool_.take(length);
+      Buffer copy = self->pool_->take(length);
       if (length != 0) std::memcpy(copy.data.get(), data, length);
       self->received_.push_back({std::move(whole), std::move(copy)});
       return UCS_OK;
     }
-    auto* ctx = new RecvContext{self, std::move(whole), self->pool_.take(length)};
+    auto* ctx = new RecvContext{self, std::move(whole), self->pool_->take(length)};
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     rp.memory_type = UCS_MEMORY_TYPE_HOST;
@@ -352,7 +360,7 @@ class UcxBackend final : public LinkBackend {
   std::vector<std::unique_ptr<EpContext>> parked_;                // retired, left open (see retire())
   std::vector<std::pair<Transport::SendDone, Status>> completions_;
   std::vector<Envelope> received_;
-  BufferPool pool_;
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
 };
 
 }  // namespace
