@@ -23,7 +23,10 @@ ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, Serv
       options_(std::move(options)),
       acceptor_(io),
       accept_retry_(io),
-      device_path_(options_.device_path) {}
+      device_path_(options_.device_path) {
+  jobs_.attach(*this);
+  jobs_.attach(engine_);
+}
 
 ControlServer::~ControlServer() { stop(Status::unavailable("agent shutting down")); }
 
@@ -126,24 +129,22 @@ void ControlServer::timedOut(uint32_t trainer, std::string_view what) {
 }
 
 void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key, const Status& status) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  if (it->second->inFlight > 0) --it->second->inFlight;
-  notify(*it->second, iteration, key, status);
+  std::shared_ptr<LocalJob> job = jobs_.find(job_id);
+  if (!job) return;
+  if (job->inFlight > 0) --job->inFlight;
+  notify(*job, iteration, key, status);
 }
 
 void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const Status& why) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  std::shared_ptr<LocalJob> job = it->second;
+  std::shared_ptr<LocalJob> job = jobs_.find(job_id);
+  if (!job) return;
   job->loseAfter(last_completed, why);
   // Iterations up to last_completed still complete here: the other node sent its part.
   bool later = false;
   for (TrainerSession* member : job->members) later |= member != nullptr && member->submittedAfter(last_completed);
   if (!later) return;
   GC_LOG(kWarn, "control", "job '", job->name, "': ", why.message());
-  failPending(*job, why);
-  engine_.failJob(job->id, why);
+  jobs_.fail(job->id, why);
 }
 
 void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) {
@@ -169,6 +170,14 @@ void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, cons
     engine_.stats().iterationsCompleted().Increment();
     engine_.stats().job(job.name).iterations->Increment();
   }
+}
+
+void ControlServer::failJob(uint64_t job_id, const Status& why) {
+  if (std::shared_ptr<LocalJob> job = jobs_.find(job_id)) failPending(*job, why);
+}
+
+void ControlServer::dropJob(uint64_t job_id) {
+  if (std::shared_ptr<LocalJob> job = jobs_.find(job_id)) engine_.stats().retireJob(job->name);
 }
 
 void ControlServer::failPending(LocalJob& job, const Status& why) {
@@ -205,8 +214,7 @@ void ControlServer::reduce(const std::shared_ptr<LocalJob>& job, uint64_t iterat
   const uint64_t generation = job->generation;
   stageDeviceSlots(ready, [this, job, iteration, key, generation, pins, buffers = std::move(buffers)](
                               const Status& staged) mutable {
-    auto live = jobs_.find(job->id);
-    if (live == jobs_.end() || live->second != job) return;  // every trainer left meanwhile
+    if (jobs_.find(job->id) != job) return;  // every trainer left meanwhile
     Status why = staged;
     if (why.ok() && generation != job->generation)
       why = Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
@@ -231,15 +239,10 @@ void ControlServer::sessionClosed(TrainerSession* session) {
   const Status why = Status::unavailable(strCat("trainer local rank ", session->localRank(), " of job '", job->name,
                                                 "' left"));
   // Its shared memory is about to go: nothing may still point into it.
-  failPending(*job, why);
-  engine_.failJob(job->id, why);
+  jobs_.fail(job->id, why);
   job->loseAfter(job->last_completed, why);
   if (options_.on_trainer_left && !stopping_) options_.on_trainer_left(job->id, job->last_completed, why);
-  if (job->deserted()) {
-    engine_.dropJob(job->id);
-    engine_.stats().retireJob(job->name);
-    jobs_.erase(job->id);
-  }
+  if (job->deserted()) jobs_.drop(job->id);
 }
 
 void ControlServer::stop(const Status& why) {
@@ -248,10 +251,7 @@ void ControlServer::stop(const Status& why) {
   accept_retry_.cancel();
   boost::system::error_code ec;
   acceptor_.close(ec);
-  for (auto& [id, job] : jobs_) {
-    failPending(*job, why);
-    engine_.failJob(id, why);
-  }
+  jobs_.failAll(why);
   while (!sessions_.empty()) sessions_.begin()->second->flushAndClose();
   (void)removeStaleSocket(options_.socket_path);  // ours: a socket, unless replaced meanwhile
 }

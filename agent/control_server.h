@@ -20,6 +20,7 @@
 
 #include "agent/device_path.h"
 #include "agent/io.h"
+#include "agent/job_registry.h"
 #include "agent/local_job.h"
 #include "agent/reduction_engine.h"
 #include "agent/trainer_connection.h"
@@ -64,7 +65,7 @@ struct ServerCounters {
   uint64_t sessions_timed_out = 0;    // no hello, or a frame body that did not arrive in time
 };
 
-class ControlServer {
+class ControlServer : public JobPart {
  public:
   ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options);
   ~ControlServer();
@@ -83,6 +84,10 @@ class ControlServer {
   void onJobLost(uint64_t job, uint64_t last_completed, const Status& why);
 
   const ServerCounters& counters() const { return counters_; }
+
+  // JobPart: a job's trainers waiting on it are told why; a job gone retires its metrics.
+  void failJob(uint64_t job, const Status& why) override;
+  void dropJob(uint64_t job) override;
 
  private:
   friend class TrainerSession;
@@ -110,7 +115,7 @@ class ControlServer {
   bool refusing_ = false;  // over max_connections: logged once per streak
   std::shared_ptr<DevicePath> device_path_;
   std::map<TrainerSession*, std::shared_ptr<TrainerSession>> sessions_;
-  LocalJobs jobs_;
+  JobRegistry jobs_;  // this server's trainers first, then the engine
   uint32_t next_trainer_id_ = 1;
   bool stopping_ = false;
   ServerCounters counters_;

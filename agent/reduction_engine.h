@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "agent/early_slice_stash.h"
+#include "agent/job_part.h"
 #include "agent/local_coder.h"
 #include "agent/owner_side.h"
 #include "agent/residual_sampler.h"
@@ -87,7 +88,7 @@ struct EngineCounters {
   uint64_t bad_messages = 0;
 };
 
-class ReductionEngine {
+class ReductionEngine : public JobPart {
  public:
   // Called once per (job, iteration, key) reduce(): ok when the buffers hold the result.
   using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&)>;
@@ -98,7 +99,7 @@ class ReductionEngine {
   // Declares (or re-declares) a job's tensors; builds their codecs. Keys whose size or
   // codec changed lose their residuals. Slices that arrived early are replayed.
   Status declareJob(uint64_t job, const std::vector<TensorSpec>& tensors);
-  void dropJob(uint64_t job);
+  void dropJob(uint64_t job) override;
 
   // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
   // gradient (elements floats each), in local rank order; they receive the result (the
@@ -116,7 +117,7 @@ class ReductionEngine {
   // Fails every reduction in flight: they need every peer.
   void onPeerDown(transport::Rank peer, const Status& why);
   // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
-  void failJob(uint64_t job, const Status& why);
+  void failJob(uint64_t job, const Status& why) override;
 
   const EngineCounters& counters() const { return counters_; }
   // Slices waiting in the send queue of a peer (not yet handed to the transport).

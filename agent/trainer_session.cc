@@ -54,7 +54,7 @@ void TrainerSession::dispatch(const protocol::Message& m) {
 Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
   if (job_) return Status::failedPrecondition(strCat("trainer already joined job '", job_->name, "'"));
   Status error;
-  auto job = findOrCreateJob(server_.jobs_, h.job, h.local_size, &error);
+  auto job = server_.jobs_.findOrCreate(h.job, h.local_size, &error);
   if (!job) return error;
   if (job->members[h.local_rank] != nullptr)
     return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected"));
