@@ -15,7 +15,6 @@
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "compress/registry.h"
-#include "scheduler/send_lane.h"
 
 namespace gcagent::agent {
 
@@ -43,30 +42,6 @@ struct ReductionEngine::KeyState : TensorRoute {
   SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 
-// Bytes handed to the transport and what keeps them alive until it is done with them: an
-// encoding, or for an uncompressed slice the memory it lives in (the node's sum, an owner's
-// sum, a trainer's segment), sent without a copy.
-struct ReductionEngine::Payload {
-  std::shared_ptr<const void> pin;
-  std::span<const std::byte> bytes;
-};
-
-
-// A slice waiting for its peer's credit window: its header and its bytes, pinned. A result
-// was encoded once by the owner and is shared by the sends to every node.
-struct ReductionEngine::Outgoing {
-  SliceKind kind;
-  uint64_t job, key, iteration;
-  uint32_t slice;
-  std::vector<std::byte> header;
-  Payload payload;
-};
-
-struct ReductionEngine::Lane : scheduler::SendLane<Outgoing> {
-  using SendLane::SendLane;
-  bool dispatching = false;  // a completion during a send: dispatch()'s loop goes on
-};
-
 struct ReductionEngine::JobState {
   std::unordered_map<uint64_t, KeyState> keys;
 };
@@ -81,8 +56,17 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     const bool self = r == transport_.rank();
     peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
-    lanes_.push_back(self ? nullptr : std::make_unique<Lane>(options_.inflight_per_peer, options_.inflight_bytes));
   }
+  lanes_ = std::make_unique<PeerLanes>(
+      transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
+      [this](const Outgoing& o) {
+        KeyState* k = findKey(o.job, o.key);
+        return k != nullptr && k->active && k->iteration == o.iteration;
+      },
+      [this](const Outgoing& o, const Status& why) {
+        KeyState* k = findKey(o.job, o.key);
+        if (k != nullptr && k->active && k->iteration == o.iteration) completeKey(o.job, *k, why);
+      });
   const auto budget = options_.residual_budget_bytes;
   host_coder_ = std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget);
   owner_ = std::make_unique<OwnerSide>(
@@ -102,9 +86,7 @@ uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
   return scheduler::ownerOf(key, slice, transport_.size());
 }
 
-size_t ReductionEngine::queuedSlices(transport::Rank peer) const {
-  return peer < lanes_.size() && lanes_[peer] ? lanes_[peer]->queued() : 0;
-}
+size_t ReductionEngine::queuedSlices(transport::Rank peer) const { return lanes_->queued(peer); }
 
 Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) const {
   auto j = jobs_.find(job);
@@ -239,54 +221,6 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   return {};
 }
 
-void ReductionEngine::enqueue(transport::Rank to, int32_t priority, Outgoing item) {
-  lanes_[to]->push(priority, std::move(item));
-}
-
-void ReductionEngine::dispatch(transport::Rank to) {
-  Lane& lane = *lanes_[to];
-  if (lane.dispatching) return;  // a completion during a send: the loop below goes on
-  lane.dispatching = true;
-  while (const Outgoing* queued = lane.next()) {
-    const Outgoing& next = *queued;
-    if (!lane.admits(next.payload.bytes.size())) break;
-    Outgoing item = lane.pop();
-    KeyState* k = findKey(item.job, item.key);
-    Payload payload = std::move(item.payload);
-    std::vector<std::byte> header = std::move(item.header);
-    if (item.kind == SliceKind::kContribution) {
-      // A reduction that failed meanwhile leaves its queued slices behind: drop them.
-      if (k == nullptr || !k->active || k->iteration != item.iteration) continue;
-    }
-    const uint64_t bytes = payload.bytes.size();
-    lane.take(bytes);
-    // The gauge lives in the shared stats, which the callback keeps alive: sends may
-    // complete after the engine is gone.
-    prometheus::Gauge* inflight = peer_stats_[to]->inflight;
-    inflight->Increment();
-    const auto handed = options_.now();
-    Status s = transport_.send(to, header, payload.bytes,
-                               [pin = payload.pin, inflight, bytes, handed, to, keep = stats_,
-                                engine = std::weak_ptr<ReductionEngine*>(alive_)](const Status& done) {
-                                 inflight->Decrement();
-                                 if (auto e = engine.lock(); e && *e) (*e)->onSent(to, bytes, handed, done);
-                               });
-    if (!s.ok()) {
-      lane.refund(bytes);
-      inflight->Decrement();
-      if (k != nullptr && k->active && k->iteration == item.iteration)
-        completeKey(item.job, *k, Status::unavailable(strCat("sending tensor ", item.key, " to rank ", to, ": ",
-                                                             s.message())));
-    }
-  }
-  lane.dispatching = false;
-}
-
-void ReductionEngine::onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s) {
-  if (auto took = lanes_[to]->complete(bytes, handed, options_.now(), s.ok())) planner_.recordWire(bytes, *took);
-  dispatch(to);
-}
-
 void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
   counters_.raw_bytes_sent += copies * raw;
   counters_.wire_bytes_sent += copies * wire;
@@ -311,8 +245,8 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   const auto header = encodeSliceHeader(h);
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     if (r == transport_.rank()) continue;
-    enqueue(r, k->spec.priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
-    dispatch(r);
+    lanes_->push(r, k->spec.priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
+    lanes_->send(r);
   }
   applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed, payload.pin);
 }
@@ -393,12 +327,12 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                    k->contributors};
-    enqueue(owner, k->spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, encodeSliceHeader(h),
-                                              Payload{std::move(e.pin), e.bytes}});
+    lanes_->push(owner, k->spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
+                                                   encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
     touched[owner] = true;
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (touched[r]) dispatch(r);
+    if (touched[r]) lanes_->send(r);
 }
 
 void ReductionEngine::observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings) {

@@ -35,6 +35,7 @@
 #include "agent/job_part.h"
 #include "agent/local_coder.h"
 #include "agent/owner_side.h"
+#include "agent/peer_lanes.h"
 #include "agent/residual_sampler.h"
 #include "agent/tensor_route.h"
 #include "agent/reduction_policy.h"
@@ -140,13 +141,6 @@ class ReductionEngine : public JobPart {
  private:
   struct KeyState;
   struct JobState;
-  struct Outgoing;
-  struct Lane;
-
- public:
-  struct Payload;  // bytes to send and what keeps them alive
-
- private:
 
   KeyState* findKey(uint64_t job, uint64_t key);
   // The owner side's result of a slice: sent to every node and decoded here.
@@ -163,11 +157,8 @@ class ReductionEngine : public JobPart {
   // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
   // a host coder's encodings.
   void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
-  void enqueue(transport::Rank to, int32_t priority, Outgoing item);
-  void dispatch(transport::Rank to);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
   void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
-  void onSent(transport::Rank to, uint64_t bytes, SteadyTime handed, const Status& s);
   void updatePlanGauges();
   void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
@@ -182,7 +173,7 @@ class ReductionEngine : public JobPart {
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
   scheduler::Planner planner_;
-  std::vector<std::unique_ptr<Lane>> lanes_;  // by rank; none for this one
+  std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients
   std::unique_ptr<OwnerSide> owner_;       // the slices this node owns
   ResidualSampler sampler_;
