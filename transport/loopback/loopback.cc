@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common/str_cat.h"
+#include "transport/loopback/mailbox.h"
 
 namespace gcagent::transport {
 namespace {
@@ -17,21 +18,8 @@ struct Envelope {
   std::vector<std::byte> payload;
 };
 
-// What one rank receives, filled by the senders' threads and drained by the owner's.
-struct Inbox {
-  std::mutex mu;
-  std::deque<Envelope> messages;
-  int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  ~Inbox() { ::close(efd); }
-  void push(Envelope e) {
-    {
-      std::lock_guard lock(mu);
-      messages.push_back(std::move(e));
-    }
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof one);
-  }
-};
+// What one rank receives.
+using Inbox = Mailbox<Envelope>;
 
 struct Group {
   std::vector<std::unique_ptr<Inbox>> inboxes;
@@ -60,7 +48,7 @@ class LoopbackTransport final : public Transport {
     if (to >= size() || to == rank_)
       return Status::invalidArgument(strCat("loopback: rank ", rank_, " cannot send to rank ", to));
     if (!connected_) return Status::failedPrecondition("loopback: send before connect");
-    group_->inboxes[to]->push({rank_, {header.begin(), header.end()}, {payload.begin(), payload.end()}});
+    group_->inboxes[to]->post({rank_, {header.begin(), header.end()}, {payload.begin(), payload.end()}});
     completions_.push_back(std::move(done));
     return {};
   }
@@ -73,14 +61,7 @@ class LoopbackTransport final : public Transport {
         if (r != rank_ && on_peer_) on_peer_(r, PeerEvent::kUp, {});
       worked = true;
     }
-    Inbox& inbox = *group_->inboxes[rank_];
-    uint64_t drained;
-    [[maybe_unused]] ssize_t n = ::read(inbox.efd, &drained, sizeof drained);
-    std::deque<Envelope> batch;
-    {
-      std::lock_guard lock(inbox.mu);
-      batch.swap(inbox.messages);
-    }
+    const std::deque<Envelope> batch = group_->inboxes[rank_]->take();
     for (const Envelope& e : batch)
       if (on_message_) on_message_({e.from, e.header, e.payload});
     auto done = std::move(completions_);
@@ -90,12 +71,11 @@ class LoopbackTransport final : public Transport {
     return worked || !batch.empty() || !done.empty();
   }
 
-  int eventFd() override { return group_->inboxes[rank_]->efd; }
+  int eventFd() override { return group_->inboxes[rank_]->eventFd(); }
 
   bool arm() override {
     if (announce_up_ || !completions_.empty()) return false;
-    std::lock_guard lock(group_->inboxes[rank_]->mu);
-    return group_->inboxes[rank_]->messages.empty();
+    return group_->inboxes[rank_]->empty();
   }
 
   bool peerUp(Rank peer) const override { return connected_ && peer < size(); }

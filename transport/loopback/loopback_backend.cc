@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/str_cat.h"
+#include "transport/loopback/mailbox.h"
 
 namespace gcagent::transport {
 
@@ -21,26 +22,12 @@ struct LoopbackFrame {
   std::vector<std::byte> payload;
 };
 
-// One backend's receiving end, filled by the senders' threads and drained by its owner's.
-struct LoopbackPort {
-  std::mutex mu;
-  std::deque<LoopbackFrame> frames;
+// One backend's receiving end.
+struct LoopbackPort : Mailbox<LoopbackFrame> {
   std::atomic<bool> closed{false};  // its backend is gone: links to it are broken
-  int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  ~LoopbackPort() { ::close(efd); }
-  void wake() {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof one);
-  }
   // False if the port is closed: the frame is lost with the link.
   bool push(LoopbackFrame f) {
-    {
-      std::lock_guard lock(mu);
-      if (closed) return false;
-      frames.push_back(std::move(f));
-    }
-    wake();
-    return true;
+    return post(std::move(f), [this] { return closed.load(); });
   }
 };
 
@@ -61,10 +48,7 @@ class LoopbackNet {
     std::lock_guard lock(mu_);
     auto it = ports_.find(id);
     if (it == ports_.end()) return;
-    {
-      std::lock_guard port_lock(it->second->mu);
-      it->second->closed = true;
-    }
+    it->second->locked([&] { it->second->closed = true; });
     ports_.erase(it);
     for (auto& [other, port] : ports_) port->wake();
   }
@@ -138,13 +122,7 @@ class LoopbackBackend final : public LinkBackend {
     // Reported after the scan: the link layer retires links from inside the event.
     for (LinkId id : std::exchange(broken_, {}))
       if (events_.failed) events_.failed(id, Status::unavailable("the peer closed its end"));
-    uint64_t drained;
-    [[maybe_unused]] ssize_t n = ::read(port_->efd, &drained, sizeof drained);
-    std::deque<LoopbackFrame> batch;
-    {
-      std::lock_guard lock(port_->mu);
-      batch.swap(port_->frames);
-    }
+    std::deque<LoopbackFrame> batch = port_->take();
     for (LoopbackFrame& f : batch) {
       worked = true;
       const bool wanted = events_.arrived && events_.arrived(f.kind, f.header);
@@ -161,14 +139,13 @@ class LoopbackBackend final : public LinkBackend {
     return worked;
   }
 
-  int eventFd() override { return port_->efd; }
+  int eventFd() override { return port_->eventFd(); }
 
   bool arm() override {
     if (!completions_.empty() || !received_.empty()) return false;
     for (const auto& [id, link] : links_)
       if (!link.reported && link.to->closed) return false;
-    std::lock_guard lock(port_->mu);
-    return port_->frames.empty();
+    return port_->empty();
   }
 
  private:
