@@ -49,6 +49,8 @@
     "slices in flight to one peer before higher priorities may overtake")                      \
   X(scheduler, inflight_bytes, Integer, "0", 0, 68719476736, "",                               \
     "optional byte budget in flight per peer; 0 means no byte limit")                          \
+  X(scheduler, priority, Flag, "true", 0, 0, "",                                                \
+    "P3: front layers' slices and codec work go first; false: first come, first served everywhere (a baseline)") \
   X(scheduler, refit_interval, Real, "5", 0, 86400, "",                                         \
     "seconds between re-fits of the auto selection's cost model (the first: at once)")        \
   X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \

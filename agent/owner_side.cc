@@ -71,7 +71,7 @@ void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   const compress::SliceId slice_id{key, slice, iteration};
   const uint64_t tag = (job * 0x9e3779b97f4a7c15ull ^ key) ^ kMergeTag;
   const std::span<const std::byte> bytes = c.bytes;
-  stream_->enqueue(tag, route.spec.priority, [codec, values = sum.values, bytes, first, slice_id, seconds]() -> Status {
+  stream_->enqueue(tag, route.priority, [codec, values = sum.values, bytes, first, slice_id, seconds]() -> Status {
     const auto start = std::chrono::steady_clock::now();
     Status s = first ? codec->decode(bytes, *values, 1.0f, slice_id) : codec->decodeAdd(bytes, *values, slice_id);
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -79,8 +79,8 @@ void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   });
   // Released on this thread once the merge has run (a transport's receive buffer goes back
   // to its pool here).
-  stream_->hold(tag, route.spec.priority, std::move(c.pin));
-  stream_->after(tag, route.spec.priority,
+  stream_->hold(tag, route.priority, std::move(c.pin));
+  stream_->after(tag, route.priority,
                  [owner = std::weak_ptr<OwnerSide*>(alive_), id, serial = sum.serial, from = sum.next,
                   contributors = c.contributors, compressed = c.compressed, bytes = c.bytes.size(),
                   seconds](const Status& s) {
@@ -122,7 +122,7 @@ void OwnerSide::encode(const Id& id, Sum& sum, const TensorRoute& route) {
   // Sent uncompressed, the sum goes to every node from where it is: the encoding pins it.
   const std::shared_ptr<FloatBuffer> values = sum.values;
   KeyWork work{job,    residualKeyOf(key, slice), iteration, route.pull_spec, route.pull_spec, {n, n}, {values->data()},
-               route.spec.priority, values, /*renamed=*/true, key, slice};
+               route.priority, values, /*renamed=*/true, key, slice};
   const Slice s{job, key, slice, iteration};
   const uint32_t contributors = sum.contributors;
   sums_.erase(id);

@@ -120,7 +120,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
   const RouteOptions route_options{options_.default_codec, options_.result_codec, options_.slice_elements,
-                                   options_.codec_env};
+                                   options_.codec_env, options_.prioritize};
   for (const TensorSpec& t : tensors) {
     GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, planner_, *stats_));
     KeyState k(std::move(route));
@@ -203,7 +203,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (on_host) coder = host_coder_;
   if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
   k.coder = std::move(coder);
-  k.work = {job,    key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.spec.priority,
+  k.work = {job,    key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.priority,
             on_host ? std::move(keepalive) : nullptr, /*renamed=*/false, 0, 0};
   auto engine = std::weak_ptr<ReductionEngine*>(alive_);
   if (alone) {
@@ -245,7 +245,7 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   const auto header = encodeSliceHeader(h);
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     if (r == transport_.rank()) continue;
-    lanes_->push(r, k->spec.priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
+    lanes_->push(r, k->priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
     lanes_->send(r);
   }
   applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed, payload.pin);
@@ -327,7 +327,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                    k->contributors};
-    lanes_->push(owner, k->spec.priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
+    lanes_->push(owner, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
                                                    encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
     touched[owner] = true;
   }

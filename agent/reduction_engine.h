@@ -61,6 +61,7 @@ struct EngineOptions {
   double refit_interval = 5.0;       // seconds between re-fits of the auto planner's model
   uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
   uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
+  bool prioritize = true;            // P3; false: every tensor at one priority (a FIFO baseline)
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
   // What the residuals kept on the host may take: the node's (of host gradients), and apart
   // the owner's (of the results it re-encodes). A GPU's coder has its own.

@@ -11,6 +11,7 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
                               metrics::Stats& stats) {
   TensorRoute r;
   r.spec = t;
+  r.priority = options.prioritize ? t.priority : 0;
   r.push_spec = t.codec.name.empty() ? options.default_codec : t.codec;
   // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
   // codec of an uncompressed push codec stays uncompressed, and so does every result under

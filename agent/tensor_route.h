@@ -30,10 +30,12 @@ struct RouteOptions {
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
   uint64_t slice_elements = 40000;
   compress::CodecEnv codec_env;
+  bool prioritize = true;  // false: every tensor at one priority (FIFO everywhere)
 };
 
 struct TensorRoute {
   TensorSpec spec;
+  int32_t priority = 0;  // where its slices and codec work queue: the spec's, or 0 without P3
   compress::CodecSpec push_spec, pull_spec;
   std::shared_ptr<const compress::Codec> push, pull;  // shared with the codec work in flight
   uint32_t push_fp = 0, pull_fp = 0;                 // slice_protocol.h

@@ -3,8 +3,8 @@
 first at a steady pace, into N agents (one trainer each) in network namespaces whose links
 are shaped with tc tbf. Two comparisons, each run in the same script:
 
-1. P3 (scheduler.inflight_per_peer 10) against FIFO (a window so large that every slice is
-   handed to the transport when it is produced), both with --codec (default none; e.g. 2bit,
+1. P3 (scheduler.inflight_per_peer 10) against FIFO (scheduler.priority false, and a window so
+   large that every slice is handed to the transport when it is encoded), both with --codec (default none; e.g. 2bit,
    which compresses the tensors the selective-compression threshold lets through, or every
    tensor with --min-elements 0): the time from the first submit of an iteration until
    layer 0's gradient is synced on every node, and the iteration time, and the ratio FIFO/P3
@@ -82,7 +82,8 @@ def main():
             p3 = run(ns, a.nodes, model, a.iterations, a.pace_ms, sched + ["--scheduler.inflight_per_peer", "10"],
                      codec=codec)
             fifo = run(ns, a.nodes, model, a.iterations, a.pace_ms,
-                       sched + ["--scheduler.inflight_per_peer", "4096"], codec=codec)
+                       sched + ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"],
+                       codec=codec)
             label = a.codec + ("" if a.min_elements is None else f" (min_elements {a.min_elements})")
             rows.append(("P3, window 10", label, *p3))
             rows.append(("FIFO", label, *fifo))

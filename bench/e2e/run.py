@@ -67,7 +67,8 @@ CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "one
 HOOKS = {f"hook-{c}": c for c in CODECS}
 # the synced gradients checked against the average of every rank's (gradient sets)
 CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
-SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"], "FIFO": ["--scheduler.inflight_per_peer", "4096"]}
+SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
+              "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
 
 
 def log(msg):

@@ -184,9 +184,10 @@ std::vector<uint64_t> layersOf(const std::vector<uint64_t>& keys) {
   return order;
 }
 
-Arrivals arrivalsOfABackwardPass(uint32_t window, bool encode_each) {
+Arrivals arrivalsOfABackwardPass(uint32_t window, bool encode_each, bool prioritize = true) {
   EngineOptions o = smallSlices();
   o.inflight_per_peer = window;
+  o.prioritize = prioritize;
   Cluster c(2, o);
   const uint64_t job = jobIdOf("p3");
   std::vector<TensorSpec> layers;
@@ -222,6 +223,14 @@ TEST(ReductionEngineTest, ContributionsWaitingAtTheOwnerAreMergedHighestPriority
   const Arrivals a = arrivalsOfABackwardPass(4096, true);
   EXPECT_EQ(a.contributions, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
   EXPECT_EQ(a.results, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST(ReductionEngineTest, WithoutP3EverythingIsFirstComeFirstServed) {
+  // scheduler.priority false (the baseline P3 is measured against): the codec thread and the
+  // owner take the layers in the order they came, and so does the wire.
+  const Arrivals a = arrivalsOfABackwardPass(4096, /*encode_each=*/false, /*prioritize=*/false);
+  EXPECT_EQ(a.contributions, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(a.results, (std::vector<uint64_t>{7, 6, 5, 4, 3, 2, 1, 0}));
 }
 
 TEST(ReductionEngineTest, LayersWaitingForTheCodecAreEncodedHighestPriorityFirst) {
