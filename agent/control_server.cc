@@ -187,6 +187,7 @@ void ControlServer::failPending(LocalJob& job, const Status& why) {
 void ControlServer::reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key,
                            std::vector<Contribution> ready) {
   ++job->inFlight;
+  job->reductionStarted(iteration);
   // On the GPU when every local gradient is in device slots of one GPU with a coder, and the
   // GPU codes this tensor's codec faster than the CPU.
   const std::shared_ptr<LocalCoder> coder = ready.front().coder;

@@ -20,10 +20,19 @@ std::optional<std::vector<Contribution>> LocalJob::contribute(uint32_t local_ran
 }
 
 bool LocalJob::keyCompleted(uint64_t iteration) {
-  if (++keys_done[iteration] != tensors.size()) return false;
+  const size_t keys = keys_per_iteration != 0 ? keys_per_iteration : tensors.size();
+  if (++keys_done[iteration] < keys) return false;
   keys_done.erase(iteration);
   last_completed = std::max(last_completed, iteration);
   return true;
+}
+
+void LocalJob::reductionStarted(uint64_t iteration) {
+  ++keys_started[iteration];
+  for (auto it = keys_started.begin(); it != keys_started.end() && it->first < iteration;) {
+    keys_per_iteration = it->second;
+    it = keys_started.erase(it);
+  }
 }
 
 void LocalJob::loseAfter(uint64_t after, const Status& why) {

@@ -47,6 +47,11 @@ struct LocalJob {
   // Reductions in flight that run on a GPU's coder: their averages are in the device slots.
   std::set<std::pair<uint64_t, uint64_t>> coded;
   std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
+  // Keys reduced per iteration, learned from the last iteration the trainers moved past: a job
+  // may declare more tensors than it reduces each step (a broadcast's, frozen layers'). 0:
+  // not learned yet (every declared tensor counts).
+  std::map<uint64_t, size_t> keys_started;  // iteration -> reductions started
+  size_t keys_per_iteration = 0;
   size_t inFlight = 0;                   // reductions handed to the engine, not yet done
   uint64_t last_completed = 0;           // the last iteration whose every key completed
   // Set once a trainer of the job left, here or on another node: iterations after
@@ -61,6 +66,9 @@ struct LocalJob {
   // One key of `iteration` completed: true when that made every declared key of it complete
   // (last_completed then counts it).
   bool keyCompleted(uint64_t iteration);
+  // A reduction of `iteration` started; one of a later iteration fixes how many keys the
+  // iterations before it had.
+  void reductionStarted(uint64_t iteration);
   // Iterations after `last_completed` can never complete, for `why`; the first reason stays.
   void loseAfter(uint64_t last_completed, const Status& why);
   // No local trainer is connected.

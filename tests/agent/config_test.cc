@@ -84,7 +84,7 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
             "gcagent.toml:2:18: scheduler.slice_elements: 12 is outside [1024, 6.71089e+07]");
   EXPECT_EQ(errorOf(fromText("[scheduler]\n\nslce_elements = 4096\n")),
             "gcagent.toml:3:1: unknown key 'scheduler.slce_elements' (known in [scheduler]: slice_elements, "
-            "inflight_per_peer, inflight_bytes, refit_interval)");
+            "inflight_per_peer, inflight_bytes, priority, refit_interval)");
   EXPECT_EQ(errorOf(fromText("[sched]\nx = 1\n")),
             "gcagent.toml:1:1: unknown section [sched] (known: agent, transport, scheduler, compress, metrics, "
             "security)");

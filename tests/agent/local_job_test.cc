@@ -72,6 +72,20 @@ TEST(LocalJobTest, AnIterationCompletesWithItsLastKeyAndLastCompletedNeverGoesBa
   EXPECT_TRUE(j->keys_done.empty());
 }
 
+TEST(LocalJobTest, AnIterationOfFewerKeysThanDeclaredCompletesOnceTheJobLearnedHowManyItReduces) {
+  // Twelve tensors declared (say six of them a broadcast's), six reduced per step: the first
+  // step counts against every declared tensor; once the trainers moved on, six is known.
+  LocalJobs jobs;
+  auto j = job(jobs, 1, 12);
+  for (int k = 0; k < 6; ++k) j->reductionStarted(1);
+  for (int k = 0; k < 6; ++k) EXPECT_FALSE(j->keyCompleted(1));
+  for (int k = 0; k < 6; ++k) j->reductionStarted(2);
+  EXPECT_EQ(j->keys_per_iteration, 6u);
+  for (int k = 0; k < 5; ++k) EXPECT_FALSE(j->keyCompleted(2));
+  EXPECT_TRUE(j->keyCompleted(2)) << "the last step of a run completes: a peer leaving after it fails nothing";
+  EXPECT_EQ(j->last_completed, 2u);
+}
+
 TEST(LocalJobTest, TheFirstReasonALostJobWasGivenStays) {
   LocalJobs jobs;
   auto j = job(jobs, 2);
