@@ -116,11 +116,10 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
   }
   // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
-  // Where received results wait for their decode (the message is gone after its handler).
-  GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
-  // On the host, encodings are written into buffers of their own and decodes read the staged
-  // bytes: no device memory to stage through.
+  // On the host, encodings are written into buffers of their own and results are decoded
+  // where the transport left them (decode_host is made only if a result must be staged).
   if (device_->hostAddressable()) return &kc;
+  GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
   if (kc.push_spec.name != "none") {  // none is never compressed: every slice leaves from the sum
     GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.device_encode_bytes));
   }
@@ -278,9 +277,13 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   // host memory (host), or staged and copied to the device.
   const std::byte* on_device = nullptr;
   const bool in_place = bytes_owner && device_->hostAddressable();
-  if (st.ok() && in_place) {
-    on_device = bytes.data();
-  } else if (st.ok()) {
+  if (in_place) on_device = bytes.data();
+  if (st.ok() && !in_place && k.decode_host == nullptr) {  // a host coder stages only what it must
+    Result<void*> made = device_->allocateHost(k.decode_bytes);
+    if (made.ok()) k.decode_host = *made;
+    if (!made.ok()) st = made.status();
+  }
+  if (st.ok() && !in_place) {
     std::byte* staged = at(k.decode_host, k.decode_offsets[slice]);
     std::memcpy(staged, bytes.data(), bytes.size());
     if (device_->hostAddressable()) {
@@ -297,10 +300,7 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
   if (in_place) device_->hold(std::move(bytes_owner));  // until the decode has run
-  if (!done) {
-    device_->hold(w.keepalive);  // the reduction may be abandoned before its last decode
-    return defer(w, slice, st);
-  }
+  if (!done) return defer(w, slice, st);
   if (auto it = deferred_.find({w.job, w.key}); it != deferred_.end()) {
     st = std::move(it->second);
     deferred_.erase(it);
@@ -315,6 +315,11 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
 void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {
   if (st.ok()) return;
   deferred_.emplace(std::pair{w.job, w.key}, Status(st.code(), strCat("slice ", slice, ": ", st.message())));
+}
+
+void LocalCoder::abandon(const KeyWork& w) {
+  tag(w);
+  device_->hold(w.keepalive);
 }
 
 void LocalCoder::sum(const KeyWork& w, float divisor, Done done) {

@@ -86,6 +86,9 @@ class LocalCoder {
   // where they are, else they are staged first (the caller's memory is gone after the call).
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
                     float divisor, Done done, std::shared_ptr<const void> bytes_owner = nullptr);
+  // The reduction `work` ends before its coder reported (it failed): the buffers' memory stays
+  // until the work already queued on it has run.
+  void abandon(const KeyWork& work);
   // A node on its own: every buffer gets the sum of the buffers divided by `divisor` (1: the sum).
   void sum(const KeyWork& work, float divisor, Done done);
 

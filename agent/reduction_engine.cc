@@ -280,6 +280,8 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.active = false;
   k.completed_once = true;
   k.last_iteration = k.iteration;
+  // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
+  if (!status.ok() && k.coder) k.coder->abandon(k.work);
   k.outputs.clear();
   k.work.buffers.clear();
   k.work.keepalive.reset();  // the coder's queued work and the sends in flight hold their own

@@ -2,19 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include "metrics/stats.h"
+#include "tests/agent/routes.h"
 
 namespace gcagent::agent {
 namespace {
-
-TensorRoute routeOf(const std::string& codec, Aggregation aggregation = Aggregation::kBidirectional) {
-  static metrics::Stats stats;
-  scheduler::Planner planner({});
-  RouteOptions options;
-  options.slice_elements = 1000;
-  TensorSpec t{7, 2500, 0, {codec, {}}, {aggregation, ResultKind::kAverage}};
-  return makeRoute(t, options, planner, stats).value();
-}
 
 SliceMessage sliceOf(const TensorRoute& r, SliceKind kind, uint32_t fingerprint) {
   return {kind, 1, r.spec.key, 3, 1, r.slice_count, r.spec.elements, fingerprint, 1};

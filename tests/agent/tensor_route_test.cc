@@ -2,17 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/agent/routes.h"
+
 namespace gcagent::agent {
 namespace {
-
-TensorRoute routeOf(const std::string& codec, Aggregation aggregation = Aggregation::kBidirectional) {
-  static metrics::Stats stats;
-  scheduler::Planner planner({});
-  RouteOptions options;
-  options.slice_elements = 1000;
-  TensorSpec t{7, 2500, 0, {codec, {}}, {aggregation, ResultKind::kAverage}};
-  return makeRoute(t, options, planner, stats).value();
-}
 
 TEST(TensorRouteTest, PolicyAndResultCodecDecideThePullCodec) {
   EXPECT_EQ(routeOf("2bit").pull_spec.name, "2bit");
