@@ -133,6 +133,7 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   impl->pool = std::make_unique<ThreadPool>(static_cast<size_t>(config.agent_codec_threads));
   EngineOptions& o = impl->engine_options;
   o.slice_elements = static_cast<uint64_t>(config.scheduler_slice_elements);
+  o.reduction_timeout = config.transport_reduction_timeout;
   o.default_codec = {config.compress_codec, std::move(params)};
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
   GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
@@ -279,8 +280,16 @@ Status Agent::run() {
                            server.onJobLost(notice->job, notice->last_completed,
                                             Status::unavailable(strCat("the job cannot go on: ", notice->reason)));
                          },
-                         [&engine](transport::Rank peer, transport::PeerEvent event, const Status& why) {
-                           if (event == transport::PeerEvent::kDown) engine.onPeerDown(peer, why);
+                         [&engine, &stats, &transport](transport::Rank peer, transport::PeerEvent event,
+                                                       const Status& why) {
+                           if (event == transport::PeerEvent::kDown) {
+                             stats.counter(metrics::Id::recovery_events_total, {"peer_lost"}).Increment();
+                             return engine.onPeerDown(peer, why);
+                           }
+                           // Up again after a loss (at the start every peer comes up once).
+                           if (transport->size() > 1 && stats.health().snapshot().serving)
+                             stats.counter(metrics::Id::recovery_events_total, {"peer_rejoined"}).Increment();
+                           engine.onPeerUp(peer);
                          });
   GC_RETURN_IF_ERROR(transport->connect(alone ? std::vector<std::string>{} : c.transport_peers));
   TransportPump pump(io, *transport);
@@ -327,6 +336,10 @@ Status Agent::run() {
   asio::steady_timer refresh(io);
   std::function<void()> refresh_stats = [&] {
     engine.refreshStats();
+    engine.expireReductions();
+    const size_t stalled = engine.stalledJobs();
+    stats.gauge(metrics::Id::stalled_jobs, {}).Set(static_cast<double>(stalled));
+    health.setStalledJobs(static_cast<uint32_t>(stalled));
     stats.updateRatios();
     const uint32_t up = peers_connected();
     stats.peersUp().Set(up);

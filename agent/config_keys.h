@@ -35,6 +35,8 @@
   X(transport, peer_timeout, Real, "10", 0.05, 3600, "",                                        \
     "seconds without a heartbeat before a peer is declared lost")                              \
   X(transport, heartbeat_interval, Real, "1", 0.01, 600, "", "seconds between heartbeats")     \
+  X(transport, reduction_timeout, Real, "60", 0, 86400, "",                                     \
+    "seconds a tensor's reduction may take before it fails and its iteration is given up on every node; 0: no deadline") \
   X(transport, net_devices, Text, "auto", 0, 0, "",                                             \
     "network devices UCX may use (UCX_NET_DEVICES syntax); auto: the one holding this agent's address in transport.peers, plus RDMA ports; all: every device") \
   X(transport, data_ports, Text, "", 0, 0, "",                                                  \

@@ -10,6 +10,16 @@ namespace {
 constexpr uint32_t kMagic = 0x4e414347;  // "GCAN"
 constexpr uint16_t kVersion = 1;
 constexpr size_t kFixedBytes = 24;
+constexpr uint32_t kRealignMagic = 0x52414347;  // "GCAR"
+constexpr uint16_t kRealignVersion = 1;
+constexpr size_t kRealignBytes = 24;
+
+bool hasMagic(std::span<const std::byte> header, uint32_t want) {
+  uint32_t magic = 0;
+  if (header.size() < sizeof magic) return false;
+  std::memcpy(&magic, header.data(), sizeof magic);
+  return magic == want;
+}
 }  // namespace
 
 std::vector<std::byte> encodeJobNotice(const JobNotice& notice) {
@@ -26,12 +36,7 @@ std::vector<std::byte> encodeJobNotice(const JobNotice& notice) {
   return out;
 }
 
-bool isJobNotice(std::span<const std::byte> header) {
-  uint32_t magic = 0;
-  if (header.size() < sizeof magic) return false;
-  std::memcpy(&magic, header.data(), sizeof magic);
-  return magic == kMagic;
-}
+bool isJobNotice(std::span<const std::byte> header) { return hasMagic(header, kMagic); }
 
 Result<JobNotice> parseJobNotice(std::span<const std::byte> header) {
   ByteReader r(header);
@@ -50,6 +55,36 @@ Result<JobNotice> parseJobNotice(std::span<const std::byte> header) {
   if (r.remaining() != length)
     return Status::dataLoss(strCat("job notice: reason of ", length, " bytes, but ", r.remaining(), " follow"));
   r.getChars(n.reason, length);
+  return n;
+}
+
+std::vector<std::byte> encodeRealignNotice(const RealignNotice& notice) {
+  ByteWriter w;
+  w.put(kRealignMagic);
+  w.put(kRealignVersion);
+  w.put(uint16_t{0});
+  w.put(notice.job);
+  w.put(notice.next);
+  return w.take();
+}
+
+bool isRealignNotice(std::span<const std::byte> header) { return hasMagic(header, kRealignMagic); }
+
+Result<RealignNotice> parseRealignNotice(std::span<const std::byte> header) {
+  if (header.size() != kRealignBytes)
+    return Status::dataLoss(strCat("realign notice: ", header.size(), " bytes, expected ", kRealignBytes));
+  ByteReader r(header);
+  uint32_t magic = 0;
+  uint16_t version = 0, zero = 0;
+  RealignNotice n;
+  r.get(magic);
+  r.get(version);
+  r.get(zero);
+  r.get(n.job);
+  r.get(n.next);
+  if (magic != kRealignMagic) return Status::invalidArgument(strCat("realign notice: bad magic 0x", std::hex, magic));
+  if (version != kRealignVersion)
+    return Status::invalidArgument(strCat("realign notice: version ", version, ", expected ", kRealignVersion));
   return n;
 }
 

@@ -31,4 +31,18 @@ std::vector<std::byte> encodeJobNotice(const JobNotice& notice);  // the reason 
 bool isJobNotice(std::span<const std::byte> header);
 Result<JobNotice> parseJobNotice(std::span<const std::byte> header);
 
+// A node's frontier for a job (job_alignment.h): it gives up every iteration below `next`
+// and completes nothing earlier. Sent when a link comes up, when the node gives an
+// iteration up, and in answer to a slice of an iteration it gave up:
+//   u32 magic "GCAR" | u16 version | u16 zero | u64 job | u64 next
+struct RealignNotice {
+  uint64_t job = 0;
+  uint64_t next = 0;
+  bool operator==(const RealignNotice&) const = default;
+};
+
+std::vector<std::byte> encodeRealignNotice(const RealignNotice& notice);
+bool isRealignNotice(std::span<const std::byte> header);
+Result<RealignNotice> parseRealignNotice(std::span<const std::byte> header);
+
 }  // namespace gcagent::agent

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "agent/host_coder_device.h"
+#include "agent/job_notice.h"
 #include "agent/silent_codec_watch.h"
 #include "agent/slice_protocol.h"
 #include "agent/slice_math.h"
@@ -30,12 +31,14 @@ struct ReductionEngine::KeyState : TensorRoute {
   SteadyTime started;
   // This node's reduction in flight.
   bool active = false;
-  uint64_t iteration = 0;
+  uint64_t iteration = 0;          // on the wire (job_alignment.h)
+  uint64_t trainer_iteration = 0;  // as the trainers number it
   std::vector<float*> outputs;
   uint32_t slices_left = 0;
   uint32_t contributors = 0;
   bool completed_once = false;
-  uint64_t last_iteration = 0;  // last iteration this node finished or failed
+  uint64_t last_iteration = 0;  // last iteration this node finished or failed, on the wire
+  uint64_t last_trainer_iteration = 0;
   // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.
   std::shared_ptr<LocalCoder> coder;
   KeyWork work;  // what the coder is told, while active
@@ -44,6 +47,11 @@ struct ReductionEngine::KeyState : TensorRoute {
 
 struct ReductionEngine::JobState {
   std::unordered_map<uint64_t, KeyState> keys;
+  JobAlignment align;
+  std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here
+  // For stalledJobs(): since when every reduction failed, and the last failure.
+  std::optional<SteadyTime> failing_since;
+  SteadyTime last_failure{};
 };
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
@@ -57,6 +65,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     const bool self = r == transport_.rank();
     peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
   }
+  down_why_.resize(transport_.size());
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
@@ -116,7 +125,14 @@ void ReductionEngine::updatePlanGauges() {
 
 Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
   auto& slot = jobs_[job];
-  if (!slot) slot = std::make_unique<JobState>();
+  if (!slot) {
+    slot = std::make_unique<JobState>();
+    slot->announced.assign(transport_.size(), 0);
+    if (auto early = early_realign_.find(job); early != early_realign_.end()) {
+      slot->align.adopt(early->second);  // nothing started here yet: the first step maps onto it
+      early_realign_.erase(early);
+    }
+  }
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
   const RouteOptions route_options{options_.default_codec, options_.result_codec, options_.slice_elements,
@@ -178,13 +194,21 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (it == js.keys.end()) return Status::invalidArgument(strCat("tensor ", key, " is not declared"));
   KeyState& k = it->second;
   if (k.active)
-    return Status::failedPrecondition(strCat("tensor ", key, " is still reducing iteration ", k.iteration));
-  if (k.completed_once && iteration <= k.last_iteration)
+    return Status::failedPrecondition(strCat("tensor ", key, " is still reducing iteration ", k.trainer_iteration));
+  if (k.completed_once && iteration <= k.last_trainer_iteration)
     return Status::invalidArgument(strCat("tensor ", key, ": iteration ", iteration, " is not after iteration ",
-                                          k.last_iteration));
+                                          k.last_trainer_iteration));
   if (buffers.empty()) return Status::invalidArgument("no buffers");
+  // Started even when it fails at once below: the node's frontier moves past it.
+  GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (r != transport_.rank() && !transport_.peerUp(r)) {
+      recordOutcome(js, false);
+      return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
+    }
   k.active = true;
-  k.iteration = iteration;
+  k.iteration = wire;
+  k.trainer_iteration = iteration;
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
   k.started = options_.now();
@@ -203,20 +227,20 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (on_host) coder = host_coder_;
   if (k.coder && k.coder != coder) k.coder->forget(job, key);  // its residuals stay behind otherwise
   k.coder = std::move(coder);
-  k.work = {job,    key, iteration, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.priority,
+  k.work = {job,    key, wire, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.priority,
             on_host ? std::move(keepalive) : nullptr, /*renamed=*/false, 0, 0};
   auto engine = std::weak_ptr<ReductionEngine*>(alive_);
   if (alone) {
-    k.coder->sum(k.work, k.divisor(k.contributors), [engine, job, key, iteration](const Status& s) {
-      if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, iteration, s);
+    k.coder->sum(k.work, k.divisor(k.contributors), [engine, job, key, wire](const Status& s) {
+      if (auto e = engine.lock(); e && *e) (*e)->onCoded(job, key, wire, s);
     });
     return {};
   }
   // The slices this node owns go exact unless its own share is encoded (mxnet).
   std::vector<bool> own(k.slice_count);
   for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = !own_share_encoded && ownerOf(key, s) == transport_.rank();
-  k.coder->encode(k.work, compressed, own, [engine, job, key, iteration, compressed](Result<KeyEncodings> r) {
-    if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, iteration, compressed, std::move(r));
+  k.coder->encode(k.work, compressed, own, [engine, job, key, wire, compressed](Result<KeyEncodings> r) {
+    if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, wire, compressed, std::move(r));
   });
   return {};
 }
@@ -254,11 +278,9 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
                                   uint32_t contributors, std::span<const std::byte> encoded, bool compressed,
                                   std::shared_ptr<const void> encoded_owner) {
-  if (!k.active || k.iteration != iteration) {
-    const std::string why = strCat("result for tensor ", k.spec.key, " iteration ", iteration, " dropped: the tensor is ",
-                                   k.active ? strCat("at iteration ", k.iteration) : std::string("idle"));
-    badMessage(why);
-    GC_LOG(kWarn, "agent", why);
+  if (!k.active || k.iteration != iteration) {  // of an iteration given up here
+    ++counters_.stale_slices;
+    stats_->counter(metrics::Id::stale_slices_total, {"result"}).Increment();
     return;
   }
   const float divisor = k.divisor(contributors);
@@ -280,6 +302,8 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.active = false;
   k.completed_once = true;
   k.last_iteration = k.iteration;
+  k.last_trainer_iteration = k.trainer_iteration;
+  if (auto j = jobs_.find(job); j != jobs_.end()) recordOutcome(*j->second, status.ok());
   // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
   if (!status.ok() && k.coder) k.coder->abandon(k.work);
   k.outputs.clear();
@@ -294,7 +318,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     // Partial sums of the failed iteration must never mix into a later one.
     owner_->dropSums(job, k.spec.key, k.iteration);
   }
-  if (on_complete_) on_complete_(job, k.iteration, k.spec.key, status);
+  if (on_complete_) on_complete_(job, k.trainer_iteration, k.spec.key, status);
 }
 
 void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
@@ -398,6 +422,7 @@ void ReductionEngine::reject(const transport::Message& m, const Status& why) {
 }
 
 void ReductionEngine::onMessage(const transport::Message& m) {
+  if (isRealignNotice(m.header)) return onRealign(m);
   auto parsed = parseSliceHeader(m.header);
   if (!parsed.ok()) return reject(m, parsed.status());
   const SliceMessage& h = *parsed;
@@ -417,9 +442,12 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;
   const bool contribution = h.kind == SliceKind::kContribution;
-  if (contribution && k.completed_once && h.iteration <= k.last_iteration && !(k.active && h.iteration == k.iteration))
-    return reject(m, Status::invalidArgument(strCat("tensor ", h.key, ": contribution for finished iteration ",
-                                                    h.iteration)));
+  const bool current = k.active && h.iteration == k.iteration;
+  // A contribution below this node's frontier belongs to an iteration it completed (it
+  // cannot have without this one) or gave up.
+  if (contribution && !current &&
+      ((k.completed_once && h.iteration <= k.last_iteration) || h.iteration < frontierOf(js)))
+    return staleSlice(m, h, js);
   const uint64_t raw = k.geometry.size(h.slice) * sizeof(float);
   counters_.raw_bytes_received += raw;
   counters_.wire_bytes_received += m.payload.size();
@@ -442,17 +470,121 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
+  down_why_[peer] = why.message();
   stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
                                                                   : metrics::ErrorKind::kPeerLost,
                       status.message());
   for (auto& [job, js] : jobs_) failJob(job, status);
 }
 
+void ReductionEngine::onPeerUp(transport::Rank peer) {
+  down_why_[peer].clear();
+  for (auto& [job, js] : jobs_) {
+    js->announced[peer] = 0;  // a restarted peer knows nothing
+    announce(job, *js, peer);
+  }
+}
+
 void ReductionEngine::failJob(uint64_t job, const Status& why) {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return;
-  for (auto& [key, k] : j->second->keys) completeKey(job, k, why);
-  owner_->dropSums(job);  // partial sums that can no longer complete
+  for (auto& [key, k] : j->second->keys) {
+    completeKey(job, k, why);
+    // Partial sums that can no longer complete; those of later iterations, which peers
+    // ahead already sent, stay for when this node gets there.
+    if (k.completed_once) owner_->dropSums(job, key, k.last_iteration);
+  }
+}
+
+uint64_t ReductionEngine::frontierOf(const JobState& js) const {
+  std::optional<uint64_t> active;
+  for (const auto& [key, k] : js.keys)
+    if (k.active) active = std::min(active.value_or(UINT64_MAX), k.iteration);
+  return std::max(js.align.floor(), active.value_or(js.align.next()));
+}
+
+void ReductionEngine::announce(uint64_t job, JobState& js, transport::Rank to) {
+  const uint64_t next = frontierOf(js);
+  if (next == 0 || next <= js.announced[to] || !transport_.peerUp(to)) return;
+  js.announced[to] = next;
+  (void)transport_.send(to, encodeRealignNotice({job, next}), {}, nullptr);
+}
+
+void ReductionEngine::realign(uint64_t job, JobState& js, uint64_t next, const std::string& why) {
+  const uint64_t offset = js.align.offset();
+  if (!js.align.adopt(next)) return;
+  // A node ahead of `next` gives nothing up; one behind fails what it has in flight below it.
+  bool gave_up = js.align.offset() != offset;
+  const Status given_up = Status::unavailable(strCat("iteration given up to realign with the other nodes: ", why));
+  for (auto& [key, k] : js.keys) {
+    if (k.active && k.iteration < next) {
+      completeKey(job, k, given_up);
+      gave_up = true;
+    }
+    owner_->dropSums(job, key, next - 1);
+  }
+  if (!gave_up) return;
+  ++counters_.realignments;
+  stats_->counter(metrics::Id::recovery_events_total, {"realigned"}).Increment();
+  GC_LOG(kInfo, "agent", "job ", job, ": realigned: iterations below ", next, " given up (", why,
+         "); this node's trainers go on from their iteration ", next - js.align.offset());
+}
+
+void ReductionEngine::onRealign(const transport::Message& m) {
+  auto notice = parseRealignNotice(m.header);
+  if (!notice.ok()) return reject(m, notice.status());
+  auto j = jobs_.find(notice->job);
+  if (j == jobs_.end()) {  // the job is not declared here yet: its first step starts there
+    auto& early = early_realign_[notice->job];
+    early = std::max(early, notice->next);
+    return;
+  }
+  realign(notice->job, *j->second, notice->next, strCat("rank ", m.from, " goes on at iteration ", notice->next));
+}
+
+void ReductionEngine::staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js) {
+  ++counters_.stale_slices;
+  stats_->counter(metrics::Id::stale_slices_total, {"contribution"}).Increment();
+  GC_LOG(kDebug, "agent", "rank ", m.from, ": contribution for tensor ", h.key, " iteration ", h.iteration,
+         " dropped: given up here");
+  announce(h.job, js, m.from);
+}
+
+void ReductionEngine::expireReductions() {
+  if (options_.reduction_timeout <= 0) return;
+  const SteadyTime now = options_.now();
+  const auto timeout = steadySeconds(options_.reduction_timeout);
+  for (auto& [job, js] : jobs_) {
+    std::optional<uint64_t> expired;
+    for (auto& [key, k] : js->keys)
+      if (k.active && now - k.started > timeout) expired = std::max(expired.value_or(0), k.iteration);
+    if (!expired) continue;
+    stats_->counter(metrics::Id::recovery_events_total, {"reduction_timeout"}).Increment();
+    const std::string why = strCat("not reduced within ", options_.reduction_timeout, " s (transport.reduction_timeout)");
+    stats_->recordError(metrics::ErrorKind::kTimeout, strCat("job ", job, " iteration ", *expired, ": ", why));
+    realign(job, *js, *expired + 1, why);
+    for (transport::Rank r = 0; r < transport_.size(); ++r)
+      if (r != transport_.rank()) announce(job, *js, r);
+  }
+}
+
+void ReductionEngine::recordOutcome(JobState& js, bool ok) {
+  if (ok) {
+    js.failing_since.reset();
+    return;
+  }
+  js.last_failure = options_.now();
+  if (!js.failing_since) js.failing_since = js.last_failure;
+}
+
+size_t ReductionEngine::stalledJobs() const {
+  if (options_.reduction_timeout <= 0) return 0;
+  const SteadyTime now = options_.now();
+  const auto window = steadySeconds(options_.reduction_timeout);
+  size_t stalled = 0;
+  for (const auto& [job, js] : jobs_)
+    if (js->failing_since && now - *js->failing_since >= window && now - js->last_failure < window) ++stalled;
+  return stalled;
 }
 
 void ReductionEngine::refreshStats() {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "agent/early_slice_stash.h"
+#include "agent/job_alignment.h"
 #include "agent/job_part.h"
 #include "agent/local_coder.h"
 #include "agent/owner_side.h"
@@ -51,6 +52,7 @@
 namespace gcagent::agent {
 
 class HostStream;
+struct SliceMessage;
 
 
 struct EngineOptions {
@@ -70,6 +72,9 @@ struct EngineOptions {
   // merge and result encoding): a thread of its own, most urgent tensor first. Required.
   std::shared_ptr<HostStream> host_stream;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
+  // A reduction not complete after this many seconds fails, and its iteration is given up on
+  // every node (transport.reduction_timeout); 0: no deadline.
+  double reduction_timeout = 60;
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
   // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
   // per slice, slower than the CPU on an H100 (bench/gpu_path/h100.txt).
@@ -88,6 +93,8 @@ struct EngineCounters {
   uint64_t wire_bytes_received = 0;
   uint64_t keys_completed = 0;
   uint64_t bad_messages = 0;
+  uint64_t stale_slices = 0;  // of iterations given up (after a loss or a realignment), dropped
+  uint64_t realignments = 0;  // times a job gave iterations up to continue with its peers
 };
 
 class ReductionEngine : public JobPart {
@@ -116,8 +123,17 @@ class ReductionEngine : public JobPart {
                 std::shared_ptr<LocalCoder> coder = nullptr, std::shared_ptr<const void> keepalive = nullptr);
 
   void onMessage(const transport::Message& message);
-  // Fails every reduction in flight: they need every peer.
+  // Fails every reduction in flight: they need every peer. Until the peer is back, reduce()
+  // fails at once, naming it.
   void onPeerDown(transport::Rank peer, const Status& why);
+  // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
+  void onPeerUp(transport::Rank peer);
+  // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
+  // on every node. Call it every second or so.
+  void expireReductions();
+  // Jobs that cannot make progress: reductions kept failing and none completed for a whole
+  // reduction_timeout while the trainers were still trying.
+  size_t stalledJobs() const;
   // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
   void failJob(uint64_t job, const Status& why) override;
 
@@ -164,12 +180,25 @@ class ReductionEngine : public JobPart {
   void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
   void badMessage(std::string_view why);
+  // A slice of an iteration given up here: counted as stale, not as a bad message, and its
+  // sender hears where the job goes on.
+  void staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js);
+  // Gives up the job's iterations below `next` here (job_alignment.h).
+  void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
+  void onRealign(const transport::Message& m);
+  // The lowest iteration of the job this node can still complete.
+  uint64_t frontierOf(const JobState& js) const;
+  // Sends `to` the job's frontier, unless it heard it already.
+  void announce(uint64_t job, JobState& js, transport::Rank to);
+  void recordOutcome(JobState& js, bool ok);
 
   transport::Transport& transport_;
   EngineOptions options_;
   CompleteFn on_complete_;
   std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
   EarlySliceStash stash_;
+  std::unordered_map<uint64_t, uint64_t> early_realign_;  // job -> next, heard before it was declared
+  std::vector<std::string> down_why_;  // by rank: why a peer that is down went
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once

@@ -65,6 +65,11 @@ void Health::setTrainers(uint32_t n) {
   state_.trainers = n;
 }
 
+void Health::setStalledJobs(uint32_t n) {
+  std::lock_guard lock(mu_);
+  state_.stalled_jobs = n;
+}
+
 void Health::recordError(std::string_view kind, std::string_view message) {
   LastError e{std::string(kind), std::string(message), std::chrono::system_clock::now()};
   std::lock_guard lock(mu_);
@@ -81,7 +86,7 @@ std::string healthJson(const HealthSnapshot& s, std::chrono::system_clock::time_
   std::string out = strCat("{\"status\":", jsonString(s.ready() ? "ready" : "not ready"), ",\"rank\":", s.rank,
                            ",\"peers_connected\":", s.peers_connected, ",\"peers_expected\":", s.peers_expected,
                            ",\"serving\":", s.serving ? "true" : "false", ",\"trainers\":", s.trainers,
-                           ",\"errors\":", s.errors, ",\"last_error\":");
+                           ",\"stalled_jobs\":", s.stalled_jobs, ",\"errors\":", s.errors, ",\"last_error\":");
   if (!s.last_error) return out + "null}\n";
   const LastError& e = *s.last_error;
   const double age = std::chrono::duration<double>(now - e.when).count();

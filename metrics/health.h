@@ -1,5 +1,6 @@
 // What /healthz and /readyz report: the peers connected against those expected, whether
-// trainers are being served, the trainers connected, and the last error with its time.
+// trainers are being served, the trainers connected, the jobs that cannot make progress,
+// and the last error with its time.
 // The comm thread writes it, the HTTP thread reads it; one mutex, no hot path.
 #pragma once
 
@@ -24,11 +25,12 @@ struct HealthSnapshot {
   uint32_t peers_expected = 0;
   bool serving = false;  // the control socket accepts trainers
   uint32_t trainers = 0;
+  uint32_t stalled_jobs = 0;  // jobs that cannot make progress (ReductionEngine::stalledJobs)
   uint64_t errors = 0;  // errors recorded since start
   std::optional<LastError> last_error;
 
-  // Ready: every peer is up and trainers are served.
-  bool ready() const { return serving && peers_connected == peers_expected; }
+  // Ready: every peer is up, trainers are served and every job makes progress.
+  bool ready() const { return serving && peers_connected == peers_expected && stalled_jobs == 0; }
 };
 
 class Health {
@@ -37,6 +39,7 @@ class Health {
   void setPeersConnected(uint32_t n);
   void setServing(bool serving);
   void setTrainers(uint32_t n);
+  void setStalledJobs(uint32_t n);
   void recordError(std::string_view kind, std::string_view message);
 
   HealthSnapshot snapshot() const;

@@ -123,6 +123,11 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
     refusals_[i] = &counter(Id::peer_refusals_total, {std::string(kRefusalReasons[i])});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});
+  for (const char* event : {"peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout"})
+    counter(Id::recovery_events_total, {event});
+  counter(Id::stale_slices_total, {"contribution"});
+  counter(Id::stale_slices_total, {"result"});
+  gauge(Id::stalled_jobs, {});
 }
 
 prometheus::Labels Stats::labelsOf(Id id, const std::vector<std::string>& values) const {

@@ -42,5 +42,22 @@ TEST(JobNoticeTest, MalformedNoticesAreErrorsNamingTheProblem) {
   EXPECT_EQ(parseJobNotice(huge).status().message(), "job notice: reason of 65535 bytes exceeds 512");
 }
 
+TEST(JobNoticeTest, RealignNoticesRoundTripAndAreToldApart) {
+  const RealignNotice notice{0x1234567890abcdefull, 700};
+  const auto bytes = encodeRealignNotice(notice);
+  EXPECT_EQ(bytes.size(), 24u);
+  EXPECT_TRUE(isRealignNotice(bytes));
+  EXPECT_FALSE(isJobNotice(bytes));
+  EXPECT_FALSE(isRealignNotice(encodeJobNotice({1, 2, "x"})));
+  EXPECT_FALSE(isRealignNotice(encodeSliceHeader({})));
+  auto parsed = parseRealignNotice(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  EXPECT_EQ(*parsed, notice);
+  EXPECT_EQ(parseRealignNotice(std::span(bytes).first(20)).status().message(), "realign notice: 20 bytes, expected 24");
+  auto version = bytes;
+  version[4] = std::byte{3};
+  EXPECT_EQ(parseRealignNotice(version).status().message(), "realign notice: version 3, expected 1");
+}
+
 }  // namespace
 }  // namespace gcagent::agent

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "agent/host_coder_device.h"
+#include "tests/agent/engine_cluster.h"
 #include "tests/agent/host_coders.h"
 #include "agent/slice_message.h"
 #include "tests/common/epoch_clock.h"
@@ -18,70 +19,6 @@
 
 namespace gcagent::agent {
 namespace {
-
-struct Done {
-  uint64_t iteration;
-  uint64_t key;
-  Status status;
-};
-
-// N engines over loopback. Every node's side runs on its host coder; nodes marked `coded`
-// are handed a coder of their own with each reduction, one that stages its encodings and
-// results as a GPU's does (StagedDevice), as a GPU node's gradients are.
-class Cluster {
- public:
-  Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {})
-      : transports_(transport::makeLoopbackGroup(nodes)), done_(nodes), contributions_(nodes), results_(nodes) {
-    for (uint32_t r = 0; r < nodes; ++r) {
-      const bool with_coder = r < coded.size() && coded[r];
-      coders_.push_back(with_coder ? host_.makeStaged() : nullptr);
-      EngineOptions o = options;
-      o.host_stream = host_.stream();
-      engines_.push_back(std::make_unique<ReductionEngine>(
-          *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
-            done_[r].push_back({it, key, s});
-          }));
-      ReductionEngine* e = engines_.back().get();
-      transports_[r]->setHandlers(
-          [this, e, r](const transport::Message& m) {
-            if (auto h = parseSliceHeader(m.header); h.ok())
-              (h->kind == SliceKind::kContribution ? contributions_ : results_)[r].push_back(h->key);
-            e->onMessage(m);
-          },
-          nullptr);
-      EXPECT_TRUE(transports_[r]->connect({}).ok());
-    }
-  }
-
-  void pump(int rounds = 200) {
-    for (int i = 0; i < rounds; ++i) {
-      bool worked = false;
-      for (auto& t : transports_) worked |= t->progress();
-      worked |= host_.poll();  // the coders' reports
-      if (!worked && i > 2) return;
-    }
-  }
-
-  // Runs the coders' work and reports, but delivers nothing over the transports.
-  void settleCoders() { host_.poll(); }
-
-  ReductionEngine& engine(uint32_t r) { return *engines_[r]; }
-  std::shared_ptr<LocalCoder> coder(uint32_t r) { return coders_[r]; }
-  std::vector<Done>& done(uint32_t r) { return done_[r]; }
-  // The keys of the contributions node r received, in the order they arrived.
-  const std::vector<uint64_t>& contributions(uint32_t r) const { return contributions_[r]; }
-  const std::vector<uint64_t>& results(uint32_t r) const { return results_[r]; }
-  uint32_t size() const { return static_cast<uint32_t>(engines_.size()); }
-
- private:
-  asio::io_context io_;
-  HostCoders host_{io_};
-  std::vector<std::shared_ptr<LocalCoder>> coders_;  // before the engines: they outlive them
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  std::vector<std::unique_ptr<ReductionEngine>> engines_;
-  std::vector<std::vector<Done>> done_;
-  std::vector<std::vector<uint64_t>> contributions_, results_;
-};
 
 float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
   uint64_t x = (trainer * 1000003ull) ^ (iteration * 7919ull) ^ (key * 104729ull) ^ (i * 2654435761ull);

@@ -17,6 +17,11 @@ TEST(Health, ReadyOnlyWhenServingWithEveryPeerUp) {
   EXPECT_TRUE(h.snapshot().ready());
   h.setPeersConnected(2);
   EXPECT_FALSE(h.snapshot().ready());
+  h.setPeersConnected(3);
+  h.setStalledJobs(1);  // every peer up, and still a job cannot make progress
+  EXPECT_FALSE(h.snapshot().ready());
+  h.setStalledJobs(0);
+  EXPECT_TRUE(h.snapshot().ready());
 }
 
 TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
@@ -27,7 +32,7 @@ TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
   const auto now = std::chrono::system_clock::now();
   EXPECT_EQ(healthJson(h.snapshot(), now),
             "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
-            "\"trainers\":4,\"errors\":0,\"last_error\":null}\n");
+            "\"trainers\":4,\"stalled_jobs\":0,\"errors\":0,\"last_error\":null}\n");
   h.recordError("peer_lost", "peer rank 0 lost: \"ucx\"\n");
   HealthSnapshot s = h.snapshot();
   ASSERT_TRUE(s.last_error);
@@ -35,7 +40,7 @@ TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
   const auto later = s.last_error->when + std::chrono::milliseconds(2500);
   EXPECT_EQ(healthJson(s, later),
             "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
-            "\"trainers\":4,\"errors\":1,\"last_error\":{\"kind\":\"peer_lost\","
+            "\"trainers\":4,\"stalled_jobs\":0,\"errors\":1,\"last_error\":{\"kind\":\"peer_lost\","
             "\"message\":\"peer rank 0 lost: \\\"ucx\\\"\\n\",\"time\":\"2023-11-14T22:13:20.123Z\","
             "\"seconds_ago\":2.500}}\n");
 }

@@ -1,0 +1,57 @@
+// How a job's iterations line up across its nodes after a loss. Trainers number their steps
+// themselves, and after a failure those numbers drift apart: trainers beside healthy agents
+// fail steps at once while a peer is away, those beside a frozen agent wait. The nodes then
+// continue at the furthest node's next iteration. Each node announces its frontier (the
+// lowest iteration it can still complete) when a link comes up, when it gives an iteration
+// up, and to a peer that sends a slice of an iteration it gave up; a node that hears of a
+// later one gives up everything below it and maps its trainers' next step onto it with an
+// offset: wire iteration = trainer iteration + offset, the same offset for every key of the
+// job, so a step's tensors stay together. Iterations below the agreed one fail at once.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/status.h"
+#include "common/str_cat.h"
+
+namespace gcagent::agent {
+
+class JobAlignment {
+ public:
+  // The wire iteration of a trainer's `iteration`, or why it was given up.
+  Result<uint64_t> start(uint64_t iteration) {
+    // The first step maps onto the agreed iteration, whatever the trainers call it.
+    if (!started_ && iteration + offset_ < floor_) offset_ = floor_ - iteration;
+    const uint64_t wire = iteration + offset_;
+    started_ = true;
+    newest_ = std::max(newest_, iteration);
+    if (wire < floor_)
+      return Status::unavailable(strCat("iteration ", iteration, " was given up to realign with the other nodes; the job "
+                                        "goes on from this node's iteration ", floor_ - offset_));
+    return wire;
+  }
+
+  // Another node continues at wire iteration `next`: nothing below it completes any more.
+  // True when that is news (the floor rose). The trainers' next step (after the newest one
+  // started, or their first) then maps onto `next` at the earliest.
+  bool adopt(uint64_t next) {
+    if (next <= floor_) return false;
+    floor_ = next;
+    if (started_ && newest_ + 1 + offset_ < next) offset_ = next - (newest_ + 1);
+    return true;
+  }
+
+  uint64_t floor() const { return floor_; }
+  // The wire iteration after the newest one started (0 before any).
+  uint64_t next() const { return started_ ? newest_ + offset_ + 1 : 0; }
+  uint64_t offset() const { return offset_; }
+
+ private:
+  uint64_t offset_ = 0;
+  uint64_t floor_ = 0;   // wire iterations below it are given up
+  uint64_t newest_ = 0;  // the newest trainer iteration started
+  bool started_ = false;
+};
+
+}  // namespace gcagent::agent
