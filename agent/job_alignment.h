@@ -43,8 +43,6 @@ class JobAlignment {
   }
 
   uint64_t floor() const { return floor_; }
-  // The wire iteration after the newest one started (0 before any).
-  uint64_t next() const { return started_ ? newest_ + offset_ + 1 : 0; }
   uint64_t offset() const { return offset_; }
 
  private:

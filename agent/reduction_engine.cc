@@ -204,6 +204,10 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (r != transport_.rank() && !transport_.peerUp(r)) {
       recordOutcome(js, false);
+      // Failed like one that started: a late slice of it from a peer is stale here.
+      k.completed_once = true;
+      k.last_iteration = wire;
+      k.last_trainer_iteration = iteration;
       return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
     }
   k.active = true;
@@ -443,10 +447,10 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   const bool compressed = *checked;
   const bool contribution = h.kind == SliceKind::kContribution;
   const bool current = k.active && h.iteration == k.iteration;
-  // A contribution below this node's frontier belongs to an iteration it completed (it
-  // cannot have without this one) or gave up.
+  // A contribution of an iteration this node finished (completed, which it cannot have
+  // without this one, or failed) or gave up.
   if (contribution && !current &&
-      ((k.completed_once && h.iteration <= k.last_iteration) || h.iteration < frontierOf(js)))
+      ((k.completed_once && h.iteration <= k.last_iteration) || h.iteration < js.align.floor()))
     return staleSlice(m, h, js);
   const uint64_t raw = k.geometry.size(h.slice) * sizeof(float);
   counters_.raw_bytes_received += raw;
@@ -498,9 +502,12 @@ void ReductionEngine::failJob(uint64_t job, const Status& why) {
 
 uint64_t ReductionEngine::frontierOf(const JobState& js) const {
   std::optional<uint64_t> active;
-  for (const auto& [key, k] : js.keys)
+  uint64_t after = js.align.floor();
+  for (const auto& [key, k] : js.keys) {
     if (k.active) active = std::min(active.value_or(UINT64_MAX), k.iteration);
-  return std::max(js.align.floor(), active.value_or(js.align.next()));
+    if (k.completed_once) after = std::max(after, k.last_iteration + 1);
+  }
+  return active.value_or(after);
 }
 
 void ReductionEngine::announce(uint64_t job, JobState& js, transport::Rank to) {

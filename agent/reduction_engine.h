@@ -186,7 +186,8 @@ class ReductionEngine : public JobPart {
   // Gives up the job's iterations below `next` here (job_alignment.h).
   void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
   void onRealign(const transport::Message& m);
-  // The lowest iteration of the job this node can still complete.
+  // Where the job goes on here: the lowest iteration in flight, else the one after the last
+  // any key finished (completed or failed); what this node announces it gives up below.
   uint64_t frontierOf(const JobState& js) const;
   // Sends `to` the job's frontier, unless it heard it already.
   void announce(uint64_t job, JobState& js, transport::Rank to);

@@ -194,10 +194,11 @@ class Cluster:
         return self.logs[rank].read_text()
 
     def metrics_address(self, rank, timeout=60):
-        """host:port of an agent's Prometheus endpoint, from its "metrics on" log line."""
+        """host:port of an agent's Prometheus endpoint, from its last "metrics on" log line (a
+        restarted agent appends to its log)."""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            for line in self.log(rank).splitlines():
+            for line in reversed(self.log(rank).splitlines()):
                 if "metrics on " in line:
                     return line.rsplit("metrics on ", 1)[1].strip()
             time.sleep(0.05)

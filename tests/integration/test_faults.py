@@ -33,7 +33,7 @@ class Trainers:
     """Trainers that keep iterating in the background (checking exact averages), their
     output in files, one per agent in `agents` times `local`."""
 
-    def __init__(self, cluster, local, job, agents=None, iterations=1000000):
+    def __init__(self, cluster, local, job, agents=None, iterations=1000000, extra=()):
         self.cluster = cluster
         self.agents = list(range(cluster.n)) if agents is None else agents
         world = len(self.agents) * local
@@ -44,7 +44,7 @@ class Trainers:
                 cmd = [str(TRAINER), "--socket", cluster.sockets[r], "--job", job, "--local-rank", str(l),
                        "--local-size", str(local), "--world-rank", str(i * local + l), "--world-size", str(world),
                        "--tensors", TENSORS, "--iterations", str(iterations), "--check", "exact",
-                       "--timeout-ms", "60000", "--report"]
+                       "--timeout-ms", "60000", "--report", *extra]
                 self.outputs.append(path)
                 self.procs.append(subprocess.Popen(cmd, stdout=open(path, "w"), stderr=subprocess.STDOUT,
                                                    env=cluster.env))

@@ -4,7 +4,7 @@
  *   gcagent_test_trainer --socket PATH [--job NAME] [--local-rank R] [--local-size L]
  *       [--world-rank W] [--world-size S] (--tensors N1,N2,... | --model FILE.csv)
  *       [--iterations K] [--codec NAME] [--param k=v]... [--check exact|bound:EPS|converge:EPS|none]
- *       [--timeout-ms T] [--report] [--backward-ms MS] [--try-device-uuid HEX32]
+ *       [--timeout-ms T] [--report] [--backward-ms MS] [--try-device-uuid HEX32] [--keep-going]
  *
  * Tensor i has key i and priority -i. Each iteration (numbered 1..K) fills element e of
  * tensor key with v(world rank, iteration, key, e), submits every key, waits, and checks the
@@ -36,6 +36,14 @@
  * hex digits) and prints "device_declare: ok" or "device_declare: STATUS: MESSAGE"; either way
  * it then declares them on the host and goes on, as a shim falls back when the agent cannot
  * serve its GPU.
+ *
+ * --keep-going is a resilient trainer, as one that catches gcagent's errors: a failed step is
+ * reported ("failed iteration=I: MESSAGE") and the next one goes on; a connection the agent
+ * closed (it died) is opened again, waiting up to --timeout-ms for the agent, and the tensors
+ * are declared again. Nodes may then sum steps of different numbers (the agents realign the
+ * job after a loss), so the values do not depend on the step, except element 0 of every
+ * tensor, which holds the step number: every key of a step must show the same element 0 (a
+ * step's tensors were summed together), and the other elements the exact average.
  *
  * Exit status: 0 success, 1 wrong values (first mismatches printed), 2 a gcagent call failed
  * (gcagent_last_error printed), 3 bad command line or model file.
@@ -89,6 +97,22 @@ static float value(uint64_t seed, uint64_t i) {
 }
 
 static double now_ms(void);
+
+/* Element 0 in --keep-going: the step, on the same 2^-14 grid, so sums stay exact. */
+static float step_tag(uint64_t it) { return (float)(it % 4096) / 16384.0f; }
+
+/* --keep-going: the agent is gone (the connection failed): a new one, with the tensors declared. */
+static gcagent_client* reconnect(gcagent_client* c, const char* socket_path, const char* job, uint32_t local_rank,
+                                 uint32_t local_size, int timeout_ms, const gcagent_tensor* tensors, size_t count) {
+  gcagent_close(c);
+  c = NULL;
+  check_call(gcagent_connect(socket_path, job, local_rank, local_size, timeout_ms, &c), "reconnect", NULL);
+  check_call(gcagent_declare(c, tensors, count), "declare again", c);
+  printf("reconnected\n");
+  return c;
+}
+
+static int connection_lost(int rc) { return rc == GCAGENT_ERR_IO || rc == GCAGENT_ERR_PROTOCOL; }
 
 /* Submits keys last to first, backward_ms apart, and notes when each one completes. */
 static void backward_pass(gcagent_client* c, uint64_t it, const uint64_t* keys, size_t count, double backward_ms,
@@ -178,7 +202,7 @@ int main(int argc, char** argv) {
   const char *socket_path = NULL, *job = "test", *codec = "", *check = "exact", *device_uuid = NULL;
   uint32_t local_rank = 0, local_size = 1, world_rank = 0, world_size = 1;
   uint64_t iterations = 10;
-  int timeout_ms = 60000, report = 0, copy = 0;
+  int timeout_ms = 60000, report = 0, copy = 0, keep_going = 0;
   double backward_ms = -1; /* < 0: submit every key at once */
   const char* param_keys[MAX_PARAMS];
   const char* param_values[MAX_PARAMS];
@@ -194,6 +218,10 @@ int main(int argc, char** argv) {
     }
     if (strcmp(flag, "--copy") == 0) {
       copy = 1;
+      continue;
+    }
+    if (strcmp(flag, "--keep-going") == 0) {
+      keep_going = 1;
       continue;
     }
     if (i + 1 >= argc) die(3, "missing value for", flag);
@@ -293,17 +321,33 @@ int main(int argc, char** argv) {
       if ((own[t] = calloc(elements[t], sizeof **own)) == NULL) die(2, "out of memory", NULL);
     if (own == NULL) die(2, "out of memory", NULL);
   }
+  if (keep_going && (backward_ms >= 0 || copy || converging)) die(3, "--keep-going goes with neither --backward-ms, --copy nor converge", NULL);
   for (uint64_t it = 1; it <= iterations; ++it) {
     /* Unchecked runs (benchmarks, the demo) fill once: refilling each time would let the
      * slowest trainer's fill show up in everyone's submit-to-complete time. */
-    for (size_t t = 0; (checking || converging || it == 1) && t < count; ++t) {
+    for (size_t t = 0; (checking || converging || it == 1 || keep_going) && t < count; ++t) {
       float* buf = copy ? own[t] : gcagent_buffer(c, t);
-      const uint64_t seed = seed_of(world_rank, converging ? 0 : it, t);
+      const uint64_t seed = seed_of(world_rank, converging || keep_going ? 0 : it, t);
       for (uint64_t e = 0; e < elements[t]; ++e) buf[e] = value(seed, e);
+      if (keep_going) buf[0] = step_tag(it);
     }
     const double start = now_ms();
     for (size_t t = 0; copy && t < count; ++t) memcpy(gcagent_buffer(c, t), own[t], elements[t] * sizeof(float));
-    if (backward_ms < 0) {
+    if (keep_going) {
+      int rc = gcagent_submit(c, it, keys, count);
+      if (rc == GCAGENT_OK) rc = gcagent_wait(c, it, keys, count, timeout_ms);
+      if (rc != GCAGENT_OK) {
+        printf("failed iteration=%" PRIu64 ": %s: %s\n", it, gcagent_status_string(rc), gcagent_last_error(c));
+        fflush(stdout);
+        /* Keys of the step still in flight finish (or fail) before the next step submits them. */
+        for (size_t t = 0; !connection_lost(rc) && t < count; ++t) {
+          const int key_rc = gcagent_wait(c, it, &keys[t], 1, timeout_ms);
+          if (connection_lost(key_rc) || key_rc == GCAGENT_ERR_TIMEOUT) rc = GCAGENT_ERR_IO;
+        }
+        if (connection_lost(rc)) c = reconnect(c, socket_path, job, local_rank, local_size, timeout_ms, tensors, count);
+        continue;
+      }
+    } else if (backward_ms < 0) {
       check_call(gcagent_submit(c, it, keys, count), "submit", c);
       check_call(gcagent_wait(c, it, keys, count, timeout_ms), "wait", c);
     } else {
@@ -324,9 +368,12 @@ int main(int argc, char** argv) {
     }
     for (size_t t = 0; checking && t < count; ++t) {
       const float* buf = gcagent_buffer(c, t);
-      for (uint64_t e = 0; e < elements[t]; ++e) {
+      if (keep_going && buf[0] != gcagent_buffer(c, 0)[0] && mismatches++ < MAX_REPORTED_MISMATCHES)
+        fprintf(stderr, "%s: iteration %" PRIu64 " key %zu summed other steps than key 0: element 0 is %.9g, key 0's %.9g\n",
+                g_prog, it, t, (double)buf[0], (double)gcagent_buffer(c, 0)[0]);
+      for (uint64_t e = keep_going ? 1 : 0; e < elements[t]; ++e) {
         double sum = 0;
-        for (uint32_t w = 0; w < world_size; ++w) sum += value(seed_of(w, it, t), e);
+        for (uint32_t w = 0; w < world_size; ++w) sum += value(seed_of(w, keep_going ? 0 : it, t), e);
         const float expected = (float)(sum / world_size);
         const double tolerance = bound + FLT_EPSILON * fabs(expected);
         if (fabs((double)buf[e] - expected) <= tolerance) continue; /* false for NaN: reported */
