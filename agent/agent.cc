@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <csignal>
 
 #include "agent/control_server.h"
@@ -282,8 +283,10 @@ Status Agent::run() {
                          },
                          [&engine, &stats, &transport](transport::Rank peer, transport::PeerEvent event,
                                                        const Status& why) {
-                           if (event == transport::PeerEvent::kDown) {
-                             stats.counter(metrics::Id::recovery_events_total, {"peer_lost"}).Increment();
+                           if (event != transport::PeerEvent::kUp) {
+                             const bool left = event == transport::PeerEvent::kLeft;
+                             stats.counter(metrics::Id::recovery_events_total, {left ? "peer_shutdown" : "peer_lost"})
+                                 .Increment();
                              return engine.onPeerDown(peer, why);
                            }
                            // Up again after a loss (at the start every peer comes up once).
@@ -376,6 +379,12 @@ Status Agent::run() {
     GC_LOG(kInfo, "agent", "signal ", signal, ": shutting down");
     health.setServing(false);
     server.stop(Status::unavailable("agent shutting down"));
+    // The peers hear it from us, not from a timeout; a moment of progress lets the word leave.
+    transport->goodbye(strCat("agent stopping on signal ", signal));
+    for (int i = 0; i < 50; ++i) {
+      transport->progress();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     pump.stop();
     ready.cancel();
     summary.cancel();

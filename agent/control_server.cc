@@ -161,7 +161,9 @@ void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, cons
   }
   job.coded.erase({iteration, key});
   if (!status.ok()) {
-    GC_LOG(kWarn, "control", "job '", job.name, "' tensor ", key, " iteration ", iteration, " failed: ", status.message());
+    if (uint64_t held = 0; job.failure_log.allow(steadyNow(), &held))
+      GC_LOG(kWarn, "control", "job '", job.name, "' tensor ", key, " iteration ", iteration, " failed: ", status.message(),
+             held > 0 ? strCat(" (and ", held, " more failures since the last line)") : std::string());
     job.keys_done.erase(iteration);
     return;
   }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/status.h"
 #include "shm/protocol.h"
 
@@ -58,6 +59,7 @@ struct LocalJob {
   // lost_after can never complete.
   Status lost;
   uint64_t lost_after = 0;
+  LogThrottle failure_log;  // failed reductions: a line a second at most
 
   // Local rank `local_rank`'s gradient of (iteration, key) is in: every local trainer's, in
   // rank order, once the last is (and the entry is gone from pending); nothing before.

@@ -22,7 +22,7 @@ namespace gcagent::transport {
 using LinkId = uint64_t;
 
 // What a frame is; the values are UCX's active-message ids too.
-enum class FrameKind : uint8_t { kData = 1, kHello = 2, kHelloAck = 3, kHeartbeat = 6 };
+enum class FrameKind : uint8_t { kData = 1, kHello = 2, kHelloAck = 3, kHeartbeat = 6, kGoodbye = 7 };
 
 struct BackendEvents {
   // A frame arrived. A backend may not know on which link (UCX does not say), so `header`

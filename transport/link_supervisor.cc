@@ -21,6 +21,7 @@ namespace {
 // Every frame carries the sender's rank and its direction's link key (link_frame.h): one
 // whose key is not the current link's (a stranger's, or a replaced link's) is dropped.
 constexpr size_t kMaxUserHeader = 1024;
+constexpr size_t kMaxGoodbye = 512;  // bytes of a goodbye's reason
 
 const char* frameName(FrameKind kind) {
   switch (kind) {
@@ -28,6 +29,7 @@ const char* frameName(FrameKind kind) {
     case FrameKind::kHello: return "hello";
     case FrameKind::kHelloAck: return "hello ack";
     case FrameKind::kHeartbeat: return "heartbeat";
+    case FrameKind::kGoodbye: return "goodbye";
   }
   return "frame";
 }
@@ -128,6 +130,15 @@ class LinkSupervisor final : public Transport {
   bool arm() override { return events_.empty() && backend_->arm(); }
 
   bool peerUp(Rank peer) const override { return peer < peers_.size() && peers_[peer].up(); }
+
+  void goodbye(std::string_view why) override {
+    const auto* bytes = reinterpret_cast<const std::byte*>(why.data());
+    const std::span<const std::byte> reason(bytes, std::min(why.size(), kMaxGoodbye));
+    for (Rank r = 0; r < options_.size; ++r) {
+      PeerLink& p = peers_[r];
+      if (p.up()) backend_->send(*p.link, FrameKind::kGoodbye, encodeLinkHeader(options_.rank, p.send_key, reason), {}, nullptr);
+    }
+  }
   std::string listenAddress() const override { return gate_->listenAddress(); }
 
  private:
@@ -191,22 +202,23 @@ class LinkSupervisor final : public Transport {
     events_.push_back({r, PeerEvent::kUp, {}});
   }
 
-  // Reports the peer lost if it was up; the lower rank dials again after the pause.
-  void peerLost(Rank r, const Status& status) {
+  // Reports the peer lost (or gone, when it said goodbye) if it was up; the lower rank dials
+  // again after the pause.
+  void peerLost(Rank r, const Status& status, PeerEvent event = PeerEvent::kDown) {
     PeerLink& p = peers_[r];
     if (p.up()) {
       GC_LOG(kWarn, "transport", "rank ", options_.rank, ": peer ", r, " is down: ", status.message());
-      events_.push_back({r, PeerEvent::kDown, status});
+      events_.push_back({r, event, status});
     }
     p.state = LinkState::kPaused;
     p.retry_at = options_.now() + reconnectDelay();
   }
 
   // Gives the peer's link back to the backend and reports the peer lost.
-  void dropPeer(Rank r, const Status& why) {
+  void dropPeer(Rank r, const Status& why, PeerEvent event = PeerEvent::kDown) {
     PeerLink& p = peers_[r];
     if (p.link) backend_->retire(*std::exchange(p.link, std::nullopt));
-    peerLost(r, why);
+    peerLost(r, why, event);
   }
 
   void onLinkFailed(LinkId id, const Status& why) {
@@ -292,6 +304,13 @@ class LinkSupervisor final : public Transport {
       case FrameKind::kHelloAck:
         if (*from > options_.rank) markUp(*from);
         return false;
+      case FrameKind::kGoodbye: {
+        if (!peers_[*from].up()) return false;
+        const auto body = linkHeaderBody(header);
+        const std::string reason(reinterpret_cast<const char*>(body.data()), std::min(body.size(), kMaxGoodbye));
+        dropPeer(*from, Status::unavailable(strCat("it shut down (", reason, ")")), PeerEvent::kLeft);
+        return false;
+      }
       case FrameKind::kHeartbeat:
       case FrameKind::kData: {
         PeerLink& p = peers_[*from];

@@ -31,6 +31,7 @@ struct Message {
 enum class PeerEvent {
   kUp,    // the link to the peer works both ways
   kDown,  // the link failed; sends to this peer fail until it is up again
+  kLeft,  // the peer said it is shutting down (goodbye()); as kDown otherwise
 };
 
 class Transport {
@@ -71,6 +72,11 @@ class Transport {
       if (r != rank() && !peerUp(r)) return false;
     return true;
   }
+
+  // Tells every peer that is up that this rank is leaving (a clean shutdown), and why: they
+  // see PeerEvent::kLeft at once instead of guessing from a timeout. progress() must run a
+  // moment longer for the word to leave.
+  virtual void goodbye(std::string_view why) { (void)why; }
 
   // The address peers reach this rank at (the listener's real port when 0 was asked).
   virtual std::string listenAddress() const = 0;

@@ -127,3 +127,27 @@ def test_trainers_go_on_after_a_cut_link_heals(tmp_path):
         assert_no_bad_messages(c, ns)
         trainers.kill()
         stop_clean(c)
+
+
+def test_a_clean_shutdown_is_said_and_the_restarted_agent_rejoins(tmp_path):
+    with Cluster(tmp_path, 3, FLAGS) as c:
+        trainers = Trainers(c, 1, "steady", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        c.procs[2].send_signal(signal.SIGTERM)
+        assert c.procs[2].wait(timeout=30) == 0, c.log(2)[-2000:]
+        deadline = time.time() + 60
+        while "shut down" not in trainers.output(0) and time.time() < deadline:
+            time.sleep(0.05)
+        # Said, not guessed from a timeout: the error names the shutdown.
+        assert "peer rank 2 lost: it shut down (agent stopping on signal 15)" in trainers.output(0), \
+            trainers.output(0)[-800:]
+        for r in (0, 1):
+            assert metric(c, r, "gcagent_recovery_events_total", 'event="peer_shutdown"') == 1
+            assert metric(c, r, "gcagent_recovery_events_total", 'event="peer_lost"') == 0
+        restart_agent(c, 2)
+        assert_steps_complete_again(trainers)
+        for r in (0, 1):
+            assert metric(c, r, "gcagent_recovery_events_total", 'event="peer_rejoined"') >= 1
+        assert_no_bad_messages(c)
+        trainers.kill()
+        stop_clean(c)

@@ -196,6 +196,23 @@ TEST_P(PeerLossTest, LostConnectorIsReportedAndRejoins) { loseAndRestart(0); }
 INSTANTIATE_TEST_SUITE_P(Links, PeerLossTest, ::testing::Values("loopback", "ucx"),
                          [](const auto& info) { return info.param; });
 
+// A clean shutdown is said: the peers see the rank leave at once, with its reason, and it
+// rejoins like any restarted peer.
+TEST_P(PeerLossTest, AGoodbyeIsSeenAtOnceWithItsReason) {
+  makeGroup(3);
+  for (auto& e : events_) e.clear();
+  std::string why;
+  group_[1]->setHandlers(nullptr, [&](Rank peer, PeerEvent e, const Status& s) {
+    events_[1].push_back({peer, e});
+    why = s.message();
+  });
+  group_[0]->goodbye("agent stopping on signal 15");
+  ASSERT_TRUE(runUntil([&] { return !group_[1]->peerUp(0) && !group_[2]->peerUp(0); })) << "the goodbye was not heard";
+  EXPECT_EQ(events_[1], (std::vector<std::pair<Rank, PeerEvent>>{{0, PeerEvent::kLeft}}));
+  EXPECT_EQ(events_[2], (std::vector<std::pair<Rank, PeerEvent>>{{0, PeerEvent::kLeft}}));
+  EXPECT_EQ(why, "it shut down (agent stopping on signal 15)");
+}
+
 // Authentication: a link comes up only when both sides prove the same cluster token.
 class AuthTest : public TransportTest {
  protected:

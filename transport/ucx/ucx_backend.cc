@@ -116,6 +116,7 @@ class UcxBackend final : public LinkBackend {
     GC_RETURN_IF_ERROR(setAmHandler(FrameKind::kHello, &UcxBackend::onControl<FrameKind::kHello>));
     GC_RETURN_IF_ERROR(setAmHandler(FrameKind::kHelloAck, &UcxBackend::onControl<FrameKind::kHelloAck>));
     GC_RETURN_IF_ERROR(setAmHandler(FrameKind::kHeartbeat, &UcxBackend::onControl<FrameKind::kHeartbeat>));
+    GC_RETURN_IF_ERROR(setAmHandler(FrameKind::kGoodbye, &UcxBackend::onControl<FrameKind::kGoodbye>));
     if (!options_.net_devices.empty())
       GC_LOG(kInfo, "transport", "rank ", options_.rank, ": UCX on ", options_.net_devices);
     return {};

@@ -106,7 +106,15 @@ static gcagent_client* reconnect(gcagent_client* c, const char* socket_path, con
                                  uint32_t local_size, int timeout_ms, const gcagent_tensor* tensors, size_t count) {
   gcagent_close(c);
   c = NULL;
-  check_call(gcagent_connect(socket_path, job, local_rank, local_size, timeout_ms, &c), "reconnect", NULL);
+  /* A killed agent's socket may linger until its successor replaces it: try again meanwhile. */
+  const double give_up = now_ms() + timeout_ms;
+  int rc;
+  while ((rc = gcagent_connect(socket_path, job, local_rank, local_size, timeout_ms, &c)) == GCAGENT_ERR_IO &&
+         now_ms() < give_up) {
+    struct timespec pause = {0, 100000000};
+    nanosleep(&pause, NULL);
+  }
+  check_call(rc, "reconnect", NULL);
   check_call(gcagent_declare(c, tensors, count), "declare again", c);
   printf("reconnected\n");
   return c;
