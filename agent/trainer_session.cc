@@ -42,6 +42,7 @@ void TrainerSession::dispatch(const protocol::Message& m) {
   else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) s = onDeclare(m.request_id, *declare);
   else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) s = onDeclareDevice(m.request_id, *device);
   else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
+  else if (std::holds_alternative<protocol::Ping>(m.body)) return send({m.request_id, protocol::Pong{}});
   else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                           "' is not one a trainer sends"));
   if (!s.ok()) {

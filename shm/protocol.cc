@@ -8,7 +8,7 @@
 namespace gcagent::shm::protocol {
 namespace {
 
-constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kDeclaredDevice);
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kPong);
 
 MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
 
@@ -82,6 +82,8 @@ struct BodyWriter {
     w.put(static_cast<uint16_t>(m.code));
     w.putString(m.message);
   }
+  void operator()(const Ping&) {}
+  void operator()(const Pong&) {}
 };
 
 // Parses one body, remembering the first problem as a message that names the field.
@@ -314,6 +316,8 @@ std::string_view messageTypeName(MessageType type) {
     case MessageType::kError: return "error";
     case MessageType::kDeclareDevice: return "declare device";
     case MessageType::kDeclaredDevice: return "declared device";
+    case MessageType::kPing: return "ping";
+    case MessageType::kPong: return "pong";
   }
   return "unknown";
 }
@@ -367,6 +371,8 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kError: m.body = parseError(p); break;
     case MessageType::kDeclareDevice: m.body = parseDeclareDevice(p); break;
     case MessageType::kDeclaredDevice: m.body = parseDeclaredDevice(p); break;
+    case MessageType::kPing: m.body = Ping{}; break;
+    case MessageType::kPong: m.body = Pong{}; break;
   }
   GC_RETURN_IF_ERROR(p.finish());
   return m;

@@ -48,6 +48,10 @@ enum class MessageType : uint16_t {
   // one with "unknown message type 8".
   kDeclareDevice = 8,   // trainer -> agent: tensors that live on the trainer's GPU
   kDeclaredDevice = 9,  // agent -> trainer: device slots in one exported allocation
+  // Added in version 1 the same way: an agent that predates them answers a ping with an
+  // error, which shows it alive just as well.
+  kPing = 10,  // trainer -> agent: are you there? (sent while a wait hears nothing)
+  kPong = 11,  // agent -> trainer: yes, with the ping's request id
 };
 std::string_view messageTypeName(MessageType type);
 
@@ -145,7 +149,16 @@ struct Error {
   bool operator==(const Error&) const = default;
 };
 
-using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice>;
+struct Ping {
+  bool operator==(const Ping&) const = default;
+};
+
+struct Pong {
+  bool operator==(const Pong&) const = default;
+};
+
+using Body =
+    std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice, Ping, Pong>;
 
 struct Message {
   uint32_t request_id = 0;

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
@@ -73,6 +76,14 @@ Outcome Client::connect(const ConnectOptions& options, std::unique_ptr<Client>* 
     return r;
   }
   client->welcome_ = std::get<protocol::Welcome>(reply.body);
+  if (const char* liveness = std::getenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT"); liveness != nullptr && *liveness != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(liveness, &end);
+    if (*end != '\0' || !(seconds >= 0) || seconds > 86400)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("GCAGENT_CLIENT_LIVENESS_TIMEOUT: '", liveness,
+                                                          "' is not a number of seconds in [0, 86400] (0: no limit)"));
+    client->setLivenessTimeout(static_cast<int>(seconds * 1000));
+  }
   *out = std::move(client);
   return success();
 }
@@ -105,7 +116,33 @@ Outcome Client::request(protocol::Message message, protocol::MessageType reply, 
   }
 }
 
+Outcome Client::keepAlive(Deadline* next_check) {
+  *next_check = Deadline::never();
+  if (liveness_ms_ <= 0) return success();
+  const auto now = Deadline::Clock::now();
+  const auto half = std::chrono::milliseconds(std::max(1, liveness_ms_ / 2));
+  if (ping_id_ == 0 && now - last_heard_ >= half) {
+    ping_id_ = nextRequestId();
+    ping_sent_ = now;
+    Outcome sent = channel_.send({ping_id_, protocol::Ping{}}, Deadline::after(liveness_ms_));
+    if (!sent.ok()) return breakWith(std::move(sent));
+  }
+  if (ping_id_ != 0 && now - ping_sent_ >= half)
+    return breakWith(failure(GCAGENT_ERR_IO, strCat("the agent has not answered for ", liveness_ms_ / 1000.0,
+                                                    " s: it is stopped or hung (GCAGENT_CLIENT_LIVENESS_TIMEOUT)")));
+  const auto due = ping_id_ != 0 ? ping_sent_ + half : last_heard_ + half;
+  *next_check = Deadline::after(
+      static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(due - now).count()), now);
+  return success();
+}
+
 Outcome Client::handle(protocol::Message&& message) {
+  last_heard_ = Deadline::Clock::now();
+  if (message.request_id != 0 && message.request_id == ping_id_) {
+    ping_id_ = 0;  // a pong, or an older agent's error for a ping: alive either way
+    if (std::holds_alternative<protocol::Pong>(message.body) || std::holds_alternative<protocol::Error>(message.body))
+      return success();
+  }
   if (auto* complete = std::get_if<protocol::Complete>(&message.body)) {
     for (uint64_t key : complete->keys) {
       auto it = slots_.find(key);
@@ -360,8 +397,11 @@ Outcome Client::wait(uint64_t iteration, std::span<const uint64_t> keys, int tim
       if (slots[i]->state == KeyState::kPending && incomplete++ == 0) first = keys[i];
     }
     if (incomplete == 0) return success();
+    Deadline check = Deadline::never();
+    GCAGENT_CLIENT_RETURN_IF_FAILED(keepAlive(&check));
     protocol::Message message;
-    Outcome r = channel_.receive(deadline, &message);
+    Outcome r = channel_.receive(Deadline::earliest(deadline, check), &message);
+    if (r.code == GCAGENT_ERR_TIMEOUT && !deadline.passed()) continue;  // time to check on the agent
     if (r.code == GCAGENT_ERR_TIMEOUT)
       return failure(GCAGENT_ERR_TIMEOUT, strCat("iteration ", iteration, " is not complete after ", timeout_ms,
                                                  " ms: ", incomplete, " of ", keys.size(),

@@ -55,6 +55,10 @@ class Client {
   Outcome submit(uint64_t iteration, std::span<const uint64_t> keys);
   Outcome wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms);
   void setReplyTimeout(int timeout_ms) { reply_timeout_ms_ = timeout_ms; }
+  // How long a wait may hear nothing from the agent before the connection is given up as
+  // frozen (GCAGENT_CLIENT_LIVENESS_TIMEOUT, seconds, default 10); <= 0: no limit.
+  void setLivenessTimeout(int timeout_ms) { liveness_ms_ = timeout_ms; }
+  static constexpr int kDefaultLivenessMs = 10'000;
 
   const shm::protocol::Welcome& welcome() const { return welcome_; }
 
@@ -85,6 +89,9 @@ class Client {
   Outcome adoptDevice(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::DeclaredDevice& offer,
                       int fd);
   Outcome submitSlots(uint64_t iteration, std::span<const uint64_t> keys);
+  // While keys are pending: pings an agent quiet for half the liveness timeout, and gives the
+  // connection up when the ping stays unanswered as long. Returns when to check again.
+  Outcome keepAlive(Deadline* next_check);
 
   ControlChannel channel_;
   shm::protocol::Welcome welcome_;
@@ -95,6 +102,10 @@ class Client {
   std::shared_ptr<DeviceMapping> device_;  // instead of segment_ after declareDevice
   std::unordered_map<uint64_t, Slot> slots_;
   size_t pending_ = 0;  // slots in KeyState::kPending
+  int liveness_ms_ = kDefaultLivenessMs;
+  Deadline::Clock::time_point last_heard_ = Deadline::Clock::now();  // from the agent, or the last submit
+  uint32_t ping_id_ = 0;  // the ping awaiting its pong; 0: none
+  Deadline::Clock::time_point ping_sent_{};
 };
 
 }  // namespace gcagent::client

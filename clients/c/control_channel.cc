@@ -42,6 +42,12 @@ Deadline Deadline::latest(const Deadline& a, const Deadline& b) {
   return a.at_ >= b.at_ ? a : b;
 }
 
+Deadline Deadline::earliest(const Deadline& a, const Deadline& b) {
+  if (a.infinite_) return b;
+  if (b.infinite_) return a;
+  return a.at_ <= b.at_ ? a : b;
+}
+
 int Deadline::pollTimeoutMs(Clock::time_point now) const {
   if (infinite_) return -1;
   const auto left = at_ - now;

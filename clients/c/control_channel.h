@@ -21,8 +21,9 @@ class Deadline {
   // timeout_ms < 0: never. `now` is a parameter so tests can run near the clock's epoch.
   static Deadline after(int timeout_ms, Clock::time_point now = Clock::now());
   static Deadline never() { return Deadline(); }
-  // The later of two deadlines.
+  // The later and the earlier of two deadlines.
   static Deadline latest(const Deadline& a, const Deadline& b);
+  static Deadline earliest(const Deadline& a, const Deadline& b);
 
   bool infinite() const { return infinite_; }
   bool passed(Clock::time_point now = Clock::now()) const { return !infinite_ && now >= at_; }

@@ -213,6 +213,36 @@ TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {
   expectReduced(11, 3.0f);
 }
 
+// The agent's liveness: a wait that hears nothing pings it. An agent that answers keeps the
+// wait going to its own timeout; a frozen one (it reads, never answers) is given up at the
+// liveness timeout, well before the wait's, with an error that says so.
+TEST_F(ClientTest, AWaitPingsAQuietAgentAndGivesUpAFrozenOne) {
+  ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "0.2", 1);
+  connect();
+  ::unsetenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT");
+  ASSERT_EQ(declare({{1, 16}}), GCAGENT_OK) << lastError();
+  agent_->on_submit = ScriptedAgent::OnSubmit::kSilent;
+  const uint64_t keys[] = {1};
+  ASSERT_EQ(gcagent_submit(client_, 5, keys, 1), GCAGENT_OK);
+  EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 600), GCAGENT_ERR_TIMEOUT) << lastError();
+  EXPECT_GE(agent_->pings_seen.load(), 1) << "a quiet agent is asked";
+  agent_->answer_pings = false;
+  const auto start = Clock::now();
+  EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 60000), GCAGENT_ERR_IO);
+  EXPECT_LT(msSince(start), 30000) << "given up at the liveness timeout, not the wait's";
+  EXPECT_THAT(lastError(), HasSubstr("the agent has not answered for 0.2 s: it is stopped or hung "
+                                     "(GCAGENT_CLIENT_LIVENESS_TIMEOUT)"));
+}
+
+TEST_F(ClientTest, ABadLivenessTimeoutFailsTheConnectNamingTheVariable) {
+  agent_->start();
+  ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "soon", 1);
+  EXPECT_EQ(gcagent_connect(agent_->socketPath().c_str(), "job", 0, 1, 2000, &client_), GCAGENT_ERR_INVALID_ARGUMENT);
+  ::unsetenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT");
+  EXPECT_THAT(std::string(gcagent_last_error(nullptr)),
+              HasSubstr("GCAGENT_CLIENT_LIVENESS_TIMEOUT: 'soon' is not a number of seconds"));
+}
+
 TEST_F(ClientTest, WaitTimesOutQuicklyAndKeysStayInFlight) {
   connect();
   ASSERT_EQ(declare({{1, 16}}), GCAGENT_OK) << lastError();

@@ -53,6 +53,8 @@ class ScriptedAgent {
   std::string reject_codec = "bogus";
   std::atomic<int> submits_seen{0};
   std::atomic<bool> release_rest{false};       // kCompleteSlowly: send the rest of the frame
+  std::atomic<bool> answer_pings{true};        // false: a frozen agent, which reads but never answers
+  std::atomic<int> pings_seen{0};
   std::atomic<int> memfd_offers_closed{0};  // offers sent whose memfd this side has closed again
 
   // How a DeclareDevice is answered.

@@ -139,8 +139,8 @@ def test_a_clean_shutdown_is_said_and_the_restarted_agent_rejoins(tmp_path):
         while "shut down" not in trainers.output(0) and time.time() < deadline:
             time.sleep(0.05)
         # Said, not guessed from a timeout: the error names the shutdown.
-        assert "peer rank 2 lost: it shut down (agent stopping on signal 15)" in trainers.output(0), \
-            trainers.output(0)[-800:]
+        said = re.search(r"peer rank 2 (lost|is down): it shut down \(agent stopping on signal 15\)", trainers.output(0))
+        assert said, trainers.output(0)[-800:]
         for r in (0, 1):
             assert metric(c, r, "gcagent_recovery_events_total", 'event="peer_shutdown"') == 1
             assert metric(c, r, "gcagent_recovery_events_total", 'event="peer_lost"') == 0
@@ -151,3 +151,21 @@ def test_a_clean_shutdown_is_said_and_the_restarted_agent_rejoins(tmp_path):
         assert_no_bad_messages(c)
         trainers.kill()
         stop_clean(c)
+
+
+def test_a_trainer_whose_agent_freezes_hears_it_at_the_liveness_timeout(tmp_path):
+    with Cluster(tmp_path, 2, FLAGS) as c:
+        env = c.env
+        c.env = dict(env, GCAGENT_CLIENT_LIVENESS_TIMEOUT="2")
+        # Their own waits would last 10 minutes: only the liveness timeout can end trainer 1's.
+        trainers = Trainers(c, 1, "frozen", extra=["--timeout-ms", "600000"])
+        c.env = env
+        trainers.wait_iterations(3)
+        c.procs[1].send_signal(signal.SIGSTOP)
+        try:
+            assert trainers.wait_exit([1], 120) == [2]
+        finally:
+            c.procs[1].send_signal(signal.SIGCONT)
+        assert "the agent has not answered for 2 s: it is stopped or hung (GCAGENT_CLIENT_LIVENESS_TIMEOUT)" in \
+            trainers.output(1), trainers.output(1)[-800:]
+        trainers.kill()

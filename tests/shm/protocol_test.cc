@@ -187,8 +187,23 @@ TEST(ProtocolTest, DeviceMessagesHaveAFixedLayout) {
   EXPECT_EQ(messageTypeName(MessageType::kDeclareDevice), "declare device");
   EXPECT_EQ(messageTypeName(MessageType::kDeclaredDevice), "declared device");
   auto header = std::vector<std::byte>(frame.begin(), frame.begin() + kHeaderBytes);
-  header[6] = std::byte{10};
-  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 10");
+  header[6] = std::byte{12};
+  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 12");
+}
+
+TEST(ProtocolTest, PingAndPongAreBareHeaders) {
+  // Types 10 and 11 with no body: a trainer's liveness check and the agent's answer.
+  for (const Message& m : {Message{5, Ping{}}, Message{5, Pong{}}}) {
+    const auto frame = encode(m);
+    ASSERT_EQ(frame.size(), kHeaderBytes);
+    EXPECT_EQ(static_cast<int>(frame[6]), std::holds_alternative<Ping>(m.body) ? 10 : 11);
+    auto header = parseHeader(frame);
+    ASSERT_TRUE(header.ok()) << header.status().toString();
+    auto decoded = decode(*header, {});
+    ASSERT_TRUE(decoded.ok()) << decoded.status().toString();
+    EXPECT_EQ(decoded->body, m.body);
+    EXPECT_EQ(decoded->request_id, 5u);
+  }
 }
 
 TEST(ProtocolTest, HugeCountsAreRejectedBeforeAllocating) {

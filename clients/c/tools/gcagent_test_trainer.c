@@ -40,7 +40,8 @@
  * --keep-going is a resilient trainer, as one that catches gcagent's errors: a failed step is
  * reported ("failed iteration=I: MESSAGE") and the next one goes on; a connection the agent
  * closed (it died) is opened again, waiting up to --timeout-ms for the agent, and the tensors
- * are declared again. Nodes may then sum steps of different numbers (the agents realign the
+ * are declared again; a failed step is followed by a 20 ms pause, as a framework's next step
+ * takes a while. Nodes may then sum steps of different numbers (the agents realign the
  * job after a loss), so the values do not depend on the step, except element 0 of every
  * tensor, which holds the step number: every key of a step must show the same element 0 (a
  * step's tensors were summed together), and the other elements the exact average.
@@ -353,6 +354,9 @@ int main(int argc, char** argv) {
           if (connection_lost(key_rc) || key_rc == GCAGENT_ERR_TIMEOUT) rc = GCAGENT_ERR_IO;
         }
         if (connection_lost(rc)) c = reconnect(c, socket_path, job, local_rank, local_size, timeout_ms, tensors, count);
+        /* A framework's next step takes a while too: failed steps do not spin. */
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL);
         continue;
       }
     } else if (backward_ms < 0) {
