@@ -19,7 +19,7 @@ namespace gcagent::agent {
 
 struct JobNotice {
   uint64_t job = 0;
-  uint64_t last_completed = 0;  // the job's last iteration the sender's node completed
+  uint64_t last_completed = 0;  // the job's last iteration the sender's node completed, on the wire
   std::string reason;  // why the job failed on the sender's node
   bool operator==(const JobNotice&) const = default;
 };

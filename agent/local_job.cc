@@ -7,16 +7,28 @@
 
 namespace gcagent::agent {
 
-std::optional<std::vector<Contribution>> LocalJob::contribute(uint32_t local_rank, uint64_t iteration, uint64_t key,
-                                                              Contribution mine) {
+Joined LocalJob::contribute(uint32_t local_rank, uint64_t iteration, uint64_t key, Contribution mine) {
+  Joined joined;
+  for (auto it = pending.begin(); it != pending.end();) {
+    const auto [other, k] = it->first;
+    if (k != key || other == iteration) {
+      ++it;
+    } else if (other > iteration) {
+      joined.behind = true;  // a local trainer is at `other` already
+      return joined;
+    } else {
+      joined.given_up.push_back(other);  // this trainer will never submit `other` again
+      it = pending.erase(it);
+    }
+  }
   auto& entries = pending[{iteration, key}];
   entries.resize(local_size);
   entries[local_rank] = std::move(mine);
   for (const Contribution& c : entries)
-    if (c.host == nullptr) return std::nullopt;
-  std::vector<Contribution> ready = std::move(entries);
+    if (c.host == nullptr) return joined;
+  joined.ready = std::move(entries);
   pending.erase({iteration, key});
-  return ready;
+  return joined;
 }
 
 bool LocalJob::keyCompleted(uint64_t iteration) {

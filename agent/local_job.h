@@ -36,6 +36,16 @@ struct Contribution {
   uint64_t elements = 0;
 };
 
+// What one local trainer's submission did to the join of its key (LocalJob::contribute).
+struct Joined {
+  // Every local trainer's gradient, in rank order, once the last is in; nothing before.
+  std::optional<std::vector<Contribution>> ready;
+  // Another local trainer has moved past this iteration: it can never join.
+  bool behind = false;
+  // Earlier iterations of the key this submission moved past: they can never join either.
+  std::vector<uint64_t> given_up;
+};
+
 struct LocalJob {
   std::string name;
   uint64_t id = 0;
@@ -62,9 +72,10 @@ struct LocalJob {
   LogThrottle failure_log;  // failed reductions: a line a second at most
 
   // Local rank `local_rank`'s gradient of (iteration, key) is in: every local trainer's, in
-  // rank order, once the last is (and the entry is gone from pending); nothing before.
-  std::optional<std::vector<Contribution>> contribute(uint32_t local_rank, uint64_t iteration, uint64_t key,
-                                                      Contribution mine);
+  // rank order, once the last is (and the entry is gone from pending); nothing before. Local
+  // trainers drift apart when each fails steps on its own (while a peer is away) and meet
+  // again here: the one behind fails at once until it reaches the one ahead.
+  Joined contribute(uint32_t local_rank, uint64_t iteration, uint64_t key, Contribution mine);
   // One key of `iteration` completed: true when that made every declared key of it complete
   // (last_completed then counts it).
   bool keyCompleted(uint64_t iteration);

@@ -611,4 +611,15 @@ void ReductionEngine::refreshStats() {
 
 size_t ReductionEngine::pendingAccumulators() const { return owner_->pending(); }
 
+uint64_t ReductionEngine::wireIteration(uint64_t job, uint64_t trainer_iteration) const {
+  auto j = jobs_.find(job);
+  return j == jobs_.end() ? trainer_iteration : trainer_iteration + j->second->align.offset();
+}
+
+uint64_t ReductionEngine::trainerIteration(uint64_t job, uint64_t wire_iteration) const {
+  auto j = jobs_.find(job);
+  const uint64_t offset = j == jobs_.end() ? 0 : j->second->align.offset();
+  return wire_iteration > offset ? wire_iteration - offset : 0;
+}
+
 }  // namespace gcagent::agent

@@ -137,6 +137,11 @@ class ReductionEngine : public JobPart {
   // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
   void failJob(uint64_t job, const Status& why) override;
 
+  // A job's iterations as its trainers here number them, and as the job's nodes agree on them
+  // (job_alignment.h): they differ after a realignment. Notices between agents speak wire.
+  uint64_t wireIteration(uint64_t job, uint64_t trainer_iteration) const;
+  uint64_t trainerIteration(uint64_t job, uint64_t wire_iteration) const;
+
   const EngineCounters& counters() const { return counters_; }
   // Slices waiting in the send queue of a peer (not yet handed to the transport).
   size_t queuedSlices(transport::Rank peer) const;

@@ -217,8 +217,14 @@ void TrainerSession::contribute(uint64_t iteration, uint64_t key) {
   mine.pin = device_ ? std::shared_ptr<const void>(device_) : std::shared_ptr<const void>(segment_);
   mine.index = slot.index;
   mine.elements = slot.elements;
-  auto ready = job_->contribute(local_rank_, iteration, key, std::move(mine));
-  if (ready) server_.reduce(job_, iteration, key, std::move(*ready));
+  Joined joined = job_->contribute(local_rank_, iteration, key, std::move(mine));
+  for (uint64_t passed : joined.given_up)
+    server_.notify(*job_, passed, key, Status::unavailable(strCat("local rank ", local_rank_, " moved on to iteration ",
+                                                                  iteration, " (local trainers realign)")));
+  if (joined.behind)
+    return server_.notify(*job_, iteration, key, Status::unavailable("another local trainer of the job is past this "
+                                                                     "iteration (local trainers realign)"));
+  if (joined.ready) server_.reduce(job_, iteration, key, std::move(*joined.ready));
 }
 
 }  // namespace gcagent::agent

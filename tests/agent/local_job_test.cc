@@ -28,31 +28,54 @@ TEST(LocalJobTest, ContributionsJoinOnlyOnceEveryLocalRankIsInAndThenInRankOrder
   LocalJobs jobs;
   auto j = job(jobs, 3);
   std::array<float, 3> buffers{};
-  EXPECT_FALSE(j->contribute(2, 5, 7, of(&buffers[2], 12)));
-  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)));
-  // The same rank again, another key, another iteration: none completes (5, 7).
-  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)));
-  EXPECT_FALSE(j->contribute(1, 5, 8, of(&buffers[1], 11)));
-  EXPECT_FALSE(j->contribute(1, 6, 7, of(&buffers[1], 11)));
-  auto ready = j->contribute(1, 5, 7, of(&buffers[1], 11));
+  EXPECT_FALSE(j->contribute(2, 5, 7, of(&buffers[2], 12)).ready);
+  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)).ready);
+  // The same rank again, another key: neither completes (5, 7).
+  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)).ready);
+  EXPECT_FALSE(j->contribute(1, 5, 8, of(&buffers[1], 11)).ready);
+  EXPECT_FALSE(j->contribute(1, 6, 8, of(&buffers[1], 11)).ready);
+  auto ready = j->contribute(1, 5, 7, of(&buffers[1], 11)).ready;
   ASSERT_TRUE(ready);
   ASSERT_EQ(ready->size(), 3u);
   for (size_t rank = 0; rank < 3; ++rank) {
     EXPECT_EQ((*ready)[rank].host, &buffers[rank]);
     EXPECT_EQ((*ready)[rank].index, 10 + rank);
   }
-  // (5, 7) is no longer waiting; the others still are, each with only its one submission.
+  // (5, 7) is no longer waiting; (6, 8) is, with its one submission ((5, 8) was given up
+  // when rank 1 moved on to 6).
   EXPECT_EQ(j->pending.count({5, 7}), 0u);
-  EXPECT_EQ(j->pending.size(), 2u);
+  EXPECT_EQ(j->pending.size(), 1u);
+  EXPECT_EQ(j->pending.count({6, 8}), 1u);
   // The same (iteration, key) again starts from nothing.
-  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)));
+  EXPECT_FALSE(j->contribute(0, 5, 7, of(&buffers[0], 10)).ready);
+}
+
+TEST(LocalJobTest, LocalTrainersThatDriftedApartMeetAgainAtTheOneAhead) {
+  // Each failed steps on its own while a peer was away: rank 0 got to 317, rank 1 to 318.
+  LocalJobs jobs;
+  auto j = job(jobs, 2);
+  std::array<float, 2> buffers{};
+  EXPECT_FALSE(j->contribute(0, 317, 0, of(&buffers[0], 0)).ready);
+  Joined ahead = j->contribute(1, 318, 0, of(&buffers[1], 1));
+  EXPECT_EQ(ahead.given_up, std::vector<uint64_t>{317}) << "rank 1 will never submit 317";
+  EXPECT_FALSE(ahead.ready);
+  // Rank 0's next step, 318, joins rank 1's.
+  Joined caught_up = j->contribute(0, 318, 0, of(&buffers[0], 0));
+  ASSERT_TRUE(caught_up.ready);
+  EXPECT_TRUE(caught_up.given_up.empty());
+  // The other way round: rank 1 waits at 320, rank 0 submits 319, which can never join.
+  EXPECT_FALSE(j->contribute(1, 320, 0, of(&buffers[1], 1)).ready);
+  Joined behind = j->contribute(0, 319, 0, of(&buffers[0], 0));
+  EXPECT_TRUE(behind.behind);
+  EXPECT_FALSE(behind.ready);
+  EXPECT_TRUE(j->contribute(0, 320, 0, of(&buffers[0], 0)).ready);
 }
 
 TEST(LocalJobTest, ASingleTrainerJobReducesEachSubmissionAtOnce) {
   LocalJobs jobs;
   auto j = job(jobs, 1);
   float buffer = 0;
-  auto ready = j->contribute(0, 1, 1, of(&buffer, 0));
+  auto ready = j->contribute(0, 1, 1, of(&buffer, 0)).ready;
   ASSERT_TRUE(ready);
   EXPECT_EQ(ready->size(), 1u);
   EXPECT_TRUE(j->pending.empty());

@@ -53,6 +53,17 @@ def _bucket_result(fut):
     return fut.value()
 
 
+def _settled_with(buf):
+    """A bucket's result for DDP inside a backward pass: the average, or when the bucket failed,
+    its local gradient unchanged; the failure is raised at the end of the pass (State._raise_failure)."""
+    def settle(fut):
+        try:
+            return fut.value()
+        except Exception:  # noqa: BLE001 - State._raise_failure raises it
+            return buf
+    return settle
+
+
 class State:
     """The hook's state: one agent connection and a completion thread per process.
 
@@ -101,8 +112,7 @@ class State:
                 slot = torch.from_numpy(self._slots[index])
                 slot.copy_(buf.reshape(-1))
                 self._queue.put((self.step, index, fut, buf, time.monotonic(), None))
-            self._watch(fut)
-            fut = fut.then(_bucket_result)
+            fut = fut.then(_settled_with(buf) if self._watch(fut) else _bucket_result)
         else:
             self.declared = {}
             fut = self._fallback(buf)
@@ -113,19 +123,32 @@ class State:
     def _watch(self, fut):
         """Has the end of this backward pass raise the GcagentError a bucket failed with: raised
         from a callback of the autograd engine it reaches backward()'s caller as itself, where
-        DDP's own end of the pass, which runs after, would turn it into a RuntimeError."""
+        DDP would turn a failed future into a RuntimeError. True inside a backward pass."""
         if self._watch_step != self.step:
             try:
                 torch.autograd.Variable._execution_engine.queue_callback(self._raise_failure)
             except RuntimeError:
-                return  # not inside a backward pass: DDP reports the failed future itself
+                return False  # not inside a backward pass: DDP reports the failed future itself
             self._watch_step, self._watched = self.step, []
         self._watched.append(fut)
+        return True
 
     def _raise_failure(self):
+        """Runs before DDP's end of the pass. A failed bucket gave DDP its local gradient
+        (_settled_with), so DDP still ends the iteration cleanly and the next one starts anew
+        (a future that fails leaves DDP's reducer mid-iteration for good); the failure is
+        raised after that, from a callback queued behind DDP's."""
         watched, self._watched = self._watched, []
+        failure = None
         for fut in watched:
-            fut.wait()  # raises what the bucket failed with
+            try:
+                fut.wait()
+            except Exception as e:  # noqa: BLE001 - raised below, once DDP is done
+                failure = failure or e
+        if failure is not None:
+            def raise_failure():
+                raise failure
+            torch.autograd.Variable._execution_engine.queue_callback(raise_failure)
 
     def _fallback(self, buf):
         self.fallback_buckets += 1

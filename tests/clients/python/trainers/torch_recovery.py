@@ -1,0 +1,72 @@
+"""A resilient PyTorch trainer for the recovery test: DDP with gcagent's hook trains an MLP
+(64-128-64-10) on scikit-learn's digits, each trainer on its share of the training split. A step
+whose backward raises gcagent.GcagentError is dropped (no optimizer step: the weights stay) and
+the loop goes on, as a training loop that catches the error does. Each step also takes --pace-ms
+of "compute", failed or not, so a fault lands mid-run.
+
+    torch_recovery.py --steps N [--pace-ms MS]
+
+Prints "step=I ok" or "step=I failed: MESSAGE" per step, and last "report: {json}" with the
+steps that failed and the test accuracy of its model."""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import gcagent
+import gcagent.torch
+
+RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--pace-ms", type=float, default=0)
+    a = ap.parse_args()
+    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=RANK, world_size=WORLD)
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x / 16.0, dtype=torch.float32)
+    y = torch.tensor(y)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+    xtr, ytr = xtr[RANK::WORLD], ytr[RANK::WORLD]
+    torch.manual_seed(0)  # the same initial weights everywhere
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                                                  nn.Linear(64, 10)), bucket_cap_mb=0.01)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = gcagent.torch.State(codec="none", optimizer=optimizer, timeout_s=120)
+    model.register_comm_hook(state, gcagent.torch.hook)
+    order = torch.Generator().manual_seed(1000 + RANK)
+    failed = 0
+    for step in range(1, a.steps + 1):
+        idx = torch.randint(0, len(xtr), (32,), generator=order)
+        started = time.monotonic()
+        optimizer.zero_grad()
+        try:
+            nn.functional.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
+            optimizer.step()
+            print(f"step={step} ok", flush=True)
+        except gcagent.GcagentError as e:
+            failed += 1
+            print(f"step={step} failed: {e}", flush=True)
+        print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
+        left = a.pace_ms / 1e3 - (time.monotonic() - started)
+        if left > 0:
+            time.sleep(left)
+    with torch.no_grad():
+        accuracy = float((model.module(xte).argmax(dim=1) == yte).float().mean()) * 100
+    print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy}), flush=True)
+    os._exit(0)  # the process group's teardown would wait for peers that may have left
+
+
+if __name__ == "__main__":
+    main()
