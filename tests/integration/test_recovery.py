@@ -42,6 +42,13 @@ def assert_steps_complete_again(trainers, timeout=180):
                          "\n".join(f"trainer {i}: {trainers.output(i)[-600:]}" for i in range(len(trainers.procs))))
 
 
+def wait_for_output(trainers, indices, text, timeout=60):
+    """Until every trainer in `indices` printed `text` (or the generous deadline passed)."""
+    deadline = time.time() + timeout
+    while not all(text in trainers.output(i) for i in indices) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def metric(cluster, rank, name, labels, ns=None):
     """A sample of an agent's /metrics, fetched from inside its namespace when it has one."""
     url = f"http://{cluster.metrics_address(rank)}/metrics"
@@ -67,9 +74,7 @@ def test_trainers_go_on_after_a_stopped_peer_resumes(tmp_path):
         c.procs[2].send_signal(signal.SIGSTOP)
         try:
             # The others see it lost and fail their steps at once meanwhile.
-            deadline = time.time() + 60
-            while "failed iteration=" not in trainers.output(0) and time.time() < deadline:
-                time.sleep(0.05)
+            wait_for_output(trainers, [0], "failed iteration=")
             assert "peer rank 2" in trainers.output(0), trainers.output(0)[-800:]
             time.sleep(1.0)
         finally:
@@ -94,9 +99,7 @@ def test_trainers_go_on_after_a_killed_agent_restarts(tmp_path):
         trainers.wait_iterations(3)
         c.procs[2].send_signal(signal.SIGKILL)
         c.procs[2].wait()
-        deadline = time.time() + 60
-        while "failed iteration=" not in trainers.output(0) and time.time() < deadline:
-            time.sleep(0.05)
+        wait_for_output(trainers, [0], "failed iteration=")
         restart_agent(c, 2)
         assert_steps_complete_again(trainers)
         assert "reconnected" in trainers.output(2), trainers.output(2)[-800:]
@@ -115,9 +118,7 @@ def test_trainers_go_on_after_a_cut_link_heals(tmp_path):
         inner = f"gca{ns.tag}v1"
         subprocess.run(ns.prefix(1) + ["ip", "link", "set", inner, "down"], check=True)
         try:
-            deadline = time.time() + 60
-            while not all("failed iteration=" in trainers.output(i) for i in range(2)) and time.time() < deadline:
-                time.sleep(0.05)
+            wait_for_output(trainers, [0, 1], "failed iteration=")
             assert "peer rank 1" in trainers.output(0), trainers.output(0)[-800:]
             time.sleep(2.0)  # both sides fail steps at once for a while
         finally:
@@ -135,9 +136,7 @@ def test_a_clean_shutdown_is_said_and_the_restarted_agent_rejoins(tmp_path):
         trainers.wait_iterations(3)
         c.procs[2].send_signal(signal.SIGTERM)
         assert c.procs[2].wait(timeout=30) == 0, c.log(2)[-2000:]
-        deadline = time.time() + 60
-        while "shut down" not in trainers.output(0) and time.time() < deadline:
-            time.sleep(0.05)
+        wait_for_output(trainers, [0], "shut down")
         # Said, not guessed from a timeout: the error names the shutdown.
         said = re.search(r"peer rank 2 (lost|is down): it shut down \(agent stopping on signal 15\)", trainers.output(0))
         assert said, trainers.output(0)[-800:]
