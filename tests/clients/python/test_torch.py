@@ -180,18 +180,22 @@ def test_ddp_training_recovers_after_a_stopped_peer_agent(tmp_path):
     outs, logs = train_digits(tmp_path / "stopped", stop_agent_for=5.0)
     rep = digits_reports(outs)
     assert "realigned" in logs[1], logs[1][-3000:]
+    felt = 0
     for out, r in zip(outs, rep):
         steps = re.findall(r"^step=(\d+) (ok|failed)(.*)$", out, re.M)
         assert len(steps) == RECOVERY_STEPS, out[-1500:]
-        assert 0 < r["failed"] < RECOVERY_STEPS // 2, r
+        assert r["failed"] < RECOVERY_STEPS // 2, r
         # The trainers beside the stopped agent number their steps behind the others after the
-        # realignment; their last steps fail once the others finished ("... left"). Apart from
-        # those, every step succeeds from soon after the fault to the end.
-        fault = [int(s) for s, how, why in steps if how == "failed" and "left" not in why]
-        assert fault and max(fault) < RECOVERY_STEPS // 2, out[-1500:]
-        after = [(how, why) for s, how, why in steps if int(s) > max(fault)]
-        assert all(how == "ok" or "left" in why for how, why in after), out[-1500:]
-        assert sum(how == "ok" for how, _ in after) >= RECOVERY_STEPS // 2, out[-1500:]
+        # realignment: their last steps fail once the others finished (from the first "... left"
+        # on). Before that, every step succeeds from soon after the fault.
+        end = next((i for i, (_, how, why) in enumerate(steps) if how == "failed" and "left" in why), len(steps))
+        fault = [i for i, (_, how, _) in enumerate(steps[:end]) if how == "failed"]
+        failures = "\n".join(f"step {steps[i][0]}:{steps[i][2][:200]}" for i in fault[-5:])
+        felt += bool(fault)
+        if fault:  # (a trainer beside the stopped agent may have waited through it instead)
+            assert fault[-1] < RECOVERY_STEPS // 2, failures
+            assert end - fault[-1] > RECOVERY_STEPS // 3, (end, failures)
+    assert felt >= 2, "the healthy node's trainers must have failed steps while the peer was away"
     # Ranks 0 and 1 ran every step there was: their model is the job's.
     assert rep[0]["accuracy"] == rep[1]["accuracy"], rep
     assert abs(rep[0]["accuracy"] - baseline[0]["accuracy"]) <= 1.0, (rep, baseline)
