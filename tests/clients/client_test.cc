@@ -217,20 +217,21 @@ TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {
 // wait going to its own timeout; a frozen one (it reads, never answers) is given up at the
 // liveness timeout, well before the wait's, with an error that says so.
 TEST_F(ClientTest, AWaitPingsAQuietAgentAndGivesUpAFrozenOne) {
-  ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "0.2", 1);
+  ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "1", 1);
   connect();
   ::unsetenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT");
   ASSERT_EQ(declare({{1, 16}}), GCAGENT_OK) << lastError();
   agent_->on_submit = ScriptedAgent::OnSubmit::kSilent;
   const uint64_t keys[] = {1};
   ASSERT_EQ(gcagent_submit(client_, 5, keys, 1), GCAGENT_OK);
-  EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 600), GCAGENT_ERR_TIMEOUT) << lastError();
+  // Pings after 0.5 s of quiet; the scripted agent has 0.5 s to answer each.
+  EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 2500), GCAGENT_ERR_TIMEOUT) << lastError();
   EXPECT_GE(agent_->pings_seen.load(), 1) << "a quiet agent is asked";
   agent_->answer_pings = false;
   const auto start = Clock::now();
   EXPECT_EQ(gcagent_wait(client_, 5, keys, 1, 60000), GCAGENT_ERR_IO);
   EXPECT_LT(msSince(start), 30000) << "given up at the liveness timeout, not the wait's";
-  EXPECT_THAT(lastError(), HasSubstr("the agent has not answered for 0.2 s: it is stopped or hung "
+  EXPECT_THAT(lastError(), HasSubstr("the agent has not answered for 1 s: it is stopped or hung "
                                      "(GCAGENT_CLIENT_LIVENESS_TIMEOUT)"));
 }
 
