@@ -235,6 +235,24 @@ TEST_F(ClientTest, AWaitPingsAQuietAgentAndGivesUpAFrozenOne) {
                                      "(GCAGENT_CLIENT_LIVENESS_TIMEOUT)"));
 }
 
+// A trainer that polls seldom (long compute between polls) is not given up on: the agent's
+// answer to a ping waits unread in the socket and is read before the ping counts as unanswered.
+TEST_F(ClientTest, APongWaitingUnreadKeepsASeldomPollingTrainerConnected) {
+  ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "0.4", 1);
+  connect();
+  ::unsetenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT");
+  ASSERT_EQ(declare({{1, 16}}), GCAGENT_OK) << lastError();
+  agent_->on_submit = ScriptedAgent::OnSubmit::kSilent;
+  agent_->pong_delay_ms = 50;  // the answer comes after the poll that pinged returned
+  const uint64_t keys[] = {1};
+  ASSERT_EQ(gcagent_submit(client_, 5, keys, 1), GCAGENT_OK);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // quiet: the next poll pings
+  EXPECT_EQ(gcagent_poll(client_, 5, keys, 1), GCAGENT_ERR_TIMEOUT) << lastError();
+  ASSERT_TRUE(gcagent::testing::waitFor([&] { return agent_->pongs_sent.load() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the ping is overdue; its pong unread
+  EXPECT_EQ(gcagent_poll(client_, 5, keys, 1), GCAGENT_ERR_TIMEOUT) << lastError();
+}
+
 TEST_F(ClientTest, ABadLivenessTimeoutFailsTheConnectNamingTheVariable) {
   agent_->start();
   ::setenv("GCAGENT_CLIENT_LIVENESS_TIMEOUT", "soon", 1);

@@ -168,7 +168,11 @@ bool ScriptedAgent::serve(int fd) {
       if (!send(fd, {id, protocol::Welcome{7, 1, 2}})) return true;
     } else if (std::holds_alternative<protocol::Ping>(m.body)) {
       ++pings_seen;
-      if (answer_pings.load() && !send(fd, {id, protocol::Pong{}})) return true;
+      if (answer_pings.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(pong_delay_ms.load()));
+        if (!send(fd, {id, protocol::Pong{}})) return true;
+        ++pongs_sent;
+      }
     } else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) {
       bool reject = false;
       for (const auto& t : declare->tensors) reject |= t.codec == reject_codec;

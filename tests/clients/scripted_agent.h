@@ -55,6 +55,8 @@ class ScriptedAgent {
   std::atomic<bool> release_rest{false};       // kCompleteSlowly: send the rest of the frame
   std::atomic<bool> answer_pings{true};        // false: a frozen agent, which reads but never answers
   std::atomic<int> pings_seen{0};
+  std::atomic<int> pongs_sent{0};
+  std::atomic<int> pong_delay_ms{0};  // answers pings this late
   std::atomic<int> memfd_offers_closed{0};  // offers sent whose memfd this side has closed again
 
   // How a DeclareDevice is answered.
