@@ -286,13 +286,12 @@ Status Agent::run() {
                                                        const Status& why) {
                            if (event != transport::PeerEvent::kUp) {
                              const bool left = event == transport::PeerEvent::kLeft;
-                             stats.counter(metrics::Id::recovery_events_total, {left ? "peer_shutdown" : "peer_lost"})
-                                 .Increment();
+                             stats.recovery(left ? metrics::Stats::kPeerShutdown : metrics::Stats::kPeerLost).Increment();
                              return engine.onPeerDown(peer, why);
                            }
                            // Up again after a loss (at the start every peer comes up once).
                            if (transport->size() > 1 && stats.health().snapshot().serving)
-                             stats.counter(metrics::Id::recovery_events_total, {"peer_rejoined"}).Increment();
+                             stats.recovery(metrics::Stats::kPeerRejoined).Increment();
                            engine.onPeerUp(peer);
                          });
   GC_RETURN_IF_ERROR(transport->connect(alone ? std::vector<std::string>{} : c.transport_peers));

@@ -284,7 +284,7 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
                                   std::shared_ptr<const void> encoded_owner) {
   if (!k.active || k.iteration != iteration) {  // of an iteration given up here
     ++counters_.stale_slices;
-    stats_->counter(metrics::Id::stale_slices_total, {"result"}).Increment();
+    stats_->staleSlices(/*results=*/true).Increment();
     return;
   }
   const float divisor = k.divisor(contributors);
@@ -532,7 +532,7 @@ void ReductionEngine::realign(uint64_t job, JobState& js, uint64_t next, const s
   }
   if (!gave_up) return;
   ++counters_.realignments;
-  stats_->counter(metrics::Id::recovery_events_total, {"realigned"}).Increment();
+  stats_->recovery(metrics::Stats::kRealigned).Increment();
   GC_LOG(kInfo, "agent", "job ", job, ": realigned: iterations below ", next, " given up (", why,
          "); this node's trainers go on from their iteration ", next - js.align.offset());
 }
@@ -551,7 +551,7 @@ void ReductionEngine::onRealign(const transport::Message& m) {
 
 void ReductionEngine::staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js) {
   ++counters_.stale_slices;
-  stats_->counter(metrics::Id::stale_slices_total, {"contribution"}).Increment();
+  stats_->staleSlices(/*results=*/false).Increment();
   GC_LOG(kDebug, "agent", "rank ", m.from, ": contribution for tensor ", h.key, " iteration ", h.iteration,
          " dropped: given up here");
   announce(h.job, js, m.from);
@@ -566,7 +566,7 @@ void ReductionEngine::expireReductions() {
     for (auto& [key, k] : js->keys)
       if (k.active && now - k.started > timeout) expired = std::max(expired.value_or(0), k.iteration);
     if (!expired) continue;
-    stats_->counter(metrics::Id::recovery_events_total, {"reduction_timeout"}).Increment();
+    stats_->recovery(metrics::Stats::kReductionTimeout).Increment();
     const std::string why = strCat("not reduced within ", options_.reduction_timeout, " s (transport.reduction_timeout)");
     stats_->recordError(metrics::ErrorKind::kTimeout, strCat("job ", job, " iteration ", *expired, ": ", why));
     realign(job, *js, *expired + 1, why);

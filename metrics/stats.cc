@@ -123,10 +123,10 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
     refusals_[i] = &counter(Id::peer_refusals_total, {std::string(kRefusalReasons[i])});
   trainers_ = &gauge(Id::trainers_connected, {});
   peers_up_ = &gauge(Id::peers_up, {});
-  for (const char* event : {"peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout"})
-    counter(Id::recovery_events_total, {event});
-  counter(Id::stale_slices_total, {"contribution"});
-  counter(Id::stale_slices_total, {"result"});
+  for (size_t i = 0; i < kRecoveryEvents.size(); ++i)
+    recovery_[i] = &counter(Id::recovery_events_total, {std::string(kRecoveryEvents[i])});
+  stale_[0] = &counter(Id::stale_slices_total, {"contribution"});
+  stale_[1] = &counter(Id::stale_slices_total, {"result"});
   gauge(Id::stalled_jobs, {});
 }
 

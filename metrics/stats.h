@@ -114,6 +114,13 @@ class Stats {
   static constexpr std::array<std::string_view, 4> kRefusalReasons = {"malformed", "unauthenticated", "timed_out",
                                                                       "over_capacity"};
   prometheus::Counter& peerRefusal(size_t reason) { return *refusals_[reason]; }
+  // recovery_events_total by event, in the order of kRecoveryEvents.
+  static constexpr std::array<std::string_view, 5> kRecoveryEvents = {"peer_lost", "peer_shutdown", "peer_rejoined",
+                                                                     "realigned", "reduction_timeout"};
+  enum RecoveryEvent { kPeerLost, kPeerShutdown, kPeerRejoined, kRealigned, kReductionTimeout };
+  prometheus::Counter& recovery(RecoveryEvent event) { return *recovery_[event]; }
+  // stale_slices_total: of contributions (false) or results (true).
+  prometheus::Counter& staleSlices(bool results) { return *stale_[results ? 1 : 0]; }
   // Where an error is decided: counts it by kind and keeps it as the health endpoint's last error.
   void recordError(ErrorKind kind, std::string_view message);
   Health& health() { return health_; }
@@ -153,6 +160,8 @@ class Stats {
   prometheus::Counter* gpu_copy_[2];  // sent, received
   prometheus::Counter* errors_[7];
   prometheus::Counter* refusals_[kRefusalReasons.size()];
+  prometheus::Counter* recovery_[kRecoveryEvents.size()];
+  prometheus::Counter* stale_[2];  // contribution, result
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
   Health health_;
