@@ -135,6 +135,9 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   EngineOptions& o = impl->engine_options;
   o.slice_elements = static_cast<uint64_t>(config.scheduler_slice_elements);
   o.reduction_timeout = config.transport_reduction_timeout;
+  o.on_peer_loss = config.transport_on_peer_loss == "shrink" ? OnPeerLoss::kShrink : OnPeerLoss::kFail;
+  o.shrink_grace = config.transport_shrink_grace;
+  o.min_nodes = static_cast<uint32_t>(config.transport_min_nodes);
   o.default_codec = {config.compress_codec, std::move(params)};
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
   GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
@@ -241,6 +244,9 @@ Status Agent::run() {
   // Host gradients' codec work runs on a thread of its own, in priority order, never here.
   EngineOptions engine_options = impl_->engine_options;
   engine_options.host_stream = std::make_shared<HostStream>(io);
+  engine_options.on_membership = [&server_ptr](const MembershipView& view) {
+    if (server_ptr != nullptr) server_ptr->onMembership(view.epoch, static_cast<uint32_t>(view.members.size()));
+  };
   ReductionEngine engine(*transport, std::move(engine_options),
                          [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
                            if (server_ptr != nullptr) server_ptr->onReduced(job, it, key, s);
@@ -340,6 +346,7 @@ Status Agent::run() {
   std::function<void()> refresh_stats = [&] {
     engine.refreshStats();
     engine.expireReductions();
+    engine.reviewMembership();
     const size_t stalled = engine.stalledJobs();
     stats.gauge(metrics::Id::stalled_jobs, {}).Set(static_cast<double>(stalled));
     health.setStalledJobs(static_cast<uint32_t>(stalled));

@@ -37,6 +37,12 @@
   X(transport, heartbeat_interval, Real, "1", 0.01, 600, "", "seconds between heartbeats")     \
   X(transport, reduction_timeout, Real, "60", 0, 86400, "",                                     \
     "seconds a tensor's reduction may take before it fails and its iteration is given up on every node; 0: no deadline") \
+  X(transport, on_peer_loss, Text, "fail", 0, 0, "fail|shrink",                                 \
+    "what a lost peer does to the job: fail (reductions fail until it is back), or shrink (after transport.shrink_grace the job goes on without it, and takes it back when it returns)") \
+  X(transport, shrink_grace, Real, "30", 0, 86400, "",                                          \
+    "seconds a lost peer may stay away before the job goes on without it (transport.on_peer_loss = shrink)") \
+  X(transport, min_nodes, Integer, "1", 1, 65536, "",                                          \
+    "fewest nodes a shrink leaves: a node cut off from the rest waits for them instead of training on its own") \
   X(transport, net_devices, Text, "auto", 0, 0, "",                                             \
     "network devices UCX may use (UCX_NET_DEVICES syntax); auto: the one holding this agent's address in transport.peers, plus RDMA ports; all: every device") \
   X(transport, data_ports, Text, "", 0, 0, "",                                                  \

@@ -147,6 +147,13 @@ void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const St
   jobs_.fail(job->id, why);
 }
 
+void ControlServer::onMembership(uint32_t epoch, uint32_t node_count) {
+  options_.node_count = node_count;
+  membership_epoch_ = epoch;
+  for (auto& [raw, session] : sessions_)
+    if (session->job()) session->send({0, shm::protocol::Membership{epoch, node_count}});
+}
+
 void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) {
   for (TrainerSession* member : job.members) {
     if (member == nullptr) continue;

@@ -21,7 +21,7 @@ struct OwnerSide::Sum {
   std::shared_ptr<FloatBuffer> values = std::make_shared<FloatBuffer>();  // shared with the merge in flight
   std::vector<bool> seen;  // which nodes' contributions arrived (merged, merging or parked)
   std::map<uint32_t, Contribution> parked;
-  uint32_t next = 0;  // the rank merged next; all below it are in the sum
+  uint32_t next = 0;  // the index in members_ of the rank merged next; all before it are in the sum
   uint32_t contributors = 0;
   bool merging = false;  // rank `next`'s contribution is on the stream
   uint64_t serial = 0;   // tells a merge's report from one of an earlier sum of the same id
@@ -32,7 +32,18 @@ OwnerSide::OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::sh
                      Refused refused)
     : nodes_(nodes), stream_(std::move(stream)), coder_(std::move(coder)),
       raw_(std::move(compress::makeCodec(compress::CodecSpec{"none", {}})).value()), planner_(planner), route_of_(std::move(route_of)),
-      ready_(std::move(ready)), refused_(std::move(refused)), sampler_(sampler), alive_(std::make_shared<OwnerSide*>(this)) {}
+      ready_(std::move(ready)), refused_(std::move(refused)), sampler_(sampler), alive_(std::make_shared<OwnerSide*>(this)) {
+  for (uint32_t r = 0; r < nodes_; ++r) members_.push_back(r);
+}
+
+void OwnerSide::setMembers(std::vector<uint32_t> members) {
+  sums_.clear();
+  members_ = std::move(members);
+}
+
+void OwnerSide::forgetResidual(uint64_t job, uint64_t key, uint32_t slice) {
+  coder_->forget(job, residualKeyOf(key, slice));
+}
 
 OwnerSide::~OwnerSide() { *alive_ = nullptr; }
 
@@ -58,7 +69,7 @@ void OwnerSide::add(const Slice& s, uint32_t from, Contribution c) {
 
 void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   if (sum.merging) return;
-  auto waiting = sum.parked.find(sum.next);
+  auto waiting = sum.parked.find(members_[sum.next]);
   if (waiting == sum.parked.end()) return;
   Contribution c = std::move(waiting->second);
   sum.parked.erase(waiting);
@@ -111,7 +122,7 @@ void OwnerSide::onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t 
   }
   sum.contributors += contributors;
   ++sum.next;
-  if (sum.next == nodes_) return encode(id, sum, *route);
+  if (sum.next == members_.size()) return encode(id, sum, *route);
   mergeNext(id, sum, *route);
 }
 
@@ -171,8 +182,8 @@ void OwnerSide::forgetJob(uint64_t job) {
 
 void OwnerSide::countWaiting(std::vector<double>& per_rank) const {
   for (const auto& [id, sum] : sums_)
-    for (uint32_t r = 0; r < sum.seen.size() && r < per_rank.size(); ++r)
-      if (!sum.seen[r]) per_rank[r] += 1;
+    for (uint32_t r : members_)
+      if (r < per_rank.size() && !sum.seen[r]) per_rank[r] += 1;
 }
 
 }  // namespace gcagent::agent

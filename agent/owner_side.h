@@ -56,6 +56,12 @@ class OwnerSide {
 
   void add(const Slice& slice, uint32_t from, Contribution contribution);
 
+  // The nodes whose contributions make a sum (agent/membership.h), all of them at first.
+  // Drops every partial sum: they were made of another membership.
+  void setMembers(std::vector<uint32_t> members);
+  // Forgets the result residual of a slice this node no longer owns.
+  void forgetResidual(uint64_t job, uint64_t key, uint32_t slice);
+
   // Partial sums that can no longer complete: a tensor's up to `iteration`, or a job's.
   void dropSums(uint64_t job, uint64_t key, uint64_t iteration);
   void dropSums(uint64_t job);
@@ -77,6 +83,7 @@ class OwnerSide {
   void onEncoded(const Slice& s, bool compressed, uint32_t contributors, Result<KeyEncodings> encoded);
 
   uint32_t nodes_;
+  std::vector<uint32_t> members_;  // ascending; a sum merges them in this order
   std::shared_ptr<HostStream> stream_;
   std::shared_ptr<LocalCoder> coder_;
   std::shared_ptr<const compress::Codec> raw_;

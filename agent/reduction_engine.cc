@@ -58,6 +58,9 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
       stash_(options_.stash_budget_bytes),
       stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
+      membership_(transport_.size(), transport_.rank(), options_.on_peer_loss, options_.shrink_grace,
+                  options_.min_nodes),
+      view_told_(transport_.size()),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
                 options_.refit_interval}),
       alive_(std::make_shared<ReductionEngine*>(this)) {
@@ -66,6 +69,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
   }
   down_why_.resize(transport_.size());
+  stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(transport_.size()));
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
@@ -92,7 +96,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
 uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
-  return scheduler::ownerOf(key, slice, transport_.size());
+  return membership_.ownerOf(key, slice);
 }
 
 size_t ReductionEngine::queuedSlices(transport::Rank peer) const { return lanes_->queued(peer); }
@@ -201,15 +205,14 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (buffers.empty()) return Status::invalidArgument("no buffers");
   // Started even when it fails at once below: the node's frontier moves past it.
   GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (r != transport_.rank() && !transport_.peerUp(r)) {
-      recordOutcome(js, false);
-      // Failed like one that started: a late slice of it from a peer is stale here.
-      k.completed_once = true;
-      k.last_iteration = wire;
-      k.last_trainer_iteration = iteration;
-      return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
-    }
+  if (Status unreachable = unreachableMember(); !unreachable.ok()) {
+    recordOutcome(js, false);
+    // Failed like one that started: a late slice of it from a peer is stale here.
+    k.completed_once = true;
+    k.last_iteration = wire;
+    k.last_trainer_iteration = iteration;
+    return unreachable;
+  }
   k.active = true;
   k.iteration = wire;
   k.trainer_iteration = iteration;
@@ -224,7 +227,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   // Under mxnet a node's own share is encoded like every other node's; otherwise the owner
   // adds it exactly. A lone node then still encodes and decodes, as a one-worker dist_sync.
   const bool own_share_encoded = k.mxnet() && compressed;
-  const bool alone = transport_.size() == 1 && !own_share_encoded;
+  const bool alone = membership_.size() == 1 && !own_share_encoded;
   k.contributors = static_cast<uint32_t>(k.outputs.size());
   // The node's side runs where the gradients are: on their GPU's coder, else the host's.
   const bool on_host = coder == nullptr;
@@ -266,12 +269,12 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   }
   const uint64_t n = k->geometry.size(s.slice);
   countSent(compressed ? *k->pull_stats : *k->raw_stats, n * sizeof(float), result->bytes.size(),
-            transport_.size() - 1);
+            membership_.size() - 1);
   const Payload payload{std::move(result->pin), result->bytes};
   SliceMessage h{SliceKind::kResult, s.job,   s.key, s.iteration, s.slice, k->slice_count, k->spec.elements,
-                 compressed ? k->pull_fp : rawResultFingerprint(), contributors};
+                 compressed ? k->pull_fp : rawResultFingerprint(), contributors, membership_.view().epoch};
   const auto header = encodeSliceHeader(h);
-  for (transport::Rank r = 0; r < transport_.size(); ++r) {
+  for (transport::Rank r : membership_.view().members) {
     if (r == transport_.rank()) continue;
     lanes_->push(r, k->priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
     lanes_->send(r);
@@ -356,7 +359,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     }
     countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
-                   k->contributors};
+                   k->contributors, membership_.view().epoch};
     lanes_->push(owner, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
                                                    encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
     touched[owner] = true;
@@ -427,9 +430,22 @@ void ReductionEngine::reject(const transport::Message& m, const Status& why) {
 
 void ReductionEngine::onMessage(const transport::Message& m) {
   if (isRealignNotice(m.header)) return onRealign(m);
+  if (isMembershipNotice(m.header)) return onMembershipNotice(m);
   auto parsed = parseSliceHeader(m.header);
   if (!parsed.ok()) return reject(m, parsed.status());
   const SliceMessage& h = *parsed;
+  // Sent under another membership: ownership and the set of contributors differ. A peer
+  // passes a view on before any slice under it (membership.h), so this one is older.
+  if (h.view != membership_.view().epoch) {
+    ++counters_.stale_slices;
+    stats_->staleSlices(/*results=*/h.kind == SliceKind::kResult).Increment();
+    GC_LOG(kDebug, "agent", "rank ", m.from, ": slice of tensor ", h.key, " sent under membership epoch ", h.view,
+           " dropped: this node is at ", membership_.view().describe());
+    return tellView(m.from);
+  }
+  if (!membership_.isMember(m.from))
+    return reject(m, Status::invalidArgument(strCat("rank ", m.from, " is not in the membership, ",
+                                                    membership_.view().describe())));
   // Slices of a job or a tensor not declared here yet wait for the declaration: the peer's
   // trainers may simply have declared first (shims declare tensors as they meet them).
   auto stash = [&](const char* what) {
@@ -475,6 +491,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
   down_why_[peer] = why.message();
+  membership_.peerDown(peer, options_.now());
   stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
                                                                   : metrics::ErrorKind::kPeerLost,
                       status.message());
@@ -483,6 +500,9 @@ void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
 
 void ReductionEngine::onPeerUp(transport::Rank peer) {
   down_why_[peer].clear();
+  membership_.peerUp(peer);
+  view_told_[peer].reset();  // a restarted peer knows nothing
+  tellView(peer);            // before any slice under it
   for (auto& [job, js] : jobs_) {
     js->announced[peer] = 0;  // a restarted peer knows nothing
     announce(job, *js, peer);
@@ -620,6 +640,73 @@ uint64_t ReductionEngine::trainerIteration(uint64_t job, uint64_t wire_iteration
   auto j = jobs_.find(job);
   const uint64_t offset = j == jobs_.end() ? 0 : j->second->align.offset();
   return wire_iteration > offset ? wire_iteration - offset : 0;
+}
+
+}  // namespace gcagent::agent
+
+namespace gcagent::agent {
+
+Status ReductionEngine::unreachableMember() const {
+  const transport::Rank self = transport_.rank();
+  if (!membership_.isMember(self))
+    return Status::unavailable(strCat("this node is not in the job's membership, ", membership_.view().describe(),
+                                      ": it takes part again once the nodes take it back (at the next membership "
+                                      "change, within a second or so of its links coming up)"));
+  for (transport::Rank r : membership_.view().members)
+    if (r != self && !transport_.peerUp(r))
+      return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
+  return {};
+}
+
+void ReductionEngine::tellView(transport::Rank to) {
+  const MembershipView& view = membership_.view();
+  if (to == transport_.rank() || view.epoch == 0 || view_told_[to] == view.epoch || !transport_.peerUp(to)) return;
+  if (transport_.send(to, encodeMembershipNotice(view), {}, nullptr).ok()) view_told_[to] = view.epoch;
+}
+
+void ReductionEngine::reviewMembership() {
+  if (auto proposed = membership_.propose(options_.now()))
+    adoptView(*proposed, strCat("proposed here, as the lowest member up"));
+}
+
+void ReductionEngine::onMembershipNotice(const transport::Message& m) {
+  auto view = parseMembershipNotice(m.header, transport_.size());
+  if (!view.ok()) return reject(m, view.status());
+  adoptView(*view, strCat("heard from rank ", m.from));
+}
+
+void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
+  const MembershipView before = membership_.view();
+  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> owned;  // slices owned here until now
+  const transport::Rank self = transport_.rank();
+  for (const auto& [job, js] : jobs_)
+    for (const auto& [key, k] : js->keys)
+      for (uint32_t s = 0; s < k.slice_count; ++s)
+        if (before.contains(self) && ownerOf(key, s) == self) owned.emplace_back(job, key, s);
+  if (!membership_.adopt(view)) return;
+  // Passed on before any slice sent under it, to every peer that can hear it.
+  for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
+  const bool shrunk = view.members.size() < before.members.size();
+  stats_->recovery(shrunk ? metrics::Stats::kShrunk : metrics::Stats::kGrown).Increment();
+  stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(view.members.size()));
+  stats_->gauge(metrics::Id::membership_epoch, {}).Set(static_cast<double>(view.epoch));
+  GC_LOG(kWarn, "agent", "membership: ", before.describe(), " -> ", view.describe(), " (", why, "); ",
+         view.contains(self) ? "this node's trainers now average over the new membership" : "this node waits to be taken back");
+  // What is in flight was sliced for the old owners: it fails everywhere, and every job
+  // then goes on from its nodes' frontier (job_alignment.h).
+  const Status changed = Status::unavailable(strCat("the job's nodes changed to ", view.describe(),
+                                                    ": this iteration is given up; the next runs on ",
+                                                    view.members.size(), " nodes"));
+  for (auto& [job, js] : jobs_) failJob(job, changed);
+  owner_->setMembers(view.members);
+  // Result residuals of slices that moved away go; the new owner starts from zero, and those
+  // of a departed node went with it (DESIGN.md, "Recovery").
+  for (const auto& [job, key, s] : owned)
+    if (!view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
+  for (auto& [job, js] : jobs_)
+    for (transport::Rank r = 0; r < transport_.size(); ++r)
+      if (r != self) announce(job, *js, r);
+  if (options_.on_membership) options_.on_membership(view);
 }
 
 }  // namespace gcagent::agent

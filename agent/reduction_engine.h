@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -35,6 +36,7 @@
 #include "agent/job_alignment.h"
 #include "agent/job_part.h"
 #include "agent/local_coder.h"
+#include "agent/membership.h"
 #include "agent/owner_side.h"
 #include "agent/peer_lanes.h"
 #include "agent/residual_sampler.h"
@@ -75,6 +77,14 @@ struct EngineOptions {
   // A reduction not complete after this many seconds fails, and its iteration is given up on
   // every node (transport.reduction_timeout); 0: no deadline.
   double reduction_timeout = 60;
+  // What a lost peer does to the job (agent/membership.h): kFail fails reductions until it is
+  // back; kShrink also goes on without it once it has been away `shrink_grace` seconds, and
+  // takes it back when its link is up again (transport.on_peer_loss, transport.shrink_grace).
+  OnPeerLoss on_peer_loss = OnPeerLoss::kFail;
+  double shrink_grace = 30;
+  uint32_t min_nodes = 1;  // a shrink leaves at least this many (transport.min_nodes)
+  // Told each membership change this node adopts (the trainers hear the new node count).
+  std::function<void(const MembershipView&)> on_membership;
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
   // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
   // per slice, slower than the CPU on an H100 (bench/gpu_path/h100.txt).
@@ -131,6 +141,10 @@ class ReductionEngine : public JobPart {
   // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
   // on every node. Call it every second or so.
   void expireReductions();
+  // The view's leader proposes a membership change when a member stayed away past the grace
+  // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
+  void reviewMembership();
+  const MembershipView& membership() const { return membership_.view(); }
   // Jobs that cannot make progress: reductions kept failing and none completed for a whole
   // reduction_timeout while the trainers were still trying.
   size_t stalledJobs() const;
@@ -191,6 +205,13 @@ class ReductionEngine : public JobPart {
   // Gives up the job's iterations below `next` here (job_alignment.h).
   void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
   void onRealign(const transport::Message& m);
+  // A view heard from a peer, or proposed here: adopted when newer (membership.h).
+  void onMembershipNotice(const transport::Message& m);
+  void adoptView(const MembershipView& view, const std::string& why);
+  // Sends `to` the current view, unless it heard it from here already.
+  void tellView(transport::Rank to);
+  // Why reduce() cannot start now: this node is outside the view, or a member is down.
+  Status unreachableMember() const;
   // Where the job goes on here: the lowest iteration in flight, else the one after the last
   // any key finished (completed or failed); what this node announces it gives up below.
   uint64_t frontierOf(const JobState& js) const;
@@ -208,6 +229,8 @@ class ReductionEngine : public JobPart {
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
+  Membership membership_;
+  std::vector<std::optional<uint32_t>> view_told_;  // by rank: the epoch it last heard from here
   scheduler::Planner planner_;
   std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients

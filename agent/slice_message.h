@@ -1,10 +1,11 @@
 // The header of every slice that travels between agents, in the transport's header field:
 //   u32 magic "GCAS" | u16 version | u8 kind | u8 reserved
 //   u64 job | u64 key | u64 iteration | u32 slice | u32 slice_count
-//   u64 tensor elements | u32 codec fingerprint | u32 contributors
+//   u64 tensor elements | u32 codec fingerprint | u32 contributors | u32 view epoch
 // A contribution carries one node's locally reduced slice to the slice's owner; a result
 // carries the owner's sum of every node back. The fingerprint and the sizes let a receiver
-// refuse a slice it would otherwise decode with the wrong codec or into the wrong tensor.
+// refuse a slice it would otherwise decode with the wrong codec or into the wrong tensor; the
+// view epoch, one sent under an older membership (agent/membership.h).
 #pragma once
 
 #include <cstddef>
@@ -28,10 +29,11 @@ struct SliceMessage {
   uint64_t tensor_elements = 0;
   uint32_t codec_fingerprint = 0;
   uint32_t contributors = 0;  // trainers whose gradients the slice sums
+  uint32_t view = 0;          // the membership epoch it was sent under
   bool operator==(const SliceMessage&) const = default;
 };
 
-inline constexpr size_t kSliceHeaderBytes = 56;
+inline constexpr size_t kSliceHeaderBytes = 60;
 
 std::vector<std::byte> encodeSliceHeader(const SliceMessage& m);
 // Checks magic, version, kind, and the internal consistency of the fields.

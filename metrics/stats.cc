@@ -128,6 +128,8 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   stale_[0] = &counter(Id::stale_slices_total, {"contribution"});
   stale_[1] = &counter(Id::stale_slices_total, {"result"});
   gauge(Id::stalled_jobs, {});
+  gauge(Id::members, {});
+  gauge(Id::membership_epoch, {});
 }
 
 prometheus::Labels Stats::labelsOf(Id id, const std::vector<std::string>& values) const {

@@ -11,7 +11,7 @@
 //   step (encode|decode|wire|aggregate), term (w|b|overhead),
 //   reason (malformed|unauthenticated|timed_out|over_capacity),
 //   message (contribution|result),
-//   event (peer_lost|peer_shutdown|peer_rejoined|realigned|reduction_timeout),
+//   event (peer_lost|peer_shutdown|peer_rejoined|realigned|reduction_timeout|shrunk|grown),
 //   training_job (a job's name; at most 32 live jobs have their own, more share "other"; not
 //   "job", which Prometheus sets to the scrape job and would rename ours to exported_job).
 #pragma once
@@ -45,9 +45,11 @@
     "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \
   X(recovery_events_total, Counter, None, "event",                                                  \
-    "recovery events: peer_lost, peer_shutdown (it said so), peer_rejoined, realigned (a job gave iterations up to go on with its peers), reduction_timeout") \
+    "recovery events: peer_lost, peer_shutdown (it said so), peer_rejoined, realigned (a job gave iterations up to go on with its peers), reduction_timeout, shrunk and grown (the membership lost or took back a node)") \
   X(stale_slices_total, Counter, None, "message",                                                       \
     "slices of an iteration given up here (after a loss or a realignment), dropped: contribution or result") \
+  X(members, Gauge, None, "", "nodes the reductions run on now (transport.on_peer_loss = shrink changes it)") \
+  X(membership_epoch, Gauge, None, "", "changes of the membership so far, as the nodes agree on them")  \
   X(stalled_jobs, Gauge, None, "", "jobs whose reductions all failed for a whole transport.reduction_timeout while trainers kept trying") \
   X(peer_refusals_total, Counter, None, "reason",                                                   \
     "peer links refused at the handshake, before UCX hears of them: malformed, unauthenticated (another token), timed_out, over_capacity") \

@@ -8,7 +8,7 @@
 namespace gcagent::shm::protocol {
 namespace {
 
-constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kPong);
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kMembership);
 
 MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
 
@@ -84,6 +84,10 @@ struct BodyWriter {
   }
   void operator()(const Ping&) {}
   void operator()(const Pong&) {}
+  void operator()(const Membership& m) {
+    w.put(m.epoch);
+    w.put(m.node_count);
+  }
 };
 
 // Parses one body, remembering the first problem as a message that names the field.
@@ -293,6 +297,14 @@ M parseKeys(BodyParser& p) {
   return m;
 }
 
+Membership parseMembership(BodyParser& p) {
+  Membership m;
+  m.epoch = p.get<uint32_t>();
+  m.node_count = p.get<uint32_t>();
+  if (p.ok() && m.node_count == 0) p.invalid("zero nodes");
+  return m;
+}
+
 Error parseError(BodyParser& p) {
   Error m;
   uint16_t code = p.get<uint16_t>();
@@ -318,6 +330,7 @@ std::string_view messageTypeName(MessageType type) {
     case MessageType::kDeclaredDevice: return "declared device";
     case MessageType::kPing: return "ping";
     case MessageType::kPong: return "pong";
+    case MessageType::kMembership: return "membership";
   }
   return "unknown";
 }
@@ -373,6 +386,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kDeclaredDevice: m.body = parseDeclaredDevice(p); break;
     case MessageType::kPing: m.body = Ping{}; break;
     case MessageType::kPong: m.body = Pong{}; break;
+    case MessageType::kMembership: m.body = parseMembership(p); break;
   }
   GC_RETURN_IF_ERROR(p.finish());
   return m;

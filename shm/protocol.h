@@ -52,6 +52,9 @@ enum class MessageType : uint16_t {
   // error, which shows it alive just as well.
   kPing = 10,  // trainer -> agent: are you there? (sent while a wait hears nothing)
   kPong = 11,  // agent -> trainer: yes, with the ping's request id
+  // Added in version 1 the same way; sent only by an agent whose job can change its nodes
+  // (transport.on_peer_loss = shrink), unasked, with request id 0.
+  kMembership = 12,  // agent -> trainer: the job's reductions now run on node_count nodes
 };
 std::string_view messageTypeName(MessageType type);
 
@@ -157,8 +160,16 @@ struct Pong {
   bool operator==(const Pong&) const = default;
 };
 
-using Body =
-    std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice, Ping, Pong>;
+// The nodes the job's reductions run on changed (agent/membership.h): averages divide by the
+// trainers of node_count nodes from the next completion on.
+struct Membership {
+  uint32_t epoch = 0;
+  uint32_t node_count = 0;
+  bool operator==(const Membership&) const = default;
+};
+
+using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice,
+                          Ping, Pong, Membership>;
 
 struct Message {
   uint32_t request_id = 0;

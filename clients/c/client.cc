@@ -164,6 +164,10 @@ Outcome Client::handle(protocol::Message&& message) {
     }
     return success();
   }
+  if (auto* membership = std::get_if<protocol::Membership>(&message.body)) {
+    welcome_.node_count = membership->node_count;  // averages divide by these nodes' trainers now
+    return success();
+  }
   if (auto* error = std::get_if<protocol::Error>(&message.body)) {
     if (message.request_id == 0)
       return breakWith(failure(GCAGENT_ERR_AGENT, strCat("the agent failed this trainer's job: ", agentError(*error))));

@@ -158,7 +158,9 @@ GCAGENT_API int gcagent_set_reply_timeout(gcagent_client* client, int timeout_ms
  * on the calling thread. Never NULL. */
 GCAGENT_API const char* gcagent_last_error(const gcagent_client* client);
 
-/* What the agent said when it accepted the connection (0 for a null client). */
+/* What the agent said when it accepted the connection (0 for a null client). The node count
+ * is that of the nodes the job's reductions run on: under transport.on_peer_loss = "shrink"
+ * it changes when a node is left behind or taken back, as the agent tells during a wait. */
 GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client);

@@ -1,11 +1,14 @@
 #include "shm/protocol.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
 namespace gcagent::shm::protocol {
 namespace {
+
+using ::testing::HasSubstr;
 
 Result<Message> roundTrip(std::span<const std::byte> frame) {
   if (frame.size() < kHeaderBytes) return Status::dataLoss("short frame");
@@ -187,8 +190,8 @@ TEST(ProtocolTest, DeviceMessagesHaveAFixedLayout) {
   EXPECT_EQ(messageTypeName(MessageType::kDeclareDevice), "declare device");
   EXPECT_EQ(messageTypeName(MessageType::kDeclaredDevice), "declared device");
   auto header = std::vector<std::byte>(frame.begin(), frame.begin() + kHeaderBytes);
-  header[6] = std::byte{12};
-  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 12");
+  header[6] = std::byte{13};
+  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 13");
 }
 
 TEST(ProtocolTest, PingAndPongAreBareHeaders) {
@@ -204,6 +207,20 @@ TEST(ProtocolTest, PingAndPongAreBareHeaders) {
     EXPECT_EQ(decoded->body, m.body);
     EXPECT_EQ(decoded->request_id, 5u);
   }
+}
+
+TEST(ProtocolTest, MembershipCarriesEpochAndNodeCount) {
+  // Type 12: u32 epoch, u32 node count, little-endian; zero nodes is refused.
+  const auto frame = encode({0, Membership{3, 2}});
+  ASSERT_EQ(frame.size(), kHeaderBytes + 8);
+  EXPECT_EQ(static_cast<int>(frame[6]), 12);
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes]), 3);
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 4]), 2);
+  auto back = roundTrip(frame);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(back->body, (Body{Membership{3, 2}}));
+  EXPECT_EQ(messageTypeName(MessageType::kMembership), "membership");
+  EXPECT_THAT(roundTrip(encode({0, Membership{3, 0}})).status().message(), HasSubstr("zero nodes"));
 }
 
 TEST(ProtocolTest, HugeCountsAreRejectedBeforeAllocating) {

@@ -120,10 +120,18 @@ class Client:
             raise GcagentError(rc, f"gcagent: connect to {self.socket}: {detail}")
         self._handle = handle
         self.node_rank = self._lib.gcagent_node_rank(handle)
-        self.node_count = self._lib.gcagent_node_count(handle)
         self.world_rank = self.node_rank * self.local_size + self.local_rank
-        self.world_size = self.node_count * self.local_size
         self._keep = []
+
+    @property
+    def node_count(self) -> int:
+        """The nodes the job's reductions run on now: under transport.on_peer_loss = "shrink"
+        it falls when a node is left behind and rises when it is taken back."""
+        return self._lib.gcagent_node_count(self._handle)
+
+    @property
+    def world_size(self) -> int:
+        return self.node_count * self.local_size
 
     def _check(self, rc: int, what: str):
         if rc != OK:
