@@ -148,8 +148,7 @@ void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const St
 }
 
 void ControlServer::onMembership(uint32_t epoch, uint32_t node_count) {
-  options_.node_count = node_count;
-  membership_epoch_ = epoch;
+  membership_ = {epoch, node_count};
   for (auto& [raw, session] : sessions_)
     if (session->job()) session->send({0, shm::protocol::Membership{epoch, node_count}});
 }

@@ -26,6 +26,7 @@
 #include "agent/trainer_connection.h"
 #include "common/retry_delay.h"
 #include "common/status.h"
+#include "shm/protocol.h"
 
 namespace gcagent::agent {
 
@@ -83,7 +84,7 @@ class ControlServer : public JobPart {
   // them, for as long as the job lives here.
   void onJobLost(uint64_t job, uint64_t last_completed, const Status& why);
   // The job's nodes changed (agent/membership.h): every trainer hears the new node count,
-  // and those that connect later are welcomed with it.
+  // and those that connect later hear it after their welcome.
   void onMembership(uint32_t epoch, uint32_t node_count);
 
   const ServerCounters& counters() const { return counters_; }
@@ -118,7 +119,9 @@ class ControlServer : public JobPart {
   bool refusing_ = false;  // over max_connections: logged once per streak
   std::shared_ptr<DevicePath> device_path_;
   std::map<TrainerSession*, std::shared_ptr<TrainerSession>> sessions_;
-  uint32_t membership_epoch_ = 0;  // of the last membership change the trainers heard
+  // The last membership change the trainers heard (none: every node). The welcome keeps the
+  // configured node count, which node ranks are below; this message follows it.
+  shm::protocol::Membership membership_;
   JobRegistry jobs_;  // this server's trainers first, then the engine
   uint32_t next_trainer_id_ = 1;
   bool stopping_ = false;

@@ -66,8 +66,7 @@ Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
   GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
          h.local_rank, " of ", h.local_size);
   send({request, protocol::Welcome{id(), server_.options_.node_rank, server_.options_.node_count}});
-  if (server_.membership_epoch_ != 0)  // the nodes changed since the agent started
-    send({0, protocol::Membership{server_.membership_epoch_, server_.options_.node_count}});
+  if (server_.membership_.epoch != 0) send({0, server_.membership_});  // the nodes changed since the start
   return {};
 }
 

@@ -58,7 +58,8 @@ def metric(cluster, rank, name, labels, ns=None):
         code = f"import urllib.request;print(urllib.request.urlopen('{url}',timeout=10).read().decode())"
         text = subprocess.run(ns.prefix(rank) + [sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=30, check=True).stdout
-    m = re.search(re.escape(name + "{" + labels + "}") + r" (\S+)", text)
+    sample = name + ("{" + labels + "}" if labels else "")
+    m = re.search("^" + re.escape(sample) + r" (\S+)", text, re.M)
     return float(m.group(1)) if m else None
 
 
@@ -168,3 +169,51 @@ def test_a_trainer_whose_agent_freezes_hears_it_at_the_liveness_timeout(tmp_path
         assert "the agent has not answered for 2 s: it is stopped or hung (GCAGENT_CLIENT_LIVENESS_TIMEOUT)" in \
             trainers.output(1), trainers.output(1)[-800:]
         trainers.kill()
+
+
+def steps_on(trainers, i, nodes):
+    """Steps trainer i completed while the job ran on `nodes` nodes."""
+    return len(re.findall(rf"^iteration=\d+ .* nodes={nodes}$", trainers.output(i), re.M))
+
+
+def wait_steps_on(trainers, indices, nodes, count, timeout=180):
+    """Until every trainer in `indices` completed `count` checked steps on `nodes` nodes; a
+    trainer that exits meanwhile (a wrong value is exit 1) fails the test."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for i in indices:
+            p = trainers.procs[i]
+            assert p.poll() is None, f"trainer {i} exited {p.returncode}:\n{trainers.output(i)[-1500:]}"
+        if all(steps_on(trainers, i, nodes) >= count for i in indices):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} steps on {nodes} nodes:\n" +
+                         "\n".join(f"trainer {i}: {trainers.output(i)[-600:]}" for i in indices))
+
+
+def test_the_job_goes_on_without_a_killed_node_and_takes_it_back(tmp_path):
+    # transport.on_peer_loss = shrink: the last node is killed; past the grace period the two
+    # others average over their own trainers only (exact values, checked by every trainer
+    # against the node count its agent reports); the restarted node is taken back.
+    flags = FLAGS + ["--transport.on_peer_loss", "shrink", "--transport.shrink_grace", "1"]
+    with Cluster(tmp_path, 3, flags) as c:
+        # Trainer 2 waits up to 2 minutes for its agent to come back.
+        trainers = Trainers(c, 1, "shrink", extra=["--keep-going", "--timeout-ms", "120000"])
+        trainers.wait_iterations(3)
+        c.procs[2].send_signal(signal.SIGKILL)
+        c.procs[2].wait()
+        wait_steps_on(trainers, [0, 1], 2, AGAIN)
+        for r in (0, 1):
+            assert metric(c, r, "gcagent_recovery_events_total", 'event="shrunk"') == 1, c.log(r)[-2000:]
+            assert metric(c, r, "gcagent_members", "") == 2
+            assert metric(c, r, "gcagent_membership_epoch", "") == 1
+        assert "membership: epoch 0 (nodes 0, 1, 2) -> epoch 1 (nodes 0, 1)" in c.log(0), c.log(0)[-2000:]
+        restart_agent(c, 2)
+        wait_steps_on(trainers, [0, 1, 2], 3, AGAIN)
+        for r in range(3):
+            assert metric(c, r, "gcagent_members", "") == 3, c.log(r)[-2000:]
+        assert metric(c, 0, "gcagent_recovery_events_total", 'event="grown"') == 1
+        assert "-> epoch 2 (nodes 0, 1, 2)" in c.log(2), c.log(2)[-2000:]
+        assert_no_bad_messages(c)
+        trainers.kill()
+        stop_clean(c)

@@ -44,7 +44,10 @@
  * takes a while. Nodes may then sum steps of different numbers (the agents realign the
  * job after a loss), so the values do not depend on the step, except element 0 of every
  * tensor, which holds the step number: every key of a step must show the same element 0 (a
- * step's tensors were summed together), and the other elements the exact average.
+ * step's tensors were summed together), and the other elements the exact average. It
+ * averages over the node count the agent reports at each step (a job that shrank averages
+ * over fewer nodes: the lowest ranks, as a test that loses the last node sets up), and its
+ * report lines end in "nodes=N".
  *
  * Exit status: 0 success, 1 wrong values (first mismatches printed), 2 a gcagent call failed
  * (gcagent_last_error printed), 3 bad command line or model file.
@@ -370,8 +373,12 @@ int main(int argc, char** argv) {
     sum_ms += ms;
     min_ms = ms < min_ms ? ms : min_ms;
     max_ms = ms > max_ms ? ms : max_ms;
+    /* A job that shrinks or grows averages over the nodes it runs on now. */
+    const uint32_t averaged = keep_going ? gcagent_node_count(c) * local_size : world_size;
     if (report) {
-      printf("iteration=%" PRIu64 " ms=%.3f MB/s=%.1f\n", it, ms, (double)total_bytes / 1e3 / (ms > 0 ? ms : 1e-6));
+      printf("iteration=%" PRIu64 " ms=%.3f MB/s=%.1f", it, ms, (double)total_bytes / 1e3 / (ms > 0 ? ms : 1e-6));
+      if (keep_going) printf(" nodes=%" PRIu32, gcagent_node_count(c));
+      printf("\n");
       fflush(stdout);
     }
     for (size_t t = 0; converging && t < count; ++t) {
@@ -385,8 +392,8 @@ int main(int argc, char** argv) {
                 g_prog, it, t, (double)buf[0], (double)gcagent_buffer(c, 0)[0]);
       for (uint64_t e = keep_going ? 1 : 0; e < elements[t]; ++e) {
         double sum = 0;
-        for (uint32_t w = 0; w < world_size; ++w) sum += value(seed_of(w, keep_going ? 0 : it, t), e);
-        const float expected = (float)(sum / world_size);
+        for (uint32_t w = 0; w < averaged; ++w) sum += value(seed_of(w, keep_going ? 0 : it, t), e);
+        const float expected = (float)(sum / averaged);
         const double tolerance = bound + FLT_EPSILON * fabs(expected);
         if (fabs((double)buf[e] - expected) <= tolerance) continue; /* false for NaN: reported */
         if (mismatches++ < MAX_REPORTED_MISMATCHES)
