@@ -495,6 +495,7 @@ void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
   stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
                                                                   : metrics::ErrorKind::kPeerLost,
                       status.message());
+  if (!membership_.isMember(peer)) return;  // left behind already: nothing here needs it
   for (auto& [job, js] : jobs_) failJob(job, status);
 }
 
