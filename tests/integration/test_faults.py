@@ -119,8 +119,10 @@ def assert_lost_peer_error(trainers, indices, rank, what):
     for i, code in zip(indices, codes):
         out = trainers.output(i)
         assert code == 2, f"trainer {i} exited {code}, expected 2 (a failed call):\n{out[-800:]}"
-        # In flight when the loss was seen, or submitted after it.
-        lost = (f"peer rank {rank} lost" in out and what in out) or f"ucx: peer {rank} is not connected" in out
+        # In flight when the loss was seen, or submitted after it (failed at once, naming the
+        # peer and why it is down; or by the link, in the moment before the engine heard).
+        lost = ((f"peer rank {rank} lost" in out or f"peer rank {rank} is down: " in out) and what in out) \
+            or f"ucx: peer {rank} is not connected" in out
         assert lost or "the job cannot go on: node" in out, f"trainer {i}:\n{out[-800:]}"
         named += lost
     assert named >= 1, "no trainer heard of the lost peer:\n" + "\n".join(trainers.output(i)[-400:] for i in indices)
