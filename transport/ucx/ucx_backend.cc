@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "common/clock.h"
@@ -46,9 +47,13 @@ struct RecvContext {
   Buffer payload;
 };
 
+// A received data frame: its payload in a pool buffer, or in UCX's own descriptor (`held`,
+// `held_length`), kept until ucp_am_data_release.
 struct Envelope {
   std::vector<std::byte> header;
   Buffer payload;
+  void* held = nullptr;
+  size_t held_length = 0;
 };
 
 class UcxBackend final : public LinkBackend {
@@ -62,6 +67,14 @@ class UcxBackend final : public LinkBackend {
     for (auto& d : dead_) eps.push_back(d->ep);
     for (auto& d : parked_) eps.push_back(d->ep);
     closeEndpoints(eps);
+    // Descriptors still held go back before the worker does; their holders' releases, if any
+    // come later, find the backend gone and do nothing.
+    alive_.reset();
+    if (worker_) {
+      for (void* data : held_) ucp_am_data_release(worker_, data);
+      for (Envelope& e : received_)
+        if (e.held) ucp_am_data_release(worker_, e.held);
+    }
     // Completions still queued belong to an owner that is going away: drop them.
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
@@ -199,9 +212,21 @@ class UcxBackend final : public LinkBackend {
     for (auto& [done, status] : std::exchange(completions_, {}))
       if (done) done(status);
     for (Envelope& e : std::exchange(received_, {})) {
-      // The handler may keep the payload (the engine merges it later, on another thread); the
-      // buffer goes back to the pool when the last holder lets go, on this thread (holders
-      // release on the comm thread), or is freed if the backend is gone by then.
+      // The handler may keep the payload (the engine merges it later, on another thread). UCX's
+      // descriptor goes back to UCX, and a pool buffer to the pool, when the last holder lets
+      // go, on this thread (holders release on the comm thread).
+      if (e.held != nullptr) {
+        held_.insert(e.held);
+        auto owner = std::shared_ptr<const void>(e.held, [this, alive = std::weak_ptr<const int>(alive_)](void* data) {
+          if (alive.expired()) return;  // released with the worker
+          held_.erase(data);
+          ucp_am_data_release(worker_, data);
+        });
+        const std::span<const std::byte> payload{static_cast<const std::byte*>(e.held), e.held_length};
+        if (events_.received) events_.received(e.header, payload, std::move(owner));
+        continue;
+      }
+      // A pool buffer is freed instead if the backend is gone by then.
       auto owner = std::shared_ptr<const Buffer>(new Buffer(std::move(e.payload)),
                                                  [pool = std::weak_ptr<BufferPool>(pool_)](const Buffer* b) {
                                                    if (auto p = pool.lock()) p->give(std::move(*const_cast<Buffer*>(b)));
@@ -321,6 +346,11 @@ class UcxBackend final : public LinkBackend {
     }
     auto* bytes = static_cast<const std::byte*>(header);
     std::vector<std::byte> whole(bytes, bytes + header_length);
+    if (!rendezvous && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0) {
+      // A message UCX assembled from fragments into a descriptor of its own: kept, not copied.
+      self->received_.push_back({std::move(whole), Buffer{}, data, length});
+      return UCS_INPROGRESS;
+    }
     if (!rendezvous) {
       Buffer copy = self->pool_->take(length);
       if (length != 0) std::memcpy(copy.data.get(), data, length);
@@ -362,6 +392,8 @@ class UcxBackend final : public LinkBackend {
   std::vector<std::pair<Transport::SendDone, Status>> completions_;
   std::vector<Envelope> received_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::unordered_set<void*> held_;  // UCX descriptors lent to holders (see deliver())
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // expires with the worker
 };
 
 }  // namespace
