@@ -1,5 +1,7 @@
 #include "agent/local_coder.h"
 
+#include "agent/slice_math.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -296,8 +298,11 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   }
   float* out = w.buffers.at(0) + b;
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
-  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, 1.0f, idOf(w, slice));
-  if (st.ok() && divisor != 1.0f) st = device_->divide(out, n, divisor);
+  // The raw decode is out = in * scale: for a power-of-two divisor, scaling by its reciprocal
+  // gives the quotient's very bits, and the average costs no pass of its own.
+  const float scale = !compressed && exactReciprocal(divisor) ? 1.0f / divisor : 1.0f;
+  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, scale, idOf(w, slice));
+  if (st.ok() && scale == 1.0f && divisor != 1.0f) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
   if (in_place) device_->hold(std::move(bytes_owner));  // until the decode has run
   if (!done) return defer(w, slice, st);

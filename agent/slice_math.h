@@ -4,6 +4,7 @@
 // CPU on a 2bit run.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -15,5 +16,12 @@ void addInto(float* acc, const float* in, uint64_t n);
 void addAndDivide(float* out, const float* in, uint64_t n, float divisor);
 // p[i] /= divisor
 void divideBy(float* p, uint64_t n, float divisor);
+
+// Whether x * (1 / divisor) is x / divisor bit for bit for every float x: a positive power of
+// two whose reciprocal is a normal float (both are then the one rounding of the same value).
+inline bool exactReciprocal(float divisor) {
+  int exponent = 0;
+  return divisor > 0 && std::frexp(divisor, &exponent) == 0.5f && exponent <= 127;
+}
 
 }  // namespace gcagent::agent
