@@ -84,6 +84,11 @@ class UcxBackend final : public LinkBackend {
     // UCX's TCP interfaces listen at a port of this range (an environment setting only: the
     // configuration API does not reach transport settings in UCX 1.13).
     if (!options_.data_ports.empty()) ::setenv("UCX_TCP_PORT_RANGE", options_.data_ports.c_str(), 0);
+    // TCP fragments as large as a receiving peer's segment (64K, UCX's receive default) rather
+    // than UCX's 8K: a slice crosses in 3 fragments instead of 20, each with its header, send
+    // call and reassembly step (ResNet-50 at 10 Gbit/s, 4 nodes: sync 0.46 -> 0.41 s on a
+    // CPU-bound host). The environment wins.
+    ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     ucp_config_t* config = nullptr;
     ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
     if (st != UCS_OK) return ucsError("reading the configuration", st);
