@@ -14,6 +14,11 @@ future, and backward() raises it as the gcagent.GcagentError it is (the hook rai
 end of the backward pass, before DDP would, as DDP can only say RuntimeError); nothing waits
 forever.
 
+An agent that closed the connection (killed, restarted, or given up on as frozen) is
+reconnected to at the start of a later step, when the State made its own client: a new
+connection with the same buckets declared, so a training loop that catches the error goes on
+once the agent is back (`State.reconnects` counts them). Until then every step fails at once.
+
 GPU path: when the buckets are CUDA tensors, the hook declares them on the device instead
 (gcagent_declare_device with the bucket's GPU UUID): each bucket is copied into its device slot
 on the current stream, the client records an interprocess event on that stream and submits,
@@ -30,8 +35,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcagent.client import (Client, GcagentError, Reducer, TensorSpec, codec_from_env, default_reducer,  # noqa: F401
-                            local_rank, local_size, rank, size, warn_dgc_momentum)
+from gcagent.client import (ERR_IO, Client, GcagentError, Reducer, TensorSpec, codec_from_env,  # noqa: F401
+                            default_reducer, local_rank, local_size, rank, size, warn_dgc_momentum)
+
+RECONNECT_TIMEOUT_MS = 2000  # a step waits no longer for an agent that is coming back
 
 
 class _DeviceSlot:
@@ -71,6 +78,7 @@ class State:
     dgc, which applies momentum itself, meets an optimizer with momentum)."""
 
     def __init__(self, client=None, codec=None, params=None, process_group=None, timeout_s=300.0, optimizer=None):
+        self._own_client = client is None  # only a connection of its own is made anew
         self.client = client or Client()
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
@@ -86,6 +94,8 @@ class State:
         self.device = None          # the buckets' torch.device when they live on a GPU
         self.agent_buckets = 0      # buckets reduced through the agent
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
+        self.reconnects = 0         # connections made anew after the agent closed one
+        self._lost = None           # the error that lost the connection, until it is made anew
         self._queue = queue.Queue()
         self._pending = []
         self._watch_step, self._watched = None, []  # this backward's agent futures, checked at its end
@@ -96,6 +106,8 @@ class State:
     # Runs in the hook (autograd) thread.
     def on_bucket(self, bucket):
         index, buf = bucket.index(), bucket.buffer()
+        if self._lost is not None and not self.seen and self.declared:  # a step's first bucket
+            self._reconnect()
         self.seen[index] = buf.numel()
         if buf.is_cuda != (self.device is not None) or (buf.is_cuda and buf.device != self.device):
             self.declared = {}
@@ -167,17 +179,43 @@ class State:
         count = len(buckets)
         # DDP fills bucket 0 first, from the last layers: the last bucket holds the first layers.
         self.priorities = {i: -(count - 1 - i) for i in buckets}
-        specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params) for i, n in sorted(buckets.items())]
         with self._lock:
-            if self.device is not None:
-                uuid = self.client.gpu_uuid(self.device.index)
-                self.client.declare_device(specs, uuid)
-                self._slots = {i: torch.as_tensor(_DeviceSlot(self.client.device_buffer(i), n), device=self.device)
-                               for i, n in buckets.items()}
-            else:
-                self.client.declare(specs)
-                self._slots = {i: self.client.buffer(i) for i in buckets}
+            self._slots = self._declare_on(self.client, buckets)
         self.declared = dict(buckets)
+
+    def _declare_on(self, client, buckets):
+        """Declares one tensor per bucket on `client`; returns its slots."""
+        specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params) for i, n in sorted(buckets.items())]
+        if self.device is not None:
+            client.declare_device(specs, client.gpu_uuid(self.device.index))
+            return {i: torch.as_tensor(_DeviceSlot(client.device_buffer(i), n), device=self.device)
+                    for i, n in buckets.items()}
+        client.declare(specs)
+        return {i: client.buffer(i) for i in buckets}
+
+    def _reconnect(self):
+        """A new connection with the buckets declared again, or, while the agent does not
+        answer, the old one kept: the step's buckets fail on it at once. The old connection's
+        slots stay mapped until the new one's are in place."""
+        self._drain()
+        client = None
+        try:
+            client = Client(timeout_ms=RECONNECT_TIMEOUT_MS)
+            slots = self._declare_on(client, self.declared)
+        except GcagentError:
+            if client is not None:
+                client.close()
+            return
+        with self._lock:
+            old, self.client, self._slots = self.client, client, slots
+        old.close()
+        self._lost = None
+        self.reconnects += 1
+
+    def _note_loss(self, e):
+        """The agent closed the connection (it died, restarted or was given up on as frozen)."""
+        if self._own_client and isinstance(e, GcagentError) and e.code == ERR_IO:
+            self._lost = e
 
     def _drain(self):
         while not self._queue.empty() or self._pending:
@@ -206,6 +244,7 @@ class State:
                     self.client.submit(step, [index])
             self._pending.append(item)
         except Exception as e:  # noqa: BLE001 - every failure must reach the future
+            self._note_loss(e)
             fut.set_exception(e)
 
     def _collect(self):
@@ -233,6 +272,7 @@ class State:
                 else:
                     still.append(item)
             except Exception as e:  # noqa: BLE001
+                self._note_loss(e)
                 fut.set_exception(e)
         self._pending = still
 

@@ -132,11 +132,12 @@ RECOVERY_FLAGS = ["--transport.peer_timeout", "2", "--transport.heartbeat_interv
 RECOVERY_STEPS = 800
 
 
-def train_digits(tmp_path, stop_agent_for=0.0):
+def train_digits(tmp_path, stop_agent_for=0.0, kill_agent_for=0.0):
     """2 agents x 2 DDP trainers with gcagent's hook on the digits MLP (trainers/
     torch_recovery.py, which catches gcagent's errors and goes on); optionally agent 1 stopped
-    (SIGSTOP) for that many seconds once trainer 0 has made 60 steps. Every trainer's output,
-    drained as it comes (a full pipe would stop a trainer), and the agents' logs."""
+    (SIGSTOP) for that many seconds once trainer 0 has made 60 steps, or killed (SIGKILL) and
+    started again that many seconds later. Every trainer's output, drained as it comes (a full
+    pipe would stop a trainer), and the agents' logs."""
     tmp_path.mkdir()
     with Cluster(tmp_path, 2, RECOVERY_FLAGS) as c:
         procs = start_trainers(c, 2, "torch_recovery.py", ["--steps", str(RECOVERY_STEPS), "--pace-ms", "40"])
@@ -145,13 +146,20 @@ def train_digits(tmp_path, stop_agent_for=0.0):
                   for p, o in zip(procs, outs)]
         for t in drains:
             t.start()
-        if stop_agent_for:
+        if stop_agent_for or kill_agent_for:
             deadline = time.time() + 300
             while not any(line.startswith("step=60 ok") for line in list(outs[0])) and time.time() < deadline:
                 time.sleep(0.05)
+        if stop_agent_for:
             c.procs[1].send_signal(signal.SIGSTOP)
             time.sleep(stop_agent_for)
             c.procs[1].send_signal(signal.SIGCONT)
+        if kill_agent_for:
+            c.procs[1].send_signal(signal.SIGKILL)
+            c.procs[1].wait()
+            time.sleep(kill_agent_for)
+            with open(c.logs[1], "a") as log:
+                c.procs[1] = subprocess.Popen(c.agent_command(1), stdout=log, stderr=subprocess.STDOUT, env=c.env)
         for p in procs:
             try:
                 p.wait(timeout=600)
@@ -169,33 +177,55 @@ def digits_reports(outs):
     return [json.loads(f[-1]) for f in found]
 
 
-def test_ddp_training_recovers_after_a_stopped_peer_agent(tmp_path):
-    """The digits MLP through a peer agent stopped past the peer timeout: the trainers fail the
-    steps meanwhile (caught, as a training loop does), the nodes realign once it resumes, every
-    step succeeds again from a few steps later, and the model ends within 1 point of an
-    uninterrupted run's."""
-    clean, _ = train_digits(tmp_path / "clean")
+@pytest.fixture(scope="module")
+def digits_baseline(tmp_path_factory):
+    """The uninterrupted run's reports (its exact sums make it the same every time)."""
+    clean, _ = train_digits(tmp_path_factory.mktemp("digits") / "clean")
     baseline = digits_reports(clean)
     assert all(r["failed"] == 0 for r in baseline), baseline
-    outs, logs = train_digits(tmp_path / "stopped", stop_agent_for=5.0)
+    return baseline
+
+
+def assert_recovered(outs, baseline):
+    """The trainers failed steps while a peer was away, every step succeeds again from a few
+    steps after it came back, and the model ends within 1 point of an uninterrupted run's."""
     rep = digits_reports(outs)
-    assert "realigned" in logs[1], logs[1][-3000:]
     felt = 0
     for out, r in zip(outs, rep):
         steps = re.findall(r"^step=(\d+) (ok|failed)(.*)$", out, re.M)
         assert len(steps) == RECOVERY_STEPS, out[-1500:]
         assert r["failed"] < RECOVERY_STEPS // 2, r
-        # The trainers beside the stopped agent number their steps behind the others after the
-        # realignment: their last steps fail once the others finished (from the first "... left"
-        # on). Before that, every step succeeds from soon after the fault.
+        # The trainers beside the agent that was away number their steps behind the others
+        # after the realignment: their last steps fail once the others finished (from the first
+        # "... left" on). Before that, every step succeeds from soon after the fault.
         end = next((i for i, (_, how, why) in enumerate(steps) if how == "failed" and "left" in why), len(steps))
         fault = [i for i, (_, how, _) in enumerate(steps[:end]) if how == "failed"]
         failures = "\n".join(f"step {steps[i][0]}:{steps[i][2][:200]}" for i in fault[-5:])
         felt += bool(fault)
-        if fault:  # (a trainer beside the stopped agent may have waited through it instead)
+        if fault:  # (a trainer beside a stopped agent may have waited through it instead)
             assert fault[-1] < RECOVERY_STEPS // 2, failures
             assert end - fault[-1] > RECOVERY_STEPS // 3, (end, failures)
     assert felt >= 2, "the healthy node's trainers must have failed steps while the peer was away"
     # Ranks 0 and 1 ran every step there was: their model is the job's.
     assert rep[0]["accuracy"] == rep[1]["accuracy"], rep
     assert abs(rep[0]["accuracy"] - baseline[0]["accuracy"]) <= 1.0, (rep, baseline)
+    return rep
+
+
+def test_ddp_training_recovers_after_a_stopped_peer_agent(tmp_path, digits_baseline):
+    """The digits MLP through a peer agent stopped past the peer timeout: the trainers fail the
+    steps meanwhile (caught, as a training loop does), the nodes realign once it resumes, every
+    step succeeds again from a few steps later, and the model ends within 1 point of an
+    uninterrupted run's."""
+    outs, logs = train_digits(tmp_path / "stopped", stop_agent_for=5.0)
+    assert "realigned" in logs[1], logs[1][-3000:]
+    assert_recovered(outs, digits_baseline)
+
+
+def test_ddp_training_recovers_after_a_killed_agent_restarts(tmp_path, digits_baseline):
+    """Agent 1 killed (SIGKILL) and started again 2 s later: its trainers' hooks connect to the
+    new agent and declare their buckets again, and training goes on as after a stop."""
+    outs, logs = train_digits(tmp_path / "killed", kill_agent_for=2.0)
+    rep = assert_recovered(outs, digits_baseline)
+    assert [r["reconnects"] for r in rep] == [0, 0, 1, 1], (rep, [out[-1500:] for out in outs[2:]])
+    assert "joined job 'job'" in logs[1].rsplit("accepting trainers", 1)[-1], logs[1][-3000:]  # the new agent's

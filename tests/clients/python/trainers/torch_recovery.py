@@ -64,7 +64,8 @@ def main():
             time.sleep(left)
     with torch.no_grad():
         accuracy = float((model.module(xte).argmax(dim=1) == yte).float().mean()) * 100
-    print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy}), flush=True)
+    print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy, "reconnects": state.reconnects}),
+          flush=True)
     os._exit(0)  # the process group's teardown would wait for peers that may have left
 
 
