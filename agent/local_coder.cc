@@ -298,11 +298,12 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   }
   float* out = w.buffers.at(0) + b;
   DeviceCodec& codec = compressed ? *k.pull : *k.raw;
-  // The raw decode is out = in * scale: for a power-of-two divisor, scaling by its reciprocal
-  // gives the quotient's very bits, and the average costs no pass of its own.
-  const float scale = !compressed && exactReciprocal(divisor) ? 1.0f / divisor : 1.0f;
-  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, scale, idOf(w, slice));
-  if (st.ok() && scale == 1.0f && divisor != 1.0f) st = device_->divide(out, n, divisor);
+  // A decode is scale * the decoding, bit for bit (the codec contract), and scaling by a
+  // power-of-two divisor's reciprocal is the division's very bits: the average then costs no
+  // pass of its own.
+  const bool folded = exactReciprocal(divisor);
+  if (st.ok()) st = codec.decode({on_device, bytes.size()}, {out, n}, folded ? 1.0f / divisor : 1.0f, idOf(w, slice));
+  if (st.ok() && !folded) st = device_->divide(out, n, divisor);
   for (size_t t = 1; t < w.buffers.size() && st.ok(); ++t) st = device_->copy(w.buffers[t] + b, out, n * sizeof(float));
   if (in_place) device_->hold(std::move(bytes_owner));  // until the decode has run
   if (!done) return defer(w, slice, st);

@@ -156,6 +156,15 @@ TEST_F(LocalCoderTest, ResultsAreDecodedAndDividedOnceIntoEveryBuffer) {
   for (uint64_t i = 0; i < g.size(0); ++i) ASSERT_EQ(b[i], raw[i] / 3.0f) << i;
   ASSERT_TRUE(decode(w, 0, false, std::as_bytes(std::span<const float>(raw)), 1.0f).ok());
   for (uint64_t i = 0; i < g.size(0); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), std::bit_cast<uint32_t>(raw[i])) << i;
+  // A power-of-two divisor is folded into the decode (scaled by its reciprocal): still the
+  // division's bits, compressed or not.
+  ASSERT_TRUE(decode(w, 2, true, encoded, 4.0f).ok());
+  ASSERT_TRUE(codec->decode(encoded, want, 1.0f, {42, 2, 1}).ok());
+  for (uint64_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(a[g.begin(2) + i]), std::bit_cast<uint32_t>(want[i] / 4.0f)) << i;
+  ASSERT_TRUE(decode(w, 0, false, std::as_bytes(std::span<const float>(raw)), 4.0f).ok());
+  for (uint64_t i = 0; i < g.size(0); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(b[i]), std::bit_cast<uint32_t>(raw[i] / 4.0f)) << i;
 }
 
 TEST_F(LocalCoderTest, ACorruptResultIsReportedWithTheCodecsWords) {
