@@ -47,13 +47,12 @@ struct RecvContext {
   Buffer payload;
 };
 
-// A received data frame: its payload in a pool buffer, or in UCX's own descriptor (`held`,
-// `held_length`), kept until ucp_am_data_release.
+// A received data frame. `owner` keeps `payload` valid: a pool buffer (back to the pool when
+// let go of) or UCX's own descriptor (back to UCX).
 struct Envelope {
   std::vector<std::byte> header;
-  Buffer payload;
-  void* held = nullptr;
-  size_t held_length = 0;
+  std::span<const std::byte> payload;
+  std::shared_ptr<const void> owner;
 };
 
 class UcxBackend final : public LinkBackend {
@@ -67,14 +66,11 @@ class UcxBackend final : public LinkBackend {
     for (auto& d : dead_) eps.push_back(d->ep);
     for (auto& d : parked_) eps.push_back(d->ep);
     closeEndpoints(eps);
-    // Descriptors still held go back before the worker does; their holders' releases, if any
+    // Descriptors still lent go back before the worker does; their holders' releases, if any
     // come later, find the backend gone and do nothing.
     alive_.reset();
-    if (worker_) {
-      for (void* data : held_) ucp_am_data_release(worker_, data);
-      for (Envelope& e : received_)
-        if (e.held) ucp_am_data_release(worker_, e.held);
-    }
+    if (worker_)
+      for (void* data : lent_) ucp_am_data_release(worker_, data);
     // Completions still queued belong to an owner that is going away: drop them.
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
@@ -216,30 +212,11 @@ class UcxBackend final : public LinkBackend {
     closeRetired();
     for (auto& [done, status] : std::exchange(completions_, {}))
       if (done) done(status);
-    for (Envelope& e : std::exchange(received_, {})) {
-      // The handler may keep the payload (the engine merges it later, on another thread). UCX's
-      // descriptor goes back to UCX, and a pool buffer to the pool, when the last holder lets
-      // go, on this thread (holders release on the comm thread).
-      if (e.held != nullptr) {
-        held_.insert(e.held);
-        auto owner = std::shared_ptr<const void>(e.held, [this, alive = std::weak_ptr<const int>(alive_)](void* data) {
-          if (alive.expired()) return;  // released with the worker
-          held_.erase(data);
-          ucp_am_data_release(worker_, data);
-        });
-        const std::span<const std::byte> payload{static_cast<const std::byte*>(e.held), e.held_length};
-        if (events_.received) events_.received(e.header, payload, std::move(owner));
-        continue;
-      }
-      // A pool buffer is freed instead if the backend is gone by then.
-      auto owner = std::shared_ptr<const Buffer>(new Buffer(std::move(e.payload)),
-                                                 [pool = std::weak_ptr<BufferPool>(pool_)](const Buffer* b) {
-                                                   if (auto p = pool.lock()) p->give(std::move(*const_cast<Buffer*>(b)));
-                                                   delete b;
-                                                 });
-      const std::span<const std::byte> payload = owner->bytes();
-      if (events_.received) events_.received(e.header, payload, std::move(owner));
-    }
+    // The handler may keep the payload (the engine merges it later, on another thread); its
+    // memory goes back when the last holder lets go, on this thread (holders release on the
+    // comm thread).
+    for (Envelope& e : std::exchange(received_, {}))
+      if (events_.received) events_.received(e.header, e.payload, std::move(e.owner));
     return worked;
   }
 
@@ -309,7 +286,29 @@ class UcxBackend final : public LinkBackend {
       GC_LOG(kWarn, "transport", "rank ", options_.rank, ": receiving a message failed: ", ucs_status_string(st));
       return;
     }
-    received_.push_back({std::move(ctx->header), std::move(ctx->payload)});
+    received_.push_back(pooled(std::move(ctx->header), std::move(ctx->payload)));
+  }
+
+  // A payload in a pool buffer, which goes back to the pool (or is freed, the backend gone).
+  Envelope pooled(std::vector<std::byte> header, Buffer payload) {
+    auto owner = std::shared_ptr<const Buffer>(new Buffer(std::move(payload)),
+                                               [pool = std::weak_ptr<BufferPool>(pool_)](const Buffer* b) {
+                                                 if (auto p = pool.lock()) p->give(std::move(*const_cast<Buffer*>(b)));
+                                                 delete b;
+                                               });
+    const std::span<const std::byte> bytes = owner->bytes();
+    return {std::move(header), bytes, std::move(owner)};
+  }
+
+  // A payload in UCX's descriptor, lent until the last holder lets go (ucp_am_data_release).
+  Envelope lent(std::vector<std::byte> header, void* data, size_t length) {
+    lent_.insert(data);
+    auto owner = std::shared_ptr<const void>(data, [this, alive = std::weak_ptr<const int>(alive_)](void* d) {
+      if (alive.expired()) return;  // released with the worker
+      lent_.erase(d);
+      ucp_am_data_release(worker_, d);
+    });
+    return {std::move(header), {static_cast<const std::byte*>(data), length}, std::move(owner)};
   }
 
   bool wanted(FrameKind kind, const void* header, size_t length) {
@@ -353,13 +352,13 @@ class UcxBackend final : public LinkBackend {
     std::vector<std::byte> whole(bytes, bytes + header_length);
     if (!rendezvous && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0) {
       // A message UCX assembled from fragments into a descriptor of its own: kept, not copied.
-      self->received_.push_back({std::move(whole), Buffer{}, data, length});
+      self->received_.push_back(self->lent(std::move(whole), data, length));
       return UCS_INPROGRESS;
     }
     if (!rendezvous) {
       Buffer copy = self->pool_->take(length);
       if (length != 0) std::memcpy(copy.data.get(), data, length);
-      self->received_.push_back({std::move(whole), std::move(copy)});
+      self->received_.push_back(self->pooled(std::move(whole), std::move(copy)));
       return UCS_OK;
     }
     auto* ctx = new RecvContext{self, std::move(whole), self->pool_->take(length)};
@@ -397,7 +396,7 @@ class UcxBackend final : public LinkBackend {
   std::vector<std::pair<Transport::SendDone, Status>> completions_;
   std::vector<Envelope> received_;
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
-  std::unordered_set<void*> held_;  // UCX descriptors lent to holders (see deliver())
+  std::unordered_set<void*> lent_;  // UCX descriptors lent to holders (see lent())
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);  // expires with the worker
 };
 
