@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "agent/engine_state.h"
 #include "agent/host_coder_device.h"
 #include "agent/job_notice.h"
 #include "agent/silent_codec_watch.h"
@@ -24,35 +25,6 @@ uint64_t jobIdOf(std::string_view name) {
   for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
   return h;
 }
-
-// A declared tensor: its route, and this node's reduction of it.
-struct ReductionEngine::KeyState : TensorRoute {
-  explicit KeyState(TensorRoute route) : TensorRoute(std::move(route)) {}
-  SteadyTime started;
-  // This node's reduction in flight.
-  bool active = false;
-  uint64_t iteration = 0;          // on the wire (job_alignment.h)
-  uint64_t trainer_iteration = 0;  // as the trainers number it
-  std::vector<float*> outputs;
-  uint32_t slices_left = 0;
-  uint32_t contributors = 0;
-  bool completed_once = false;
-  uint64_t last_iteration = 0;  // last iteration this node finished or failed, on the wire
-  uint64_t last_trainer_iteration = 0;
-  // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.
-  std::shared_ptr<LocalCoder> coder;
-  KeyWork work;  // what the coder is told, while active
-  SilentCodecWatch silent;  // the push codec sending nothing but zeros
-};
-
-struct ReductionEngine::JobState {
-  std::unordered_map<uint64_t, KeyState> keys;
-  JobAlignment align;
-  std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here
-  // For stalledJobs(): since when every reduction failed, and the last failure.
-  std::optional<SteadyTime> failing_since;
-  SteadyTime last_failure{};
-};
 
 ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete)
     : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
@@ -488,133 +460,6 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors});
 }
 
-void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
-  const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
-  down_why_[peer] = why.message();
-  membership_.peerDown(peer, options_.now());
-  stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
-                                                                  : metrics::ErrorKind::kPeerLost,
-                      status.message());
-  if (!membership_.isMember(peer)) return;  // left behind already: nothing here needs it
-  for (auto& [job, js] : jobs_) failJob(job, status);
-}
-
-void ReductionEngine::onPeerUp(transport::Rank peer) {
-  down_why_[peer].clear();
-  membership_.peerUp(peer);
-  view_told_[peer].reset();  // a restarted peer knows nothing
-  tellView(peer);            // before any slice under it
-  for (auto& [job, js] : jobs_) {
-    js->announced[peer] = 0;  // a restarted peer knows nothing
-    announce(job, *js, peer);
-  }
-}
-
-void ReductionEngine::failJob(uint64_t job, const Status& why) {
-  auto j = jobs_.find(job);
-  if (j == jobs_.end()) return;
-  for (auto& [key, k] : j->second->keys) {
-    completeKey(job, k, why);
-    // Partial sums that can no longer complete; those of later iterations, which peers
-    // ahead already sent, stay for when this node gets there.
-    if (k.completed_once) owner_->dropSums(job, key, k.last_iteration);
-  }
-}
-
-uint64_t ReductionEngine::frontierOf(const JobState& js) const {
-  std::optional<uint64_t> active;
-  uint64_t after = js.align.floor();
-  for (const auto& [key, k] : js.keys) {
-    if (k.active) active = std::min(active.value_or(UINT64_MAX), k.iteration);
-    if (k.completed_once) after = std::max(after, k.last_iteration + 1);
-  }
-  return active.value_or(after);
-}
-
-void ReductionEngine::announce(uint64_t job, JobState& js, transport::Rank to) {
-  const uint64_t next = frontierOf(js);
-  if (next == 0 || next <= js.announced[to] || !transport_.peerUp(to)) return;
-  js.announced[to] = next;
-  (void)transport_.send(to, encodeRealignNotice({job, next}), {}, nullptr);
-}
-
-void ReductionEngine::realign(uint64_t job, JobState& js, uint64_t next, const std::string& why) {
-  const uint64_t offset = js.align.offset();
-  if (!js.align.adopt(next)) return;
-  // A node ahead of `next` gives nothing up; one behind fails what it has in flight below it.
-  bool gave_up = js.align.offset() != offset;
-  const Status given_up = Status::unavailable(strCat("iteration given up to realign with the other nodes: ", why));
-  for (auto& [key, k] : js.keys) {
-    if (k.active && k.iteration < next) {
-      completeKey(job, k, given_up);
-      gave_up = true;
-    }
-    owner_->dropSums(job, key, next - 1);
-  }
-  if (!gave_up) return;
-  ++counters_.realignments;
-  stats_->recovery(metrics::Stats::kRealigned).Increment();
-  GC_LOG(kInfo, "agent", "job ", job, ": realigned: iterations below ", next, " given up (", why,
-         "); this node's trainers go on from their iteration ", next - js.align.offset());
-}
-
-void ReductionEngine::onRealign(const transport::Message& m) {
-  auto notice = parseRealignNotice(m.header);
-  if (!notice.ok()) return reject(m, notice.status());
-  auto j = jobs_.find(notice->job);
-  if (j == jobs_.end()) {  // the job is not declared here yet: its first step starts there
-    auto& early = early_realign_[notice->job];
-    early = std::max(early, notice->next);
-    return;
-  }
-  realign(notice->job, *j->second, notice->next, strCat("rank ", m.from, " goes on at iteration ", notice->next));
-}
-
-void ReductionEngine::staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js) {
-  ++counters_.stale_slices;
-  stats_->staleSlices(/*results=*/false).Increment();
-  GC_LOG(kDebug, "agent", "rank ", m.from, ": contribution for tensor ", h.key, " iteration ", h.iteration,
-         " dropped: given up here");
-  announce(h.job, js, m.from);
-}
-
-void ReductionEngine::expireReductions() {
-  if (options_.reduction_timeout <= 0) return;
-  const SteadyTime now = options_.now();
-  const auto timeout = steadySeconds(options_.reduction_timeout);
-  for (auto& [job, js] : jobs_) {
-    std::optional<uint64_t> expired;
-    for (auto& [key, k] : js->keys)
-      if (k.active && now - k.started > timeout) expired = std::max(expired.value_or(0), k.iteration);
-    if (!expired) continue;
-    stats_->recovery(metrics::Stats::kReductionTimeout).Increment();
-    const std::string why = strCat("not reduced within ", options_.reduction_timeout, " s (transport.reduction_timeout)");
-    stats_->recordError(metrics::ErrorKind::kTimeout, strCat("job ", job, " iteration ", *expired, ": ", why));
-    realign(job, *js, *expired + 1, why);
-    for (transport::Rank r = 0; r < transport_.size(); ++r)
-      if (r != transport_.rank()) announce(job, *js, r);
-  }
-}
-
-void ReductionEngine::recordOutcome(JobState& js, bool ok) {
-  if (ok) {
-    js.failing_since.reset();
-    return;
-  }
-  js.last_failure = options_.now();
-  if (!js.failing_since) js.failing_since = js.last_failure;
-}
-
-size_t ReductionEngine::stalledJobs() const {
-  if (options_.reduction_timeout <= 0) return 0;
-  const SteadyTime now = options_.now();
-  const auto window = steadySeconds(options_.reduction_timeout);
-  size_t stalled = 0;
-  for (const auto& [job, js] : jobs_)
-    if (js->failing_since && now - *js->failing_since >= window && now - js->last_failure < window) ++stalled;
-  return stalled;
-}
-
 void ReductionEngine::refreshStats() {
   std::vector<double> waiting(transport_.size(), 0.0);
   std::set<std::string, std::less<>> codecs_in_use;
@@ -641,73 +486,6 @@ uint64_t ReductionEngine::trainerIteration(uint64_t job, uint64_t wire_iteration
   auto j = jobs_.find(job);
   const uint64_t offset = j == jobs_.end() ? 0 : j->second->align.offset();
   return wire_iteration > offset ? wire_iteration - offset : 0;
-}
-
-}  // namespace gcagent::agent
-
-namespace gcagent::agent {
-
-Status ReductionEngine::unreachableMember() const {
-  const transport::Rank self = transport_.rank();
-  if (!membership_.isMember(self))
-    return Status::unavailable(strCat("this node is not in the job's membership, ", membership_.view().describe(),
-                                      ": it takes part again once the nodes take it back (at the next membership "
-                                      "change, within a second or so of its links coming up)"));
-  for (transport::Rank r : membership_.view().members)
-    if (r != self && !transport_.peerUp(r))
-      return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
-  return {};
-}
-
-void ReductionEngine::tellView(transport::Rank to) {
-  const MembershipView& view = membership_.view();
-  if (to == transport_.rank() || view.epoch == 0 || view_told_[to] == view.epoch || !transport_.peerUp(to)) return;
-  if (transport_.send(to, encodeMembershipNotice(view), {}, nullptr).ok()) view_told_[to] = view.epoch;
-}
-
-void ReductionEngine::reviewMembership() {
-  if (auto proposed = membership_.propose(options_.now()))
-    adoptView(*proposed, strCat("proposed here, as the lowest member up"));
-}
-
-void ReductionEngine::onMembershipNotice(const transport::Message& m) {
-  auto view = parseMembershipNotice(m.header, transport_.size());
-  if (!view.ok()) return reject(m, view.status());
-  adoptView(*view, strCat("heard from rank ", m.from));
-}
-
-void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
-  const MembershipView before = membership_.view();
-  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> owned;  // slices owned here until now
-  const transport::Rank self = transport_.rank();
-  for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys)
-      for (uint32_t s = 0; s < k.slice_count; ++s)
-        if (before.contains(self) && ownerOf(key, s) == self) owned.emplace_back(job, key, s);
-  if (!membership_.adopt(view)) return;
-  // Passed on before any slice sent under it, to every peer that can hear it.
-  for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
-  const bool shrunk = view.members.size() < before.members.size();
-  stats_->recovery(shrunk ? metrics::Stats::kShrunk : metrics::Stats::kGrown).Increment();
-  stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(view.members.size()));
-  stats_->gauge(metrics::Id::membership_epoch, {}).Set(static_cast<double>(view.epoch));
-  GC_LOG(kWarn, "agent", "membership: ", before.describe(), " -> ", view.describe(), " (", why, "); ",
-         view.contains(self) ? "this node's trainers now average over the new membership" : "this node waits to be taken back");
-  // What is in flight was sliced for the old owners: it fails everywhere, and every job
-  // then goes on from its nodes' frontier (job_alignment.h).
-  const Status changed = Status::unavailable(strCat("the job's nodes changed to ", view.describe(),
-                                                    ": this iteration is given up; the next runs on ",
-                                                    view.members.size(), " nodes"));
-  for (auto& [job, js] : jobs_) failJob(job, changed);
-  owner_->setMembers(view.members);
-  // Result residuals of slices that moved away go; the new owner starts from zero, and those
-  // of a departed node went with it (DESIGN.md, "Recovery").
-  for (const auto& [job, key, s] : owned)
-    if (!view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
-  for (auto& [job, js] : jobs_)
-    for (transport::Rank r = 0; r < transport_.size(); ++r)
-      if (r != self) announce(job, *js, r);
-  if (options_.on_membership) options_.on_membership(view);
 }
 
 }  // namespace gcagent::agent
