@@ -145,6 +145,7 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.inflight_per_peer = static_cast<uint32_t>(config.scheduler_inflight_per_peer);
   o.inflight_bytes = static_cast<uint64_t>(config.scheduler_inflight_bytes);
   o.prioritize = config.scheduler_priority;
+  GC_ASSIGN_OR_RETURN(o.topology, parseTopology(config.scheduler_topology));
   o.result_codec = config.compress_result_codec;
   for (const std::string& name : config.compress_gpu_staged_codecs)
     if (Status s = compress::makeCodec(name).status(); !s.ok())

@@ -171,12 +171,13 @@ void ReductionEngine::onMembershipNotice(const transport::Message& m) {
 
 void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
   const MembershipView before = membership_.view();
-  std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> owned;  // slices owned here until now
+  // Slices owned here until now, and every slice of a ring: each hop's place may change.
+  std::vector<std::tuple<uint64_t, uint64_t, uint32_t, bool>> owned;
   const transport::Rank self = transport_.rank();
   for (const auto& [job, js] : jobs_)
     for (const auto& [key, k] : js->keys)
       for (uint32_t s = 0; s < k.slice_count; ++s)
-        if (before.contains(self) && ownerOf(key, s) == self) owned.emplace_back(job, key, s);
+        if (before.contains(self) && (k.ring() || ownerOf(key, s) == self)) owned.emplace_back(job, key, s, k.ring());
   if (!membership_.adopt(view)) return;
   // Passed on before any slice sent under it, to every peer that can hear it.
   for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
@@ -195,8 +196,8 @@ void ReductionEngine::adoptView(const MembershipView& view, const std::string& w
   owner_->setMembers(view.members);
   // Result residuals of slices that moved away go; the new owner starts from zero, and those
   // of a departed node went with it (DESIGN.md, "Recovery").
-  for (const auto& [job, key, s] : owned)
-    if (!view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
+  for (const auto& [job, key, s, ring] : owned)
+    if (ring || !view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
   for (auto& [job, js] : jobs_)
     for (transport::Rank r = 0; r < transport_.size(); ++r)
       if (r != self) announce(job, *js, r);

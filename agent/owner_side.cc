@@ -1,5 +1,6 @@
 #include "agent/owner_side.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -14,14 +15,18 @@ constexpr uint64_t kMergeTag = 0x6a09e667f3bcc909ull;
 uint64_t residualKeyOf(uint64_t key, uint32_t slice) {
   return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0xbb67ae8584caa73bull);
 }
+// A ring hop's partial sums have a residual apart from the slice's result residual.
+uint64_t hopResidualKeyOf(uint64_t key, uint32_t slice) { return residualKeyOf(key, slice) ^ 0x3c6ef372fe94f82bull; }
 
 }  // namespace
 
 struct OwnerSide::Sum {
   std::shared_ptr<FloatBuffer> values = std::make_shared<FloatBuffer>();  // shared with the merge in flight
+  std::vector<uint32_t> order;  // whose contributions, in merge order
+  bool final = true;            // the slice's whole sum, not a ring hop's partial sum
   std::vector<bool> seen;  // which nodes' contributions arrived (merged, merging or parked)
   std::map<uint32_t, Contribution> parked;
-  uint32_t next = 0;  // the index in members_ of the rank merged next; all before it are in the sum
+  uint32_t next = 0;  // the index in `order` of the rank merged next; all before it are in the sum
   uint32_t contributors = 0;
   bool merging = false;  // rank `next`'s contribution is on the stream
   uint64_t serial = 0;   // tells a merge's report from one of an earlier sum of the same id
@@ -43,11 +48,12 @@ void OwnerSide::setMembers(std::vector<uint32_t> members) {
 
 void OwnerSide::forgetResidual(uint64_t job, uint64_t key, uint32_t slice) {
   coder_->forget(job, residualKeyOf(key, slice));
+  coder_->forget(job, hopResidualKeyOf(key, slice));
 }
 
 OwnerSide::~OwnerSide() { *alive_ = nullptr; }
 
-void OwnerSide::add(const Slice& s, uint32_t from, Contribution c) {
+void OwnerSide::add(const Slice& s, uint32_t from, Contribution c, Shape shape) {
   TensorRoute* route = route_of_(s.job, s.key);
   if (route == nullptr) return;
   const Id id{s.job, s.key, s.slice, s.iteration};
@@ -55,6 +61,15 @@ void OwnerSide::add(const Slice& s, uint32_t from, Contribution c) {
   if (sum.seen.empty()) {
     sum.seen.assign(nodes_, false);
     sum.serial = ++serials_;
+    sum.order = shape.order.empty() ? members_ : std::move(shape.order);
+    sum.final = shape.final;
+  }
+  if (from >= nodes_ || std::find(sum.order.begin(), sum.order.end(), from) == sum.order.end()) {
+    const std::string why = strCat("tensor ", s.key, " slice ", s.slice, " iteration ", s.iteration,
+                                   ": contribution from rank ", from, ", which does not take part in this sum");
+    GC_LOG(kWarn, "agent", why);
+    if (sum.next == 0 && sum.parked.empty() && !sum.merging) sums_.erase(id);
+    return refused_(why);
   }
   if (sum.seen[from]) {
     const std::string why = strCat("tensor ", s.key, " slice ", s.slice, " iteration ", s.iteration,
@@ -69,7 +84,7 @@ void OwnerSide::add(const Slice& s, uint32_t from, Contribution c) {
 
 void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   if (sum.merging) return;
-  auto waiting = sum.parked.find(members_[sum.next]);
+  auto waiting = sum.parked.find(sum.order[sum.next]);
   if (waiting == sum.parked.end()) return;
   Contribution c = std::move(waiting->second);
   sum.parked.erase(waiting);
@@ -112,51 +127,60 @@ void OwnerSide::onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t 
   (compressed ? route->push_stats : route->raw_stats)->decode->Observe(seconds);
   planner_.recordDecode(compressed ? route->push_spec.name : "none", bytes, seconds);
   if (!status.ok()) {
-    const std::string why = strCat("contribution from rank ", from, " for tensor ", key, " slice ", slice,
+    const uint32_t rank = sum.order[from];
+    const std::string why = strCat("contribution from rank ", rank, " for tensor ", key, " slice ", slice,
                                    " rejected: ", status.message());
     GC_LOG(kWarn, "agent", why);
     // Dropped: that rank may still send a valid one; nothing after it is merged before.
-    sum.seen[from] = false;
+    sum.seen[rank] = false;
     if (sum.next == 0 && sum.parked.empty()) sums_.erase(found);
     return refused_(why);
   }
   sum.contributors += contributors;
   ++sum.next;
-  if (sum.next == members_.size()) return encode(id, sum, *route);
+  if (sum.next == sum.order.size()) return encode(id, sum, *route);
   mergeNext(id, sum, *route);
 }
 
 void OwnerSide::encode(const Id& id, Sum& sum, const TensorRoute& route) {
   const auto& [job, key, slice, iteration] = id;
-  const bool compressed = route.pullCompressed();
+  // The whole sum is the slice's result; a ring hop's partial sum travels as a contribution.
+  const bool final = sum.final;
+  const bool compressed = final ? route.pullCompressed() : route.pushCompressed();
+  const compress::CodecSpec& spec = final ? route.pull_spec : route.push_spec;
   const uint64_t n = route.geometry.size(slice);
   // Sent uncompressed, the sum goes to every node from where it is: the encoding pins it.
   const std::shared_ptr<FloatBuffer> values = sum.values;
-  KeyWork work{job,    residualKeyOf(key, slice), iteration, route.pull_spec, route.pull_spec, {n, n}, {values->data()},
-               route.priority, values, /*renamed=*/true, key, slice};
+  const uint64_t residual_key = final ? residualKeyOf(key, slice) : hopResidualKeyOf(key, slice);
+  KeyWork work{job,           residual_key, iteration, spec,          spec,     {n, n},
+               {values->data()}, route.priority, values, /*renamed=*/true, key, slice};
   const Slice s{job, key, slice, iteration};
   const uint32_t contributors = sum.contributors;
   sums_.erase(id);
   coder_->encode(work, compressed, {},
-                 [owner = std::weak_ptr<OwnerSide*>(alive_), s, compressed, contributors](Result<KeyEncodings> r) {
-                   if (auto o = owner.lock(); o && *o) (*o)->onEncoded(s, compressed, contributors, std::move(r));
+                 [owner = std::weak_ptr<OwnerSide*>(alive_), s, compressed, contributors, final](Result<KeyEncodings> r) {
+                   if (auto o = owner.lock(); o && *o) (*o)->onEncoded(s, compressed, contributors, final, std::move(r));
                  });
 }
 
-void OwnerSide::onEncoded(const Slice& s, bool compressed, uint32_t contributors, Result<KeyEncodings> encoded) {
+void OwnerSide::onEncoded(const Slice& s, bool compressed, uint32_t contributors, bool final,
+                          Result<KeyEncodings> encoded) {
   TensorRoute* route = route_of_(s.job, s.key);
   if (route == nullptr) return;
-  if (!encoded.ok()) return ready_(s, encoded.status(), compressed, contributors);
+  if (!encoded.ok()) return ready_(s, encoded.status(), compressed, contributors, final);
   if (encoded->slices.size() != 1)
-    return ready_(s, Status::internal("the owner's coder returned no result"), compressed, contributors);
+    return ready_(s, Status::internal("the owner's coder returned no result"), compressed, contributors, final);
   SliceEncoding& e = encoded->slices[0];
   if (compressed) {
     const uint64_t n = route->geometry.size(s.slice);
-    route->pull_stats->encode->Observe(e.seconds);
-    planner_.recordEncode(route->pull_spec.name, n, e.bytes.size(), e.seconds);
-    sampler_.encoded(*route->pull_stats, *route->pull, coder_->residualOf(s.job, residualKeyOf(s.key, s.slice), 0), n);
+    metrics::CodecStats& stats = final ? *route->pull_stats : *route->push_stats;
+    const compress::CodecSpec& spec = final ? route->pull_spec : route->push_spec;
+    const uint64_t residual_key = final ? residualKeyOf(s.key, s.slice) : hopResidualKeyOf(s.key, s.slice);
+    stats.encode->Observe(e.seconds);
+    planner_.recordEncode(spec.name, n, e.bytes.size(), e.seconds);
+    sampler_.encoded(stats, final ? *route->pull : *route->push, coder_->residualOf(s.job, residual_key, 0), n);
   }
-  ready_(s, std::move(e), compressed, contributors);
+  ready_(s, std::move(e), compressed, contributors, final);
 }
 
 void OwnerSide::dropSums(uint64_t job, uint64_t key, uint64_t iteration) {
@@ -172,7 +196,7 @@ void OwnerSide::dropSums(uint64_t job) {
 
 void OwnerSide::forget(uint64_t job, uint64_t key, uint32_t slice_count) {
   dropSums(job, key, UINT64_MAX);
-  for (uint32_t s = 0; s < slice_count; ++s) coder_->forget(job, residualKeyOf(key, s));
+  for (uint32_t s = 0; s < slice_count; ++s) forgetResidual(job, key, s);
 }
 
 void OwnerSide::forgetJob(uint64_t job) {
@@ -182,7 +206,7 @@ void OwnerSide::forgetJob(uint64_t job) {
 
 void OwnerSide::countWaiting(std::vector<double>& per_rank) const {
   for (const auto& [id, sum] : sums_)
-    for (uint32_t r : members_)
+    for (uint32_t r : sum.order)
       if (r < per_rank.size() && !sum.seen[r]) per_rank[r] += 1;
 }
 

@@ -5,7 +5,10 @@
 // tensor's priority, so the contributions of the most urgent tensor are merged first. Once
 // every node's contribution is in, the sum is encoded on the stream with the owner's result
 // residual (a LocalCoder of its own, under keys apart from the node's side) and handed to
-// `ready`. Runs on the comm thread; only the stream's work runs elsewhere.
+// `ready`. Under the ring topology the same merge makes each hop's partial sum: the
+// predecessor's partial, then this node's own share, encoded with the push codec and a
+// residual of the hop's own (the slice's result residual when this node owns the slice).
+// Runs on the comm thread; only the stream's work runs elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,13 @@
 
 namespace gcagent::agent {
 
+// Whose contributions a sum merges, in this order (empty: every member, in rank order), and
+// whether it is the slice's whole sum (encoded as its result) or a ring hop's partial sum.
+struct SumShape {
+  std::vector<uint32_t> order;
+  bool final = true;
+};
+
 class OwnerSide {
  public:
   struct Slice {
@@ -41,10 +51,13 @@ class OwnerSide {
     bool compressed = false;
     uint32_t contributors = 0;  // trainers it sums
   };
+  using Shape = SumShape;
   // The route of a declared tensor; null once it is gone.
   using RouteOf = std::function<TensorRoute*(uint64_t job, uint64_t key)>;
-  // A slice's result, encoded (or why it could not be), and the trainers it sums.
-  using Ready = std::function<void(const Slice&, Result<SliceEncoding>, bool compressed, uint32_t contributors)>;
+  // A slice's sum, encoded (or why it could not be), the trainers it sums, and whether it is
+  // the whole sum (the shape's `final`).
+  using Ready =
+      std::function<void(const Slice&, Result<SliceEncoding>, bool compressed, uint32_t contributors, bool final)>;
   // A contribution refused (a second one from a node, or one its codec cannot decode).
   using Refused = std::function<void(const std::string& why)>;
 
@@ -54,12 +67,13 @@ class OwnerSide {
             scheduler::Planner& planner, ResidualSampler& sampler, RouteOf route_of, Ready ready, Refused refused);
   ~OwnerSide();
 
-  void add(const Slice& slice, uint32_t from, Contribution contribution);
+  // Every contribution to one sum names the same shape.
+  void add(const Slice& slice, uint32_t from, Contribution contribution, Shape shape = {});
 
   // The nodes whose contributions make a sum (agent/membership.h), all of them at first.
   // Drops every partial sum: they were made of another membership.
   void setMembers(std::vector<uint32_t> members);
-  // Forgets the result residual of a slice this node no longer owns.
+  // Forgets the result residual of a slice this node no longer owns, and its ring hop's.
   void forgetResidual(uint64_t job, uint64_t key, uint32_t slice);
 
   // Partial sums that can no longer complete: a tensor's up to `iteration`, or a job's.
@@ -80,10 +94,10 @@ class OwnerSide {
   void onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t contributors, bool compressed, size_t bytes,
                 double seconds, const Status& status);
   void encode(const Id& id, Sum& sum, const TensorRoute& route);
-  void onEncoded(const Slice& s, bool compressed, uint32_t contributors, Result<KeyEncodings> encoded);
+  void onEncoded(const Slice& s, bool compressed, uint32_t contributors, bool final, Result<KeyEncodings> encoded);
 
   uint32_t nodes_;
-  std::vector<uint32_t> members_;  // ascending; a sum merges them in this order
+  std::vector<uint32_t> members_;  // ascending; a sum of the default shape merges them in this order
   std::shared_ptr<HostStream> stream_;
   std::shared_ptr<LocalCoder> coder_;
   std::shared_ptr<const compress::Codec> raw_;

@@ -59,9 +59,8 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
       std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget), planner_,
       sampler_,
       [this](uint64_t job, uint64_t key) -> TensorRoute* { return findKey(job, key); },
-      [this](const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed, uint32_t contributors) {
-        onResult(s, std::move(result), compressed, contributors);
-      },
+      [this](const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
+             bool final) { onResult(s, std::move(result), compressed, contributors, final); },
       [this](const std::string& why) { badMessage(why); });
 }
 
@@ -69,6 +68,16 @@ ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
 uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
   return membership_.ownerOf(key, slice);
+}
+
+RingHop ReductionEngine::hopOf(uint64_t key, uint32_t slice) const {
+  return ringHopOf(membership_.view().members, ownerOf(key, slice), transport_.rank());
+}
+
+OwnerSide::Shape ReductionEngine::shapeOf(const KeyState& k, uint32_t slice) const {
+  if (!k.ring()) return {};
+  const RingHop hop = hopOf(k.spec.key, slice);
+  return {{hop.predecessor, transport_.rank()}, hop.owns};
 }
 
 size_t ReductionEngine::queuedSlices(transport::Rank peer) const { return lanes_->queued(peer); }
@@ -112,7 +121,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
   const RouteOptions route_options{options_.default_codec, options_.result_codec, options_.slice_elements,
-                                   options_.codec_env, options_.prioritize};
+                                   options_.codec_env, options_.prioritize, options_.topology};
   for (const TensorSpec& t : tensors) {
     GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, planner_, *stats_));
     KeyState k(std::move(route));
@@ -215,9 +224,11 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     });
     return {};
   }
-  // The slices this node owns go exact unless its own share is encoded (mxnet).
+  // The slices this node owns go exact unless its own share is encoded (mxnet); under ring,
+  // every slice but those whose partial sum this node starts (it adds its share to a partial).
   std::vector<bool> own(k.slice_count);
-  for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = !own_share_encoded && ownerOf(key, s) == transport_.rank();
+  for (uint32_t s = 0; s < k.slice_count; ++s)
+    own[s] = k.ring() ? !hopOf(key, s).starts : !own_share_encoded && ownerOf(key, s) == transport_.rank();
   k.coder->encode(k.work, compressed, own, [engine, job, key, wire, compressed](Result<KeyEncodings> r) {
     if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, wire, compressed, std::move(r));
   });
@@ -232,7 +243,7 @@ void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64
 }
 
 void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed,
-                               uint32_t contributors) {
+                               uint32_t contributors, bool final) {
   KeyState* k = findKey(s.job, s.key);
   if (k == nullptr) return;
   if (!result.ok()) {
@@ -240,18 +251,28 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
     return;
   }
   const uint64_t n = k->geometry.size(s.slice);
-  countSent(compressed ? *k->pull_stats : *k->raw_stats, n * sizeof(float), result->bytes.size(),
-            membership_.size() - 1);
   const Payload payload{std::move(result->pin), result->bytes};
-  SliceMessage h{SliceKind::kResult, s.job,   s.key, s.iteration, s.slice, k->slice_count, k->spec.elements,
-                 compressed ? k->pull_fp : rawResultFingerprint(), contributors, membership_.view().epoch};
+  const SliceKind kind = final ? SliceKind::kResult : SliceKind::kContribution;
+  const uint32_t fp = final ? (compressed ? k->pull_fp : rawResultFingerprint())
+                            : (compressed ? k->push_fp : rawContributionFingerprint());
+  SliceMessage h{kind,         s.job,        s.key, s.iteration, s.slice, k->slice_count, k->spec.elements, fp,
+                 contributors, membership_.view().epoch, k->topology};
   const auto header = encodeSliceHeader(h);
-  for (transport::Rank r : membership_.view().members) {
-    if (r == transport_.rank()) continue;
-    lanes_->push(r, k->priority, Outgoing{SliceKind::kResult, s.job, s.key, s.iteration, s.slice, header, payload});
+  // A parameter server's owner sends the result to every node; a ring hop, its sum to the next.
+  std::vector<transport::Rank> to;
+  if (k->ring()) {
+    if (const RingHop hop = hopOf(s.key, s.slice); hop.successor != transport_.rank()) to.push_back(hop.successor);
+  } else {
+    for (transport::Rank r : membership_.view().members)
+      if (r != transport_.rank()) to.push_back(r);
+  }
+  metrics::CodecStats& stats = !compressed ? *k->raw_stats : final ? *k->pull_stats : *k->push_stats;
+  countSent(stats, n * sizeof(float), payload.bytes.size(), static_cast<uint32_t>(to.size()));
+  for (transport::Rank r : to) {
+    lanes_->push(r, k->priority, Outgoing{kind, s.job, s.key, s.iteration, s.slice, header, payload});
     lanes_->send(r);
   }
-  applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed, payload.pin);
+  if (final) applyResult(s.job, *k, s.slice, s.iteration, contributors, payload.bytes, compressed, payload.pin);
 }
 
 void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration,
@@ -323,18 +344,25 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
     SliceEncoding& e = encodings[s];
-    const uint32_t owner = ownerOf(key, s);
-    if (owner == self) {
+    // Where this slice goes: its owner (ps), or the successor when this node starts the
+    // slice's partial sum (ring); else this node's share joins the sum made here.
+    uint32_t to = ownerOf(key, s);
+    if (k->ring()) {
+      const RingHop hop = hopOf(key, s);
+      to = hop.starts ? hop.successor : self;
+    }
+    if (to == self) {
       // This node's own contribution: exact, or encoded under mxnet.
-      owner_->add({job, key, s, iteration}, self, {std::move(e.pin), e.bytes, compressed && k->mxnet(), k->contributors});
+      owner_->add({job, key, s, iteration}, self, {std::move(e.pin), e.bytes, compressed && k->mxnet(), k->contributors},
+                  shapeOf(*k, s));
       continue;
     }
     countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
     SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
-                   k->contributors, membership_.view().epoch};
-    lanes_->push(owner, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
-                                                   encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
-    touched[owner] = true;
+                   k->contributors, membership_.view().epoch, k->topology};
+    lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
+                                                encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
+    touched[to] = true;
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (touched[r]) lanes_->send(r);
@@ -430,7 +458,9 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   auto it = js.keys.find(h.key);
   if (it == js.keys.end()) return stash(strCat("tensor ", h.key, " of job ", h.job).c_str());
   KeyState& k = it->second;
-  auto checked = checkSlice(h, k, ownerOf(h.key, h.slice), transport_.rank(), m.from);
+  std::optional<RingHop> hop;
+  if (k.ring()) hop = hopOf(h.key, h.slice);
+  auto checked = checkSlice(h, k, ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;
   const bool contribution = h.kind == SliceKind::kContribution;
@@ -446,18 +476,28 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   metrics::CodecStats& cs = !compressed ? *k.raw_stats : contribution ? *k.push_stats : *k.pull_stats;
   cs.raw_received->Increment(static_cast<double>(raw));
   cs.wire_received->Increment(static_cast<double>(m.payload.size()));
-  if (!contribution)
-    return applyResult(h.job, k, h.slice, h.iteration, h.contributors, m.payload, compressed, m.payload_owner);
-  // The merge runs later, on the host stream: the payload is kept where the transport
-  // received it when it lets us, else copied (the message is gone after this handler).
+  // A ring's result is passed on first, and a contribution merged later, on the host stream:
+  // the payload is kept where the transport received it when it lets us, else copied (the
+  // message is gone after this handler).
+  const bool forward = !contribution && hop && hop->forwards_result;
+  const bool kept = contribution || forward;
   std::shared_ptr<const void> pin = m.payload_owner;
   std::span<const std::byte> bytes = m.payload;
-  if (!pin) {
+  if (kept && !pin) {
     auto copy = std::make_shared<ByteBuffer>(m.payload.begin(), m.payload.end());
     bytes = *copy;
     pin = std::move(copy);
   }
-  owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors});
+  if (forward) {
+    countSent(compressed ? *k.pull_stats : *k.raw_stats, raw, bytes.size(), 1);
+    lanes_->push(hop->successor, k.priority,
+                 Outgoing{SliceKind::kResult, h.job, h.key, h.iteration, h.slice,
+                          std::vector<std::byte>(m.header.begin(), m.header.end()), Payload{pin, bytes}});
+    lanes_->send(hop->successor);
+  }
+  if (!contribution) return applyResult(h.job, k, h.slice, h.iteration, h.contributors, bytes, compressed, pin);
+  owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors},
+              shapeOf(k, h.slice));
 }
 
 void ReductionEngine::refreshStats() {

@@ -19,6 +19,11 @@
 // tensor submitted late overtakes the low-priority slices still queued. Whether a
 // tensor travels compressed is the planner's decision (scheduler/planner.h); every slice
 // names its codec, and a slice sent uncompressed carries its residual along.
+//
+// Under the ring topology (CaSync-Ring) a slice's owner is where its ring ends instead: the
+// partial sum is made hop by hop by the same owner side (each hop merging its
+// predecessor's partial with its own share), and the owner's result is forwarded round the
+// ring as received (ring_hop.h). Each node then sends to its successor only.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,7 @@
 #include "agent/owner_side.h"
 #include "agent/peer_lanes.h"
 #include "agent/residual_sampler.h"
+#include "agent/ring_hop.h"
 #include "agent/tensor_route.h"
 #include "agent/reduction_policy.h"
 #include "common/clock.h"
@@ -66,6 +72,9 @@ struct EngineOptions {
   uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
   uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
   bool prioritize = true;            // P3; false: every tensor at one priority (a FIFO baseline)
+  // How a tensor's slices travel unless it chose (reduce.topology): a sharded parameter
+  // server, or CaSync-Ring (scheduler.topology; agent/reduction_policy.h).
+  Topology topology = Topology::kPs;
   std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
   // What the residuals kept on the host may take: the node's (of host gradients), and apart
   // the owner's (of the results it re-encodes). A GPU's coder has its own.
@@ -179,8 +188,15 @@ class ReductionEngine : public JobPart {
   struct JobState;
 
   KeyState* findKey(uint64_t job, uint64_t key);
-  // The owner side's result of a slice: sent to every node and decoded here.
-  void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors);
+  // The owner side's sum of a slice. The whole sum, the result, is sent to every node (ps) or
+  // to the successor (ring) and decoded here; a ring hop's partial sum goes to the successor.
+  void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
+                bool final);
+  // This node's place in the ring of a slice (ring_hop.h), under the current membership.
+  RingHop hopOf(uint64_t key, uint32_t slice) const;
+  // Who the owner side's sum of a slice merges: every member (ps), or the predecessor's
+  // partial sum then this node's share (ring).
+  OwnerSide::Shape shapeOf(const KeyState& k, uint32_t slice) const;
   // `encoded_owner`, when set, keeps `encoded` valid past this call (no staging copy).
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
                    std::span<const std::byte> encoded, bool compressed, std::shared_ptr<const void> encoded_owner);

@@ -15,8 +15,18 @@ std::string_view aggregationName(Aggregation a) {
 
 std::string_view resultName(ResultKind r) { return r == ResultKind::kSum ? "sum" : "average"; }
 
+std::string_view topologyName(Topology t) { return t == Topology::kRing ? "ring" : "ps"; }
+
+Result<Topology> parseTopology(std::string_view name) {
+  if (name == "ps") return Topology::kPs;
+  if (name == "ring") return Topology::kRing;
+  return Status::invalidArgument(strCat("topology '", name, "' is not one of: ps, ring"));
+}
+
 std::string describe(const ReductionPolicy& p) {
-  return strCat(aggregationName(p.aggregation), ", ", resultName(p.result));
+  std::string text = strCat(aggregationName(p.aggregation), ", ", resultName(p.result));
+  if (p.topology) text += strCat(", ", topologyName(*p.topology));
+  return text;
 }
 
 Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
@@ -45,9 +55,13 @@ Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
       } else {
         return Status::invalidArgument(strCat("reduce.result '", value, "' is not one of: average, sum"));
       }
+    } else if (name == "reduce.topology") {
+      auto topology = parseTopology(value);
+      if (!topology.ok()) return Status::invalidArgument(strCat("reduce.", topology.status().message()));
+      policy.topology = *topology;
     } else {
-      return Status::invalidArgument(
-          strCat("unknown parameter '", name, "' (reduce.* names are reduce.aggregation and reduce.result)"));
+      return Status::invalidArgument(strCat("unknown parameter '", name,
+                                            "' (reduce.* names are reduce.aggregation, reduce.result and reduce.topology)"));
     }
     it = params.erase(it);
   }

@@ -3,6 +3,7 @@
 // sees them):
 //   reduce.aggregation = bidirectional (default) | mxnet
 //   reduce.result      = average (default) | sum
+//   reduce.topology    = ps | ring (default: the agent's scheduler.topology)
 //
 // bidirectional: a slice's owner adds its own node's sum exactly; every other node sends
 //   its sum encoded with its own residual; the owner encodes the total with its own residual
@@ -14,10 +15,20 @@
 //   gets exactly that sum. Every tensor is compressed whatever its size (the planner and
 //   compress.min_elements are not asked), as MXNet compresses every dense fp32 key.
 //
+// ps: each slice has an owner agent that every node sends its contribution to, and that
+//   sends the result back to every node (a sharded parameter server, above).
+// ring: CaSync-Ring (agent/ring_hop.h). A slice's partial sum travels once round the ring of
+//   agents in rank order, each adding its own share and re-encoding with a residual of its
+//   own, and ends at the slice's owner; the owner encodes the total once and that result
+//   goes round the ring again, forwarded as is. Every node sends to one neighbour only.
+//   Bidirectional only: mxnet's semantics are a parameter server's.
+//
 // A sum is returned as summed; an average is that sum divided once by the number of
 // trainers (never scaled twice).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,16 +39,21 @@ namespace gcagent::agent {
 
 enum class Aggregation { kBidirectional, kMxnet };
 enum class ResultKind { kAverage, kSum };
+enum class Topology : uint8_t { kPs = 0, kRing = 1 };
 
 struct ReductionPolicy {
   Aggregation aggregation = Aggregation::kBidirectional;
   ResultKind result = ResultKind::kAverage;
+  std::optional<Topology> topology;  // unset: the agent's default (scheduler.topology)
   bool operator==(const ReductionPolicy&) const = default;
 };
 
 std::string_view aggregationName(Aggregation a);
 std::string_view resultName(ResultKind r);
-// "mxnet, sum"
+std::string_view topologyName(Topology t);
+// "ps" or "ring"; the error names the choices.
+Result<Topology> parseTopology(std::string_view name);
+// "mxnet, sum", and the topology when the tensor chose one: "bidirectional, average, ring"
 std::string describe(const ReductionPolicy& p);
 
 // Takes the reduce.* entries out of a tensor's parameters (what is left belongs to the

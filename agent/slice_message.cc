@@ -14,7 +14,7 @@ std::vector<std::byte> encodeSliceHeader(const SliceMessage& m) {
   w.put(kMagic);
   w.put(kVersion);
   w.put(static_cast<uint8_t>(m.kind));
-  w.put(uint8_t{0});
+  w.put(static_cast<uint8_t>(m.topology));
   w.put(m.job);
   w.put(m.key);
   w.put(m.iteration);
@@ -33,12 +33,12 @@ Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes) {
   ByteReader r(bytes);
   uint32_t magic = 0;
   uint16_t version = 0;
-  uint8_t kind = 0, reserved = 0;
+  uint8_t kind = 0, topology = 0;
   SliceMessage m;
   r.get(magic);
   r.get(version);
   r.get(kind);
-  r.get(reserved);
+  r.get(topology);
   r.get(m.job);
   r.get(m.key);
   r.get(m.iteration);
@@ -52,6 +52,9 @@ Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes) {
   if (version != kVersion) return Status::invalidArgument(strCat("slice header: version ", version, ", expected ", kVersion));
   if (kind != 1 && kind != 2) return Status::invalidArgument(strCat("slice header: unknown kind ", int{kind}));
   m.kind = static_cast<SliceKind>(kind);
+  if (topology > static_cast<uint8_t>(Topology::kRing))
+    return Status::invalidArgument(strCat("slice header: unknown topology ", int{topology}));
+  m.topology = static_cast<Topology>(topology);
   if (m.slice_count == 0 || m.slice >= m.slice_count)
     return Status::invalidArgument(strCat("slice header: slice ", m.slice, " of ", m.slice_count));
   if (m.tensor_elements == 0 || m.tensor_elements < m.slice_count)

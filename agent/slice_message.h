@@ -1,9 +1,10 @@
 // The header of every slice that travels between agents, in the transport's header field:
-//   u32 magic "GCAS" | u16 version | u8 kind | u8 reserved
+//   u32 magic "GCAS" | u16 version | u8 kind | u8 topology
 //   u64 job | u64 key | u64 iteration | u32 slice | u32 slice_count
 //   u64 tensor elements | u32 codec fingerprint | u32 contributors | u32 view epoch
 // A contribution carries one node's locally reduced slice to the slice's owner; a result
-// carries the owner's sum of every node back. The fingerprint and the sizes let a receiver
+// carries the owner's sum of every node back. Under the ring topology a contribution is a
+// partial sum passed to the next node, and a result is passed on round the ring. The fingerprint and the sizes let a receiver
 // refuse a slice it would otherwise decode with the wrong codec or into the wrong tensor; the
 // view epoch, one sent under an older membership (agent/membership.h).
 #pragma once
@@ -13,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "agent/reduction_policy.h"
 #include "common/status.h"
 
 namespace gcagent::agent {
@@ -30,6 +32,7 @@ struct SliceMessage {
   uint32_t codec_fingerprint = 0;
   uint32_t contributors = 0;  // trainers whose gradients the slice sums
   uint32_t view = 0;          // the membership epoch it was sent under
+  Topology topology = Topology::kPs;
   bool operator==(const SliceMessage&) const = default;
 };
 

@@ -36,21 +36,35 @@ uint32_t resultFingerprint(const compress::CodecSpec& codec) { return fingerprin
 uint32_t rawContributionFingerprint() { return fingerprint({"none", {}}); }
 uint32_t rawResultFingerprint() { return fingerprint({"none", {}}) ^ kResultMark; }
 
-Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t owner, uint32_t self, uint32_t from) {
+Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t owner, uint32_t self, uint32_t from,
+                        const RingHop* hop) {
   if (h.tensor_elements != r.spec.elements || h.slice_count != r.slice_count)
     return Status::invalidArgument(strCat("tensor ", h.key, " has ", h.tensor_elements, " elements there, ",
                                           r.spec.elements, " here"));
+  if (h.topology != r.topology)
+    return Status::invalidArgument(strCat("tensor ", h.key, " travels by ", topologyName(h.topology), " there, by ",
+                                          topologyName(r.topology), " here (scheduler.topology or the tensor's "
+                                          "reduce.topology differ between the nodes)"));
+  const bool ring = r.topology == Topology::kRing && hop != nullptr;
+  if (ring && from != hop->predecessor)
+    return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": sent by rank ", from,
+                                          ", not by this node's predecessor in the ring, rank ", hop->predecessor));
   if (h.kind == SliceKind::kContribution) {
     if (h.codec_fingerprint != r.push_fp && h.codec_fingerprint != rawContributionFingerprint())
       return Status::invalidArgument(strCat("tensor ", h.key, ": codec differs from '", r.push_spec.name,
                                             "' (aggregation ", aggregationName(r.spec.policy.aggregation), ")"));
-    if (owner != self)
+    if (ring && hop->starts)
+      return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": a partial sum sent to the node "
+                                            "that starts it"));
+    if (!ring && owner != self)
       return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, " is not owned here"));
     return h.codec_fingerprint == r.push_fp && r.push_spec.name != "none";
   }
   if (h.codec_fingerprint != r.pull_fp && h.codec_fingerprint != rawResultFingerprint())
     return Status::invalidArgument(strCat("tensor ", h.key, ": result codec differs from '", r.pull_spec.name, "'"));
-  if (owner != from)
+  if (ring && hop->owns)
+    return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": a result sent to its owner"));
+  if (!ring && owner != from)
     return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": result from rank ", from,
                                           ", which does not own it"));
   return h.codec_fingerprint == r.pull_fp && r.pull_spec.name != "none";

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "agent/ring_hop.h"
 #include "agent/slice_message.h"
 #include "agent/tensor_route.h"
 #include "common/status.h"
@@ -21,8 +22,12 @@ uint32_t rawContributionFingerprint();
 uint32_t rawResultFingerprint();
 
 // Whether a received slice of `route`'s tensor is in its codec (true) or uncompressed
-// (false), once it checks out: the tensor's size, the codec, and the slice's owner (this
-// node for a contribution, the sender for a result). The error names the tensor.
-Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& route, uint32_t owner, uint32_t self, uint32_t from);
+// (false), once it checks out: the tensor's size, its topology, the codec, and who may send
+// it. Under ps that is any node for a contribution to its owner (this node), the owner for
+// a result; under ring (`hop` this node's place in the slice's ring), the predecessor, for a
+// contribution unless this node starts the sum, for a result unless it owns the slice. The
+// error names the tensor.
+Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& route, uint32_t owner, uint32_t self, uint32_t from,
+                        const RingHop* hop = nullptr);
 
 }  // namespace gcagent::agent

@@ -12,6 +12,10 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   TensorRoute r;
   r.spec = t;
   r.priority = options.prioritize ? t.priority : 0;
+  r.topology = t.policy.topology.value_or(options.topology);
+  if (r.ring() && r.mxnet())
+    return Status::invalidArgument(strCat("tensor ", t.key, ": aggregation mxnet is a parameter server's; it cannot "
+                                          "travel by ring (use reduce.topology=ps, or the bidirectional aggregation)"));
   r.push_spec = t.codec.name.empty() ? options.default_codec : t.codec;
   // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
   // codec of an uncompressed push codec stays uncompressed, and so does every result under
@@ -56,8 +60,10 @@ bool replan(TensorRoute& r, scheduler::Planner& planner, uint64_t min_elements, 
   } else {
     why = strCat(r.plan.compress ? "compressed" : "uncompressed", " (min_elements ", min_elements, ")");
   }
+  std::string policy = describe(r.spec.policy);
+  if (!r.spec.policy.topology) policy += strCat(", ", topologyName(r.topology));
   GC_LOG(kInfo, "scheduler", "tensor ", r.spec.key, " (", r.spec.elements, " elements, ", r.push_spec.name, ", ",
-         describe(r.spec.policy), "): ", why);
+         policy, "): ", why);
   return changed;
 }
 

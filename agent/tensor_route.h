@@ -31,6 +31,7 @@ struct RouteOptions {
   uint64_t slice_elements = 40000;
   compress::CodecEnv codec_env;
   bool prioritize = true;  // false: every tensor at one priority (FIFO everywhere)
+  Topology topology = Topology::kPs;  // unless the tensor chose one (scheduler.topology)
 };
 
 struct TensorRoute {
@@ -45,12 +46,14 @@ struct TensorRoute {
   metrics::SizeClass size_class = metrics::SizeClass::kSmall;
   scheduler::SliceGeometry geometry;
   uint32_t slice_count = 0;
+  Topology topology = Topology::kPs;  // the tensor's choice, else the agent's default
   // The planner's decision: compressed or not, re-made when the planner re-fits.
   scheduler::Plan plan;
   uint64_t plan_epoch = UINT64_MAX;
   bool planned = false;
 
   bool mxnet() const { return spec.policy.aggregation == Aggregation::kMxnet; }
+  bool ring() const { return topology == Topology::kRing; }
   // Contributions and results travel compressed this reduction.
   bool pushCompressed() const { return plan.compress && push_spec.name != "none"; }
   bool pullCompressed() const { return plan.compress && pull_spec.name != "none"; }
@@ -60,11 +63,11 @@ struct TensorRoute {
   }
   // Whether the wire format of the tensor's contributions changed (its residuals are moot).
   bool sameWire(const TensorRoute& other) const {
-    return spec.elements == other.spec.elements && push_fp == other.push_fp;
+    return spec.elements == other.spec.elements && push_fp == other.push_fp && topology == other.topology;
   }
 };
 
-// Builds a tensor's route; the error names the tensor and which codec is wrong.
+// Builds a tensor's route; the error names the tensor and which codec or policy is wrong.
 Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, const scheduler::Planner& planner,
                               metrics::Stats& stats);
 

@@ -84,7 +84,7 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
             "gcagent.toml:2:18: scheduler.slice_elements: 12 is outside [1024, 6.71089e+07]");
   EXPECT_EQ(errorOf(fromText("[scheduler]\n\nslce_elements = 4096\n")),
             "gcagent.toml:3:1: unknown key 'scheduler.slce_elements' (known in [scheduler]: slice_elements, "
-            "inflight_per_peer, inflight_bytes, priority, refit_interval)");
+            "inflight_per_peer, inflight_bytes, priority, topology, refit_interval)");
   EXPECT_EQ(errorOf(fromText("[sched]\nx = 1\n")),
             "gcagent.toml:1:1: unknown section [sched] (known: agent, transport, scheduler, compress, metrics, "
             "security)");
@@ -184,6 +184,15 @@ TEST(ConfigTest, AddressesAndTheSocketPathMustBeUsable) {
   EXPECT_TRUE(loadConfig(flags).ok());
   flags.overrides = {"metrics.listen="};  // no metrics endpoint
   EXPECT_TRUE(loadConfig(flags).ok());
+}
+
+TEST(ConfigTest, TheTopologyIsAParameterServerUnlessSetToRing) {
+  EXPECT_EQ(loadConfig({}).value().config.scheduler_topology, "ps");
+  ConfigInputs flags;
+  flags.overrides = {"scheduler.topology=ring"};
+  EXPECT_EQ(loadConfig(flags).value().config.scheduler_topology, "ring");
+  EXPECT_EQ(errorOf(fromText("[scheduler]\ntopology = \"tree\"\n")),
+            "gcagent.toml:2:12: scheduler.topology: \"tree\" is not one of ps|ring");
 }
 
 TEST(ConfigTest, ReferenceListsEveryKey) {

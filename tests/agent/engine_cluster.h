@@ -19,8 +19,10 @@ namespace gcagent::agent {
 class CuttableTransport : public transport::Transport {
  public:
   explicit CuttableTransport(std::unique_ptr<transport::Transport> inner)
-      : inner_(std::move(inner)), cut_(inner_->size(), false) {}
+      : inner_(std::move(inner)), cut_(inner_->size(), false), sent_(inner_->size(), 0) {}
   void cut(transport::Rank peer, bool cut) { cut_[peer] = cut; }
+  // Messages handed over for each peer.
+  uint64_t sent(transport::Rank peer) const { return sent_[peer]; }
 
   transport::Rank rank() const override { return inner_->rank(); }
   transport::Rank size() const override { return inner_->size(); }
@@ -33,6 +35,7 @@ class CuttableTransport : public transport::Transport {
   Status send(transport::Rank to, std::span<const std::byte> header, std::span<const std::byte> payload,
               SendDone done) override {
     if (cut_[to]) return Status::unavailable("cut");
+    ++sent_[to];
     return inner_->send(to, header, payload, std::move(done));
   }
   bool progress() override { return inner_->progress(); }
@@ -44,6 +47,7 @@ class CuttableTransport : public transport::Transport {
  private:
   std::unique_ptr<transport::Transport> inner_;
   std::vector<bool> cut_;
+  std::vector<uint64_t> sent_;
 };
 
 struct Done {
@@ -100,6 +104,8 @@ class Cluster {
     transports_[b]->cut(a, cut);
   }
   std::shared_ptr<LocalCoder> coder(uint32_t r) { return coders_[r]; }
+  // Messages node `from` handed over for node `to`.
+  uint64_t sent(uint32_t from, uint32_t to) const { return transports_[from]->sent(to); }
   std::vector<Done>& done(uint32_t r) { return done_[r]; }
   // The keys of the contributions node r received, in the order they arrived.
   const std::vector<uint64_t>& contributions(uint32_t r) const { return contributions_[r]; }

@@ -21,7 +21,7 @@ class OwnerSideTest : public ::testing::Test {
         stream_(host_.stream()),
         owner_(3, stream_, std::make_shared<LocalCoder>(makeHostCoderDevice(stream_)), planner_, sampler_,
                [this](uint64_t job, uint64_t key) -> TensorRoute* { return job == 1 && key == 5 ? &route_ : nullptr; },
-               [this](const OwnerSide::Slice& s, Result<SliceEncoding> r, bool compressed, uint32_t contributors) {
+               [this](const OwnerSide::Slice& s, Result<SliceEncoding> r, bool compressed, uint32_t contributors, bool) {
                  ASSERT_TRUE(r.ok()) << r.status().toString();
                  EXPECT_FALSE(compressed);
                  EXPECT_EQ(s.iteration, 4u);

@@ -12,6 +12,7 @@
 
 #include "agent/host_coder_device.h"
 #include "tests/agent/engine_cluster.h"
+#include "tests/agent/engine_runs.h"
 #include "tests/agent/host_coders.h"
 #include "agent/slice_message.h"
 #include "tests/common/epoch_clock.h"
@@ -19,72 +20,6 @@
 
 namespace gcagent::agent {
 namespace {
-
-float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_t i) {
-  uint64_t x = (trainer * 1000003ull) ^ (iteration * 7919ull) ^ (key * 104729ull) ^ (i * 2654435761ull);
-  x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
-  return static_cast<float>(static_cast<int64_t>(x >> 40) % 2001 - 1000) / 1000.0f;
-}
-
-// Runs `iterations` of every key on every node with `local` trainers per node; checks every
-// trainer's buffer against the exact average within `tolerance` (absolute). `results`, when
-// given, gets what the trainers saw, by iteration then key.
-void runAndCheck(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations, double tolerance,
-                 const std::string& codec = "", std::vector<std::vector<float>>* results = nullptr) {
-  const uint64_t job = jobIdOf("test-job");
-  std::vector<TensorSpec> specs;
-  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), {codec, {}}, {}});
-  for (uint32_t r = 0; r < c.size(); ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
-  const uint32_t world = c.size() * local;
-  // buffers[node][local][key]
-  std::vector<std::vector<std::vector<std::vector<float>>>> buffers(c.size());
-  for (int it = 1; it <= iterations; ++it) {
-    for (uint32_t r = 0; r < c.size(); ++r) {
-      buffers[r].assign(local, {});
-      for (uint32_t l = 0; l < local; ++l)
-        for (size_t k = 0; k < sizes.size(); ++k) {
-          std::vector<float> v(sizes[k]);
-          for (uint64_t i = 0; i < sizes[k]; ++i) v[i] = valueOf(r * local + l, it, 100 + k, i);
-          buffers[r][l].push_back(std::move(v));
-        }
-    }
-    // Nodes submit in different orders so owners see contributions before their own.
-    for (uint32_t step = 0; step < c.size(); ++step) {
-      uint32_t r = (step + static_cast<uint32_t>(it)) % c.size();
-      for (size_t k = 0; k < sizes.size(); ++k) {
-        std::vector<float*> ptrs;
-        for (uint32_t l = 0; l < local; ++l) ptrs.push_back(buffers[r][l][k].data());
-        ASSERT_TRUE(c.engine(r).reduce(job, it, 100 + k, ptrs, c.coder(r)).ok());
-      }
-      c.pump(3);
-    }
-    c.pump();
-    for (uint32_t r = 0; r < c.size(); ++r) {
-      ASSERT_EQ(c.done(r).size(), sizes.size()) << "node " << r << " iteration " << it;
-      for (const Done& d : c.done(r)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
-      c.done(r).clear();
-    }
-    for (size_t k = 0; k < sizes.size(); ++k)
-      for (uint64_t i = 0; i < sizes[k]; ++i) {
-        double expected = 0;
-        for (uint32_t t = 0; t < world; ++t) expected += valueOf(t, it, 100 + k, i);
-        expected /= world;
-        const float first = buffers[0][0][k][i];
-        ASSERT_NEAR(first, expected, tolerance) << "key " << k << " i " << i << " iteration " << it;
-        for (uint32_t r = 0; r < c.size(); ++r)
-          for (uint32_t l = 0; l < local; ++l)
-            ASSERT_EQ(buffers[r][l][k][i], first) << "every trainer must see the same bytes";
-      }
-    if (results != nullptr)
-      for (auto& b : buffers[0][0]) results->push_back(std::move(b));
-  }
-}
-
-EngineOptions smallSlices() {
-  EngineOptions o;
-  o.slice_elements = 1000;
-  return o;
-}
 
 TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJustBooted) {
   // The engines' clock starts one second after its epoch, as steady_clock does on a machine
@@ -623,7 +558,7 @@ TEST(ReductionEngineTest, SumsAreExactInRankOrderWhateverTheArrivalOrder) {
       const uint32_t local = nodes == 3 ? 2 : 1;
       const std::vector<uint64_t> sizes = {1, 7, 1000, 2501};
       Cluster c(nodes, smallSlices(), std::vector<bool>(nodes, coded));
-      const Seen seen = runPolicy(c, local, sizes, 3, {"none", {}}, {Aggregation::kBidirectional, ResultKind::kSum},
+      const Seen seen = runPolicy(c, local, sizes, 3, {"none", {}}, {Aggregation::kBidirectional, ResultKind::kSum, {}},
                                   roughValueOf);
       for (int it = 1; it <= 3; ++it)
         for (size_t k = 0; k < sizes.size(); ++k)
@@ -665,7 +600,7 @@ void mxnetPolicyMatchesDistSync(uint32_t nodes, uint32_t local, std::vector<bool
   const int iterations = 4;
   Cluster c(nodes, smallSlices(), coded);
   const Seen seen = runPolicy(c, local, sizes, iterations, {"2bit", {{"threshold", "0.5"}}},
-                              {Aggregation::kMxnet, ResultKind::kSum});
+                              {Aggregation::kMxnet, ResultKind::kSum, {}});
   // residual[node][key][i]
   std::vector<std::vector<std::vector<float>>> residual(nodes);
   for (auto& r : residual)
@@ -705,7 +640,7 @@ TEST(ReductionEngineTest, MxnetPolicyCompressesEveryKeyAndSendsResultsUncompress
   Cluster c(2, o);
   for (uint32_t r = 0; r < 2; ++r)
     ASSERT_TRUE(c.engine(r)
-                    .declareJob(job, {{1, 3000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum}},
+                    .declareJob(job, {{1, 3000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum, {}}},
                                       {2, 3000, 0, {"2bit", {}}, {}}})
                     .ok());
   EXPECT_TRUE(c.engine(0).planOf(job, 1)->compress);
@@ -727,7 +662,7 @@ TEST(ReductionEngineTest, MxnetPolicyCompressesEveryKeyAndSendsResultsUncompress
 TEST(ReductionEngineTest, NodesThatDisagreeOnTheAggregationAreRejected) {
   Cluster c(2, smallSlices());
   const uint64_t job = jobIdOf("policy-mismatch");
-  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum}}}).ok());
+  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum, {}}}}).ok());
   ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"2bit", {}}, {}}}).ok());
   std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());

@@ -11,7 +11,7 @@ TEST(ReductionPolicy, DefaultsToBidirectionalAverageAndLeavesCodecParametersAlon
   compress::Params params = {{"threshold", "0.5"}};
   auto policy = takeReductionPolicy(params);
   ASSERT_TRUE(policy.ok()) << policy.status().message();
-  EXPECT_EQ(policy.value(), (ReductionPolicy{Aggregation::kBidirectional, ResultKind::kAverage}));
+  EXPECT_EQ(policy.value(), (ReductionPolicy{Aggregation::kBidirectional, ResultKind::kAverage, {}}));
   EXPECT_EQ(params, (compress::Params{{"threshold", "0.5"}}));
   EXPECT_EQ(describe(policy.value()), "bidirectional, average");
 }
@@ -20,7 +20,7 @@ TEST(ReductionPolicy, TakesTheReduceEntriesOutOfTheCodecParameters) {
   compress::Params params = {{"reduce.aggregation", "mxnet"}, {"reduce.result", "sum"}, {"threshold", "0.5"}};
   auto policy = takeReductionPolicy(params);
   ASSERT_TRUE(policy.ok()) << policy.status().message();
-  EXPECT_EQ(policy.value(), (ReductionPolicy{Aggregation::kMxnet, ResultKind::kSum}));
+  EXPECT_EQ(policy.value(), (ReductionPolicy{Aggregation::kMxnet, ResultKind::kSum, {}}));
   EXPECT_EQ(params, (compress::Params{{"threshold", "0.5"}}));
   EXPECT_EQ(describe(policy.value()), "mxnet, sum");
 }
@@ -52,7 +52,26 @@ TEST(ReductionPolicy, AnUnknownReduceNameIsRefused) {
   auto policy = takeReductionPolicy(params);
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().message(),
-            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation and reduce.result)");
+            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation, reduce.result and reduce.topology)");
+}
+
+TEST(ReductionPolicy, ATensorMayChooseItsTopology) {
+  compress::Params params = {{"reduce.topology", "ring"}, {"threshold", "0.5"}};
+  auto policy = takeReductionPolicy(params);
+  ASSERT_TRUE(policy.ok()) << policy.status().message();
+  ASSERT_TRUE(policy->topology.has_value());
+  EXPECT_EQ(*policy->topology, Topology::kRing);
+  EXPECT_EQ(describe(policy.value()), "bidirectional, average, ring");
+  EXPECT_EQ(params.size(), 1u);
+  compress::Params none;
+  EXPECT_FALSE(takeReductionPolicy(none)->topology.has_value()) << "unset: the agent's default decides";
+}
+
+TEST(ReductionPolicy, AnUnknownTopologyIsRefusedWithTheChoices) {
+  compress::Params params = {{"reduce.topology", "tree"}};
+  auto policy = takeReductionPolicy(params);
+  ASSERT_FALSE(policy.ok());
+  EXPECT_EQ(policy.status().message(), "reduce.topology 'tree' is not one of: ps, ring");
 }
 
 }  // namespace

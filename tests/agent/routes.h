@@ -13,7 +13,7 @@ inline TensorRoute routeOf(const std::string& codec, Aggregation aggregation = A
   scheduler::Planner planner({});
   RouteOptions options;
   options.slice_elements = 1000;
-  TensorSpec t{7, 2500, 0, {codec, {}}, {aggregation, ResultKind::kAverage}};
+  TensorSpec t{7, 2500, 0, {codec, {}}, {aggregation, ResultKind::kAverage, {}}};
   return makeRoute(t, options, planner, stats).value();
 }
 

@@ -26,7 +26,7 @@ TEST(TensorRouteTest, MxnetCompressesEveryKeyWhateverItsSize) {
   scheduler::Planner planner({scheduler::Selection::kSize, /*min_elements=*/1000000, 2, 1000, 5.0});
   TensorRoute bi = makeRoute({1, 2500, 0, {"2bit", {}}, {}}, {}, planner, stats).value();
   TensorRoute mx =
-      makeRoute({2, 2500, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum}}, {}, planner, stats).value();
+      makeRoute({2, 2500, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum, {}}}, {}, planner, stats).value();
   EXPECT_TRUE(replan(bi, planner, 1000000, false)) << "the first plan is a change";
   EXPECT_TRUE(replan(mx, planner, 1000000, false));
   EXPECT_FALSE(bi.pushCompressed()) << "smaller than min_elements";

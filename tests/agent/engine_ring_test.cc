@@ -1,0 +1,242 @@
+// The ring topology (CaSync-Ring) in the reduction engine: N agents over loopback, each
+// sending only to its successor; results checked against a sum made here in ring order,
+// bit for bit, and every node and trainer seeing the same bytes for every codec.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "agent/reduction_engine.h"
+#include "tests/agent/engine_cluster.h"
+#include "tests/agent/engine_runs.h"
+
+namespace gcagent::agent {
+namespace {
+
+constexpr uint64_t kSlice = 1000;
+
+EngineOptions ringOptions() {
+  EngineOptions o = smallSlices();
+  o.topology = Topology::kRing;
+  return o;
+}
+
+const std::vector<std::string> kCodecs = {"none", "fp16",    "bf16", "2bit", "1bit", "onebit",
+                                          "terngrad", "qsgd", "randomk", "topk", "dgc", "threshold"};
+
+TEST(EngineRing, NoneIsTheExactSumInRingOrder) {
+  // Slice s of a tensor is summed from its owner's successor round to its owner, each node
+  // adding its trainers' local sum; the result is that fp32 sum divided once.
+  for (uint32_t nodes : {2u, 3u, 4u, 5u})
+    for (uint32_t local : {1u, 2u}) {
+      SCOPED_TRACE(testing::Message() << nodes << " nodes, " << local << " trainers each");
+      Cluster c(nodes, ringOptions());
+      const std::vector<uint64_t> sizes = {1, 7, 999, 1000, 1001, 12345};
+      std::vector<std::vector<float>> seen;  // by iteration, then key
+      runAndCheck(c, local, sizes, 2, 1e-6, "none", &seen);
+      const uint32_t world = nodes * local;
+      for (int it = 1; it <= 2; ++it)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const uint64_t key = 100 + k;
+          const std::vector<float>& got = seen[(it - 1) * sizes.size() + k];
+          for (uint64_t i = 0; i < sizes[k]; ++i) {
+            const uint32_t owner = c.engine(0).ownerOf(key, static_cast<uint32_t>(i / kSlice));
+            auto node_sum = [&](uint32_t r) {
+              float s = valueOf(r * local, it, key, i);
+              for (uint32_t l = 1; l < local; ++l) s += valueOf(r * local + l, it, key, i);
+              return s;
+            };
+            float sum = node_sum((owner + 1) % nodes);
+            for (uint32_t hop = 2; hop <= nodes; ++hop) sum += node_sum((owner + hop) % nodes);
+            const float expected = sum / static_cast<float>(world);
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected))
+                << "key " << key << " element " << i << " iteration " << it << ": " << got[i] << " vs " << expected;
+          }
+        }
+      EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+    }
+}
+
+TEST(EngineRing, EachNodeSendsToItsSuccessorOnly) {
+  Cluster c(4, ringOptions());
+  runAndCheck(c, 1, {4000, 17, 2501}, 2, 1e-6, "none");
+  for (uint32_t from = 0; from < 4; ++from)
+    for (uint32_t to = 0; to < 4; ++to) {
+      if (to == from) continue;
+      if (to == (from + 1) % 4) {
+        EXPECT_GT(c.sent(from, to), 0u) << from << " -> " << to;
+      } else {
+        EXPECT_EQ(c.sent(from, to), 0u) << from << " -> " << to << ": not a neighbour";
+      }
+    }
+}
+
+TEST(EngineRing, EveryCodecGivesEveryNodeTheSameBytes) {
+  // Each hop re-encodes its partial sum with its own residual; the owner encodes the total
+  // once and that encoding is forwarded as received, so every node decodes the same bytes.
+  for (const std::string& codec : kCodecs)
+    for (uint32_t nodes : {2u, 3u, 4u, 5u})
+      for (uint32_t local : {1u, 2u}) {
+        SCOPED_TRACE(testing::Message() << codec << ", " << nodes << " nodes, " << local << " trainers each");
+        Cluster c(nodes, ringOptions());
+        // The bound is the codecs' tests' business; runAndCheck asserts the agreement.
+        runAndCheck(c, local, {3000, 17, 2048}, 2, 8.0, codec);
+        EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+      }
+}
+
+TEST(EngineRing, CodedNodesGiveTheHostNodesBytes) {
+  // A node's side on a coder that stages like a GPU's gives the bytes of the host's.
+  for (const char* codec : {"none", "fp16", "2bit", "dgc"}) {
+    SCOPED_TRACE(codec);
+    std::vector<std::vector<float>> on_host, mixed;
+    Cluster host(3, ringOptions());
+    runAndCheck(host, 2, {3000, 17}, 2, 8.0, codec, &on_host);
+    Cluster both(3, ringOptions(), {true, false, true});
+    runAndCheck(both, 2, {3000, 17}, 2, 8.0, codec, &mixed);
+    ASSERT_EQ(on_host.size(), mixed.size());
+    for (size_t i = 0; i < on_host.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(on_host[i].data(), mixed[i].data(), on_host[i].size() * sizeof(float))) << i;
+  }
+}
+
+TEST(EngineRing, ErrorFeedbackOnEveryHopMakesTheRunningMeanConverge) {
+  // 2bit everywhere: each hop sends at most the threshold per element and keeps the rest in
+  // its residual, so the running mean of the results approaches the true average. Gradients
+  // are kept below threshold / nodes so that every partial sum can be carried on average.
+  const uint32_t nodes = 4;
+  const float t = 0.25f;
+  EngineOptions o = ringOptions();
+  o.default_codec = {"2bit", {{"threshold", "0.25"}}};
+  Cluster c(nodes, o);
+  const uint64_t job = jobIdOf("ef-ring");
+  const uint64_t n = 3000;
+  for (uint32_t r = 0; r < nodes; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}, {}}}).ok());
+  std::vector<double> sum(n, 0.0);
+  const int steps = 400;
+  std::vector<std::vector<float>> g(nodes, std::vector<float>(n));
+  for (int it = 1; it <= steps; ++it) {
+    for (uint32_t r = 0; r < nodes; ++r)
+      for (uint64_t i = 0; i < n; ++i) g[r][i] = 0.05f * valueOf(r, 0, 1, i);  // the same every step
+    for (uint32_t r = 0; r < nodes; ++r) ASSERT_TRUE(c.engine(r).reduce(job, it, 1, {g[r].data()}).ok());
+    c.pump();
+    for (uint32_t r = 0; r < nodes; ++r) {
+      ASSERT_EQ(c.done(r).size(), 1u) << "iteration " << it;
+      c.done(r).clear();
+    }
+    for (uint64_t i = 0; i < n; ++i) sum[i] += g[0][i];
+  }
+  double worst = 0, quantum = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    double expected = 0;
+    for (uint32_t r = 0; r < nodes; ++r) expected += 0.05 * valueOf(r, 0, 1, i);
+    expected /= nodes;
+    worst = std::max(worst, std::abs(sum[i] / steps - expected));
+    quantum = std::max(quantum, std::abs(expected));
+  }
+  // What was not delivered sits in the residuals: the nodes', the hops' and the result's,
+  // each within about twice the threshold; spread over the steps and divided by the nodes.
+  const double bound = (2.0 * nodes) * 2 * t / nodes / steps;
+  EXPECT_LT(worst, bound) << "a single step's quantisation error would be about " << t / nodes;
+  EXPECT_GT(quantum, 10 * bound) << "the bound must be tighter than the values";
+}
+
+TEST(EngineRing, ATensorMayChooseTheRingUnderAParameterServerDefault) {
+  // reduce.topology=ring on one tensor: it travels by ring, the others by ps.
+  Cluster c(3, smallSlices());
+  const uint64_t job = jobIdOf("mixed");
+  ReductionPolicy ring;
+  ring.topology = Topology::kRing;
+  const std::vector<TensorSpec> specs = {{1, 5000, 0, {"none", {}}, ring}, {2, 5000, 0, {"none", {}}, {}}};
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  std::vector<std::vector<float>> a(3, std::vector<float>(5000)), b(3, std::vector<float>(5000));
+  for (uint32_t r = 0; r < 3; ++r)
+    for (uint64_t i = 0; i < 5000; ++i) a[r][i] = b[r][i] = valueOf(r, 1, 1, i);
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(c.engine(r).reduce(job, 1, 1, {a[r].data()}).ok());
+    ASSERT_TRUE(c.engine(r).reduce(job, 1, 2, {b[r].data()}).ok());
+  }
+  c.pump();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(c.done(r).size(), 2u);
+    for (const Done& d : c.done(r)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
+    EXPECT_EQ(a[r], a[0]);
+    EXPECT_EQ(b[r], b[0]);
+  }
+  for (uint64_t i = 0; i < 5000; ++i) {
+    const double exact = (double{valueOf(0, 1, 1, i)} + valueOf(1, 1, 1, i) + valueOf(2, 1, 1, i)) / 3;
+    ASSERT_NEAR(a[0][i], exact, 1e-6);
+    ASSERT_NEAR(b[0][i], exact, 1e-6);
+  }
+}
+
+TEST(EngineRing, NodesThatDisagreeOnTheTopologyRefuseEachOthersSlices) {
+  EngineOptions ps = smallSlices();
+  Cluster c(2, ps);
+  const uint64_t job = jobIdOf("disagree");
+  ReductionPolicy ring;
+  ring.topology = Topology::kRing;
+  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"none", {}}, ring}}).ok());
+  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"none", {}}, {}}}).ok());
+  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
+  c.pump();
+  EXPECT_GT(c.engine(0).counters().bad_messages + c.engine(1).counters().bad_messages, 0u);
+  EXPECT_TRUE(c.done(0).empty()) << "never completes wrongly; the deadline fails it";
+  EXPECT_TRUE(c.done(1).empty());
+  const auto last = c.engine(1).stats().health().snapshot().last_error;
+  ASSERT_TRUE(last.has_value());
+  const std::string why = last->message;
+  EXPECT_NE(why.find("tensor 5 travels by ring there, by ps here"), std::string::npos) << why;
+}
+
+TEST(EngineRing, TheMxnetPolicyIsRefusedOnARing) {
+  Cluster c(2, ringOptions());
+  const Status s = c.engine(0).declareJob(jobIdOf("mx"), {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kAverage, {}}}});
+  EXPECT_EQ(s.message(), "tensor 5: aggregation mxnet is a parameter server's; it cannot travel by ring (use "
+                         "reduce.topology=ps, or the bidirectional aggregation)");
+}
+
+TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
+  Cluster c(4, ringOptions());
+  const uint64_t job = jobIdOf("lost");
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 8000, 0, {"2bit", {}}, {}}}).ok());
+  std::vector<std::vector<float>> g(4, std::vector<float>(8000, 0.5f));
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, 5, {g[r].data()}).ok());
+  c.pump(2);  // partial sums are on their way round
+  for (uint32_t r = 0; r < 4; ++r)
+    if (r != 2) c.cut(r, 2, true);
+  for (uint32_t r = 0; r < 4; ++r)
+    if (r != 2) c.engine(r).onPeerDown(2, Status::deadlineExceeded("nothing heard for 2 s"));
+  c.pump();
+  for (uint32_t r = 0; r < 4; ++r) {
+    if (r == 2) continue;
+    ASSERT_EQ(c.done(r).size(), 1u) << "node " << r;
+    EXPECT_EQ(c.done(r)[0].status.message(), "peer rank 2 lost: nothing heard for 2 s") << "node " << r;
+  }
+  // Back, and the next iteration goes round the whole ring again.
+  for (uint32_t r = 0; r < 4; ++r)
+    if (r != 2) c.cut(r, 2, false);
+  for (uint32_t r = 0; r < 4; ++r)
+    if (r != 2) {
+      c.engine(r).onPeerUp(2);
+      c.engine(2).onPeerUp(r);
+    }
+  c.pump();
+  for (uint32_t r = 0; r < 4; ++r) c.done(r).clear();
+  std::vector<std::vector<float>> h(4, std::vector<float>(8000));
+  for (uint32_t r = 0; r < 4; ++r) {
+    for (uint64_t i = 0; i < 8000; ++i) h[r][i] = valueOf(r, 2, 5, i);
+    ASSERT_TRUE(c.engine(r).reduce(job, 2, 5, {h[r].data()}).ok());
+  }
+  c.pump();
+  for (uint32_t r = 0; r < 4; ++r) {
+    ASSERT_EQ(c.done(r).size(), 1u) << "node " << r;
+    EXPECT_TRUE(c.done(r)[0].status.ok()) << c.done(r)[0].status.toString();
+    EXPECT_EQ(h[r], h[0]);
+  }
+}
+
+}  // namespace
+}  // namespace gcagent::agent
