@@ -34,6 +34,29 @@ def test_none_gives_the_exact_average(tmp_path, nodes, local):
         stop_clean(c)
 
 
+@pytest.mark.parametrize("nodes,local", [(2, 2), (3, 1), (4, 2), (5, 1)])
+def test_the_ring_gives_the_exact_average(tmp_path, nodes, local):
+    # CaSync-Ring over real UCX links: partial sums, then results, go round the agents.
+    with Cluster(tmp_path, nodes, ["--scheduler.slice_elements", "4096", "--scheduler.topology", "ring"]) as c:
+        results = c.trainers(local, ["--tensors", SIZES, "--iterations", "4", "--check", "exact"])
+        assert_trainers_ok(results, c)
+        stop_clean(c)
+
+
+def test_error_feedback_on_every_ring_hop_makes_the_mean_converge(tmp_path):
+    # 2bit on a ring of 3: each hop re-encodes its partial sum (at most 3/16 < threshold)
+    # with a residual of its own. What is not delivered sits in 3 node residuals (< 0.25
+    # each), 1 hop residual and 1 result residual (< 0.5 each): over 3 trainers x 80 steps,
+    # within 1.75 / 240 = 0.0073 of the average.
+    with Cluster(tmp_path, 3, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096",
+                               "--scheduler.topology", "ring"]) as c:
+        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", "2bit", "--param", "threshold=0.25",
+                "--check", "converge:0.0073"]
+        assert_trainers_ok(c.trainers(1, args), c)
+        stop_clean(c)
+        assert "2bit, bidirectional, average, ring)" in c.log(0)
+
+
 @pytest.mark.parametrize("keys", [1, 64])
 def test_key_counts(tmp_path, keys):
     sizes = ",".join(str(1 + (k * 977) % 5000) for k in range(keys))
