@@ -26,6 +26,7 @@ struct ReductionEngine::KeyState : TensorRoute {
   uint32_t slices_left = 0;
   uint32_t contributors = 0;
   bool completed_once = false;
+  bool last_ok = false;  // the last iteration finished here completed (not failed)
   uint64_t last_iteration = 0;  // last iteration this node finished or failed, on the wire
   uint64_t last_trainer_iteration = 0;
   // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.

@@ -46,7 +46,11 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
         KeyState* k = findKey(o.job, o.key);
-        return k != nullptr && k->active && k->iteration == o.iteration;
+        if (k == nullptr) return false;
+        // Under allgather a node may finish before its own shares have left: the peers
+        // still need them.
+        return (k->active && k->iteration == o.iteration) ||
+               (k->allgather() && k->last_ok && k->last_iteration == o.iteration);
       },
       [this](const Outgoing& o, const Status& why) {
         KeyState* k = findKey(o.job, o.key);
@@ -227,8 +231,11 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   // The slices this node owns go exact unless its own share is encoded (mxnet); under ring,
   // every slice but those whose partial sum this node starts (it adds its share to a partial).
   std::vector<bool> own(k.slice_count);
+  // Under allgather every share is encoded: every node sums the same decoded shares.
   for (uint32_t s = 0; s < k.slice_count; ++s)
-    own[s] = k.ring() ? !hopOf(key, s).starts : !own_share_encoded && ownerOf(key, s) == transport_.rank();
+    own[s] = k.ring()        ? !hopOf(key, s).starts
+             : k.allgather() ? false
+                             : !own_share_encoded && ownerOf(key, s) == transport_.rank();
   k.coder->encode(k.work, compressed, own, [engine, job, key, wire, compressed](Result<KeyEncodings> r) {
     if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, wire, compressed, std::move(r));
   });
@@ -258,11 +265,12 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   SliceMessage h{kind,         s.job,        s.key, s.iteration, s.slice, k->slice_count, k->spec.elements, fp,
                  contributors, membership_.view().epoch, k->topology};
   const auto header = encodeSliceHeader(h);
-  // A parameter server's owner sends the result to every node; a ring hop, its sum to the next.
+  // A parameter server's owner sends the result to every node; a ring hop, its sum to the
+  // next; under allgather every node made the result itself.
   std::vector<transport::Rank> to;
   if (k->ring()) {
     if (const RingHop hop = hopOf(s.key, s.slice); hop.successor != transport_.rank()) to.push_back(hop.successor);
-  } else {
+  } else if (!k->allgather()) {
     for (transport::Rank r : membership_.view().members)
       if (r != transport_.rank()) to.push_back(r);
   }
@@ -301,6 +309,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   if (!k.active) return;
   k.active = false;
   k.completed_once = true;
+  k.last_ok = status.ok();
   k.last_iteration = k.iteration;
   k.last_trainer_iteration = k.trainer_iteration;
   if (auto j = jobs_.find(job); j != jobs_.end()) recordOutcome(*j->second, status.ok());
@@ -345,7 +354,29 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
     SliceEncoding& e = encodings[s];
     // Where this slice goes: its owner (ps), or the successor when this node starts the
-    // slice's partial sum (ring); else this node's share joins the sum made here.
+    // slice's partial sum (ring); else this node's share joins the sum made here. Under
+    // allgather, to every other member, and into this node's own sum, encoded.
+    if (k->allgather()) {
+      // Sent uncompressed, a share points into the trainers' buffers, which this node's
+      // result overwrites while its sends may still wait in the lanes: it travels as a copy.
+      if (!compressed) {
+        auto copy = std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end());
+        e.bytes = *copy;
+        e.pin = std::move(copy);
+      }
+      const Payload shared{e.pin, e.bytes};
+      SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
+                     k->contributors, membership_.view().epoch, k->topology};
+      const auto header = encodeSliceHeader(h);
+      for (transport::Rank r : membership_.view().members) {
+        if (r == self) continue;
+        countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
+        lanes_->push(r, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header, shared});
+        touched[r] = true;
+      }
+      owner_->add({job, key, s, iteration}, self, {std::move(e.pin), e.bytes, compressed, k->contributors});
+      continue;
+    }
     uint32_t to = ownerOf(key, s);
     if (k->ring()) {
       const RingHop hop = hopOf(key, s);

@@ -3,7 +3,7 @@
 // sees them):
 //   reduce.aggregation = bidirectional (default) | mxnet
 //   reduce.result      = average (default) | sum
-//   reduce.topology    = ps | ring (default: the agent's scheduler.topology)
+//   reduce.topology    = ps | ring | allgather (default: the agent's scheduler.topology)
 //
 // bidirectional: a slice's owner adds its own node's sum exactly; every other node sends
 //   its sum encoded with its own residual; the owner encodes the total with its own residual
@@ -22,6 +22,11 @@
 //   own, and ends at the slice's owner; the owner encodes the total once and that result
 //   goes round the ring again, forwarded as is. Every node sends to one neighbour only.
 //   Bidirectional only: mxnet's semantics are a parameter server's.
+// allgather: every node sends its encoded contribution to every other node, and each node
+//   decodes all of them and sums them in rank order, its own decoded from its own encoding:
+//   the same bits everywhere, one compression error, nothing re-encoded. For the sparse
+//   codecs, whose sum at an owner is denser than any contribution. Results do not travel.
+//   Bidirectional only, as ring.
 //
 // A sum is returned as summed; an average is that sum divided once by the number of
 // trainers (never scaled twice).
@@ -39,7 +44,7 @@ namespace gcagent::agent {
 
 enum class Aggregation { kBidirectional, kMxnet };
 enum class ResultKind { kAverage, kSum };
-enum class Topology : uint8_t { kPs = 0, kRing = 1 };
+enum class Topology : uint8_t { kPs = 0, kRing = 1, kAllgather = 2 };
 
 struct ReductionPolicy {
   Aggregation aggregation = Aggregation::kBidirectional;
@@ -51,7 +56,7 @@ struct ReductionPolicy {
 std::string_view aggregationName(Aggregation a);
 std::string_view resultName(ResultKind r);
 std::string_view topologyName(Topology t);
-// "ps" or "ring"; the error names the choices.
+// "ps", "ring" or "allgather"; the error names the choices.
 Result<Topology> parseTopology(std::string_view name);
 // "mxnet, sum", and the topology when the tensor chose one: "bidirectional, average, ring"
 std::string describe(const ReductionPolicy& p);

@@ -52,7 +52,7 @@ Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes) {
   if (version != kVersion) return Status::invalidArgument(strCat("slice header: version ", version, ", expected ", kVersion));
   if (kind != 1 && kind != 2) return Status::invalidArgument(strCat("slice header: unknown kind ", int{kind}));
   m.kind = static_cast<SliceKind>(kind);
-  if (topology > static_cast<uint8_t>(Topology::kRing))
+  if (topology > static_cast<uint8_t>(Topology::kAllgather))
     return Status::invalidArgument(strCat("slice header: unknown topology ", int{topology}));
   m.topology = static_cast<Topology>(topology);
   if (m.slice_count == 0 || m.slice >= m.slice_count)

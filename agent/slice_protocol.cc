@@ -56,15 +56,18 @@ Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t ow
     if (ring && hop->starts)
       return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": a partial sum sent to the node "
                                             "that starts it"));
-    if (!ring && owner != self)
+    if (r.topology == Topology::kPs && owner != self)
       return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, " is not owned here"));
     return h.codec_fingerprint == r.push_fp && r.push_spec.name != "none";
   }
+  if (r.allgather())
+    return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": a result, but under allgather "
+                                          "every node sums the contributions itself"));
   if (h.codec_fingerprint != r.pull_fp && h.codec_fingerprint != rawResultFingerprint())
     return Status::invalidArgument(strCat("tensor ", h.key, ": result codec differs from '", r.pull_spec.name, "'"));
   if (ring && hop->owns)
     return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": a result sent to its owner"));
-  if (!ring && owner != from)
+  if (r.topology == Topology::kPs && owner != from)
     return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": result from rank ", from,
                                           ", which does not own it"));
   return h.codec_fingerprint == r.pull_fp && r.pull_spec.name != "none";

@@ -25,8 +25,9 @@ uint32_t rawResultFingerprint();
 // (false), once it checks out: the tensor's size, its topology, the codec, and who may send
 // it. Under ps that is any node for a contribution to its owner (this node), the owner for
 // a result; under ring (`hop` this node's place in the slice's ring), the predecessor, for a
-// contribution unless this node starts the sum, for a result unless it owns the slice. The
-// error names the tensor.
+// contribution unless this node starts the sum, for a result unless it owns the slice; under
+// allgather, any member for a contribution and nobody for a result. The error names the
+// tensor.
 Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& route, uint32_t owner, uint32_t self, uint32_t from,
                         const RingHop* hop = nullptr);
 

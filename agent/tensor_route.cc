@@ -13,14 +13,15 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   r.spec = t;
   r.priority = options.prioritize ? t.priority : 0;
   r.topology = t.policy.topology.value_or(options.topology);
-  if (r.ring() && r.mxnet())
+  if (r.topology != Topology::kPs && r.mxnet())
     return Status::invalidArgument(strCat("tensor ", t.key, ": aggregation mxnet is a parameter server's; it cannot "
-                                          "travel by ring (use reduce.topology=ps, or the bidirectional aggregation)"));
+                                          "travel by ", topologyName(r.topology),
+                                          " (use reduce.topology=ps, or the bidirectional aggregation)"));
   r.push_spec = t.codec.name.empty() ? options.default_codec : t.codec;
   // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
   // codec of an uncompressed push codec stays uncompressed, and so does every result under
-  // the mxnet policy.
-  if (r.mxnet() || r.push_spec.name == "none") {
+  // the mxnet policy, and none travel under allgather (each node sums the contributions).
+  if (r.mxnet() || r.allgather() || r.push_spec.name == "none") {
     r.pull_spec = {"none", {}};
   } else {
     r.pull_spec = options.result_codec == "same" ? r.push_spec : compress::CodecSpec{options.result_codec, {}};

@@ -69,6 +69,8 @@ HOOKS = {f"hook-{c}": c for c in CODECS}
 CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
+# the same under CaSync-Ring (each agent sends to its successor only), as P3-ring and FIFO-ring
+SCHEDULING.update({f"{k}-ring": v + ["--scheduler.topology", "ring"] for k, v in list(SCHEDULING.items())})
 
 
 def log(msg):
@@ -249,7 +251,8 @@ def main():
                     "or the path of a gradient-set CSV (name,elements)")
     ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS),
                     help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook)")
-    ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority)")
+    ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority); "
+                    "P3-ring, FIFO-ring: the same on the ring topology")
     ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--no-check", action="store_true",

@@ -57,6 +57,27 @@ def test_error_feedback_on_every_ring_hop_makes_the_mean_converge(tmp_path):
         assert "2bit, bidirectional, average, ring)" in c.log(0)
 
 
+@pytest.mark.parametrize("nodes,local", [(2, 1), (3, 2), (4, 1)])
+def test_allgather_gives_the_exact_average(tmp_path, nodes, local):
+    with Cluster(tmp_path, nodes, ["--scheduler.slice_elements", "4096", "--scheduler.topology", "allgather"]) as c:
+        results = c.trainers(local, ["--tensors", SIZES, "--iterations", "4", "--check", "exact"])
+        assert_trainers_ok(results, c)
+        stop_clean(c)
+
+
+def test_topk_under_allgather_converges_with_one_residual_per_node(tmp_path):
+    # Each node's top-k share is summed by every node itself: only the node residuals hold
+    # what was not sent (no owner re-encodes, no result residual), so the mean over 80 steps
+    # lands within topk's bound of test_error_feedback_makes_the_mean_converge.
+    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096",
+                               "--scheduler.topology", "allgather"]) as c:
+        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", "topk", "--param", "ratio=0.25",
+                "--check", "converge:0.004"]
+        assert_trainers_ok(c.trainers(2, args), c)
+        stop_clean(c)
+        assert "topk, bidirectional, average, allgather)" in c.log(0)
+
+
 @pytest.mark.parametrize("keys", [1, 64])
 def test_key_counts(tmp_path, keys):
     sizes = ",".join(str(1 + (k * 977) % 5000) for k in range(keys))

@@ -1,12 +1,13 @@
-// The ring topology (CaSync-Ring) in the reduction engine: N agents over loopback, each
-// sending only to its successor; results checked against a sum made here in ring order,
-// bit for bit, and every node and trainer seeing the same bytes for every codec.
+// The ring (CaSync-Ring) and allgather topologies in the reduction engine: N agents over
+// loopback; results checked against sums made here (in ring order, or in rank order), bit
+// for bit, and every node and trainer seeing the same bytes for every codec.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
 #include "agent/reduction_engine.h"
+#include "compress/registry.h"
 #include "tests/agent/engine_cluster.h"
 #include "tests/agent/engine_runs.h"
 
@@ -18,6 +19,12 @@ constexpr uint64_t kSlice = 1000;
 EngineOptions ringOptions() {
   EngineOptions o = smallSlices();
   o.topology = Topology::kRing;
+  return o;
+}
+
+EngineOptions allgatherOptions() {
+  EngineOptions o = smallSlices();
+  o.topology = Topology::kAllgather;
   return o;
 }
 
@@ -236,6 +243,125 @@ TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
     EXPECT_TRUE(c.done(r)[0].status.ok()) << c.done(r)[0].status.toString();
     EXPECT_EQ(h[r], h[0]);
   }
+}
+
+TEST(EngineAllgather, NoneIsTheExactSumInRankOrder) {
+  for (uint32_t nodes : {2u, 3u, 4u, 5u})
+    for (uint32_t local : {1u, 2u}) {
+      SCOPED_TRACE(testing::Message() << nodes << " nodes, " << local << " trainers each");
+      Cluster c(nodes, allgatherOptions());
+      const std::vector<uint64_t> sizes = {1, 7, 999, 1000, 1001, 12345};
+      std::vector<std::vector<float>> seen;
+      runAndCheck(c, local, sizes, 2, 1e-6, "none", &seen);
+      const uint32_t world = nodes * local;
+      for (int it = 1; it <= 2; ++it)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const uint64_t key = 100 + k;
+          const std::vector<float>& got = seen[(it - 1) * sizes.size() + k];
+          for (uint64_t i = 0; i < sizes[k]; ++i) {
+            float sum = 0;
+            for (uint32_t r = 0; r < nodes; ++r) {
+              float node = valueOf(r * local, it, key, i);
+              for (uint32_t l = 1; l < local; ++l) node += valueOf(r * local + l, it, key, i);
+              sum = r == 0 ? node : sum + node;
+            }
+            const float expected = sum / static_cast<float>(world);
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected))
+                << "key " << key << " element " << i << " iteration " << it;
+          }
+        }
+      EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+    }
+}
+
+TEST(EngineAllgather, EveryNodeSendsItsShareToEveryOtherAndNoResultsTravel) {
+  Cluster c(4, allgatherOptions());
+  runAndCheck(c, 1, {4000, 17}, 2, 8.0, "topk");
+  for (uint32_t from = 0; from < 4; ++from) {
+    EXPECT_TRUE(c.results(from).empty()) << "node " << from;
+    for (uint32_t to = 0; to < 4; ++to) {
+      if (to == from) continue;
+      EXPECT_EQ(c.sent(from, to), 2u * (4 + 1)) << from << " -> " << to << ": every slice, twice";
+    }
+  }
+}
+
+TEST(EngineAllgather, EveryCodecGivesEveryNodeTheSameBytes) {
+  for (const std::string& codec : kCodecs)
+    for (uint32_t nodes : {2u, 3u, 4u, 5u})
+      for (uint32_t local : {1u, 2u}) {
+        SCOPED_TRACE(testing::Message() << codec << ", " << nodes << " nodes, " << local << " trainers each");
+        Cluster c(nodes, allgatherOptions());
+        runAndCheck(c, local, {3000, 17, 2048}, 2, 8.0, codec);
+        EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+      }
+}
+
+TEST(EngineAllgather, TopkIsEachNodesEncodingDecodedAndSummedOnce) {
+  // The first step (residuals empty): the result is the rank-order sum of every node's own
+  // top-k, decoded, divided once; a parameter server would re-encode that sum with top-k
+  // again and lose more of it.
+  const uint32_t nodes = 4;
+  const uint64_t n = 3000;
+  const compress::CodecSpec topk{"topk", {{"ratio", "0.05"}}};
+  auto codec = compress::makeCodec(topk).value();
+  const uint64_t job = jobIdOf("topk");
+  std::vector<std::vector<float>> got(nodes), ps(nodes);
+  for (Topology t : {Topology::kAllgather, Topology::kPs}) {
+    EngineOptions o = smallSlices();
+    o.topology = t;
+    o.min_elements = 0;
+    Cluster c(nodes, o);
+    auto& out = t == Topology::kAllgather ? got : ps;
+    for (uint32_t r = 0; r < nodes; ++r) {
+      ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, topk, {}}}).ok());
+      out[r].resize(n);
+      for (uint64_t i = 0; i < n; ++i) out[r][i] = valueOf(r, 1, 1, i);
+    }
+    for (uint32_t r = 0; r < nodes; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, 1, {out[r].data()}).ok());
+    c.pump();
+    for (uint32_t r = 0; r < nodes; ++r) {
+      ASSERT_EQ(c.done(r).size(), 1u);
+      ASSERT_TRUE(c.done(r)[0].status.ok()) << c.done(r)[0].status.toString();
+      EXPECT_EQ(out[r], out[0]);
+    }
+  }
+  double allgather_error = 0, ps_error = 0;
+  for (uint32_t s = 0; s * kSlice < n; ++s) {
+    const uint64_t begin = s * kSlice, len = std::min<uint64_t>(kSlice, n - begin);
+    std::vector<float> sum(len, -0.0f);
+    for (uint32_t r = 0; r < nodes; ++r) {
+      std::vector<float> in(len), state(codec->stateElements(len), 0.0f);
+      for (uint64_t i = 0; i < len; ++i) in[i] = valueOf(r, 1, 1, begin + i);
+      std::vector<std::byte> bytes(codec->maxEncodedBytes(len));
+      const size_t used = codec->encode(in, state, bytes, {1, s, 1}).value();
+      ASSERT_TRUE(codec->decodeAdd(std::span(bytes).first(used), sum, {1, s, 1}).ok());
+    }
+    for (uint64_t i = 0; i < len; ++i) {
+      const float expected = sum[i] * (1.0f / nodes);
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[0][begin + i]), std::bit_cast<uint32_t>(expected)) << begin + i;
+      double exact = 0;
+      for (uint32_t r = 0; r < nodes; ++r) exact += valueOf(r, 1, 1, begin + i);
+      exact /= nodes;
+      allgather_error += std::abs(got[0][begin + i] - exact);
+      ps_error += std::abs(ps[0][begin + i] - exact);
+    }
+  }
+  EXPECT_LT(allgather_error, ps_error) << "one compression error, not two";
+}
+
+TEST(EngineAllgather, ResultsAreRefused) {
+  Cluster c(2, allgatherOptions());
+  const uint64_t job = jobIdOf("forged");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {"none", {}}, {}}}).ok());
+  SliceMessage h{SliceKind::kResult, job, 5, 1, 0, 4, 4000, 0, 1, 0, Topology::kAllgather};
+  std::vector<float> payload(1000, 1.0f);
+  c.engine(1).onMessage({0, encodeSliceHeader(h), std::as_bytes(std::span(payload))});
+  EXPECT_EQ(c.engine(1).counters().bad_messages, 1u);
+  const auto last = c.engine(1).stats().health().snapshot().last_error;
+  ASSERT_TRUE(last.has_value());
+  EXPECT_NE(last->message.find("under allgather every node sums the contributions itself"), std::string::npos)
+      << last->message;
 }
 
 }  // namespace
