@@ -134,7 +134,9 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
       if (old->second.active) return Status::failedPrecondition(strCat("tensor ", t.key, " is being reduced"));
       if (old->second.sameWire(k)) {
         k.completed_once = old->second.completed_once;
+        k.last_ok = old->second.last_ok;  // its allgather shares may still wait in the lanes
         k.last_iteration = old->second.last_iteration;
+        k.last_trainer_iteration = old->second.last_trainer_iteration;
         k.coder = old->second.coder;
       }
     }

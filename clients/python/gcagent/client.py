@@ -308,17 +308,22 @@ class Reducer:
 
     def reduce(self, arrays: Sequence[Tuple[int, np.ndarray, int]], codec=_REDUCER_CODEC,
                params: Optional[Dict[str, str]] = None, result: str = "average",
-               aggregation: Optional[str] = None) -> List[np.ndarray]:
+               aggregation: Optional[str] = None, topology: Optional[str] = None) -> List[np.ndarray]:
         """(key, array, priority) -> the reduced arrays (new float32 arrays, same shapes).
 
         result: "average" (the sum over every trainer divided once by their number) or
         "sum". codec and params: for these keys (default: the Reducer's). aggregation:
-        "bidirectional" or "mxnet" (see the operator guide; default: the agent's)."""
+        "bidirectional" or "mxnet" (see the operator guide; default: the agent's).
+        topology: "ps", "ring" or "allgather" (default: the agent's scheduler.topology)."""
         if result not in ("average", "sum"):
             raise ValueError(f"gcagent: result '{result}' is not one of: average, sum")
+        if topology not in (None, "ps", "ring", "allgather"):
+            raise ValueError(f"gcagent: topology '{topology}' is not one of: ps, ring, allgather")
         policy = {"reduce.result": result} if result != "average" else {}
         if aggregation is not None:
             policy["reduce.aggregation"] = aggregation
+        if topology is not None:
+            policy["reduce.topology"] = topology
         own = tuple(sorted((params or {}).items()))
         self._ensure_declared({k: (int(a.size), p, codec, own, tuple(sorted(policy.items()))) for k, a, p in arrays})
         return self._exchange(arrays)

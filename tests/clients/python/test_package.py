@@ -193,3 +193,35 @@ def test_a_result_kind_is_checked(agent):
     with gcagent.Client(agent.sockets[0], "kind", 0, 1) as client:
         with pytest.raises(ValueError, match="result 'mean' is not one of: average, sum"):
             gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], result="mean")
+
+
+def test_a_tensor_chooses_its_topology_from_python(tmp_path, monkeypatch):
+    """Under an agent default of ps, keys reduced with topology="allgather" sum in rank order
+    bit for bit on every node; topology="ring" gives every node the same bits, the sum in
+    ring order (each slice's ring ends at its owner), within fp32 rounding of it."""
+    monkeypatch.setenv("GCAGENT_CLIENT_LIB", str(LIBRARY))
+    sizes = [1, 1000, 70001]
+
+    def work(reducer, rank):
+        arrays = [(k, _values(rank, 50 + k, n), -k) for k, n in enumerate(sizes)]
+        return (reducer.reduce(arrays, result="sum", topology="allgather"),
+                reducer.reduce([(10 + k, a, p) for k, a, p in arrays], result="sum", topology="ring"))
+
+    with Cluster(tmp_path, 3, ["--scheduler.slice_elements", "4096"]) as c:
+        results = _each_node(c, "topologies", work)
+    for k, n in enumerate(sizes):
+        total = (_values(0, 50 + k, n) + _values(1, 50 + k, n)) + _values(2, 50 + k, n)
+        for rank, (allgathered, ringed) in enumerate(results):
+            assert np.array_equal(allgathered[k].view(np.uint32), total.view(np.uint32)), (k, rank)
+            assert np.array_equal(ringed[k].view(np.uint32), results[0][1][k].view(np.uint32)), (k, rank)
+            np.testing.assert_allclose(ringed[k], total, rtol=1e-5, atol=1e-5)
+
+
+def test_a_topology_is_checked(agent):
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "topology", 0, 1) as client:
+        with pytest.raises(ValueError, match="topology 'tree' is not one of: ps, ring, allgather"):
+            gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], topology="tree")
+        with pytest.raises(gcagent.GcagentError, match="reduce.topology 'tree' is not one of: ps, ring, allgather"):
+            gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], codec="none",
+                                           params={"reduce.topology": "tree"})
