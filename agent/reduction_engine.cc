@@ -106,10 +106,24 @@ bool ReductionEngine::codesOnDevice(uint64_t job, uint64_t key) const {
 
 void ReductionEngine::updatePlanGauges() {
   double compressed = 0, uncompressed = 0;
+  double by_topology[3] = {0, 0, 0};
   for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys) (k.plan.compress ? compressed : uncompressed) += 1;
+    for (const auto& [key, k] : js->keys) {
+      (k.plan.compress ? compressed : uncompressed) += 1;
+      by_topology[static_cast<int>(k.topology)] += 1;
+    }
   stats_->gauge(metrics::Id::planned_tensors, {"compressed"}).Set(compressed);
   stats_->gauge(metrics::Id::planned_tensors, {"uncompressed"}).Set(uncompressed);
+  for (Topology t : {Topology::kPs, Topology::kRing, Topology::kAllgather})
+    stats_->gauge(metrics::Id::planned_topology, {std::string(topologyName(t))}).Set(by_topology[static_cast<int>(t)]);
+}
+
+Result<Topology> ReductionEngine::topologyOf(uint64_t job, uint64_t key) const {
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
+  auto k = j->second->keys.find(key);
+  if (k == j->second->keys.end()) return Status::notFound(strCat("tensor ", key, " is not declared"));
+  return k->second.topology;
 }
 
 Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {

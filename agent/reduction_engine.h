@@ -170,6 +170,8 @@ class ReductionEngine : public JobPart {
   size_t queuedSlices(transport::Rank peer) const;
   // Whether a declared tensor currently travels compressed, and in how many partitions.
   Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
+  // The topology a declared tensor travels by (auto resolved).
+  Result<Topology> topologyOf(uint64_t job, uint64_t key) const;
   // Whether a declared tensor's gradients on a GPU reduce through the GPU's LocalCoder, or
   // are staged through host memory (its codec is in gpu_staged_codecs). A node on its own
   // only averages, on the GPU whatever the codec.

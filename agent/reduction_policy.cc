@@ -15,22 +15,6 @@ std::string_view aggregationName(Aggregation a) {
 
 std::string_view resultName(ResultKind r) { return r == ResultKind::kSum ? "sum" : "average"; }
 
-std::string_view topologyName(Topology t) {
-  switch (t) {
-    case Topology::kRing: return "ring";
-    case Topology::kAllgather: return "allgather";
-    case Topology::kPs: break;
-  }
-  return "ps";
-}
-
-Result<Topology> parseTopology(std::string_view name) {
-  if (name == "ps") return Topology::kPs;
-  if (name == "ring") return Topology::kRing;
-  if (name == "allgather") return Topology::kAllgather;
-  return Status::invalidArgument(strCat("topology '", name, "' is not one of: ps, ring, allgather"));
-}
-
 std::string describe(const ReductionPolicy& p) {
   std::string text = strCat(aggregationName(p.aggregation), ", ", resultName(p.result));
   if (p.topology) text += strCat(", ", topologyName(*p.topology));

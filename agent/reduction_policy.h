@@ -3,7 +3,7 @@
 // sees them):
 //   reduce.aggregation = bidirectional (default) | mxnet
 //   reduce.result      = average (default) | sum
-//   reduce.topology    = ps | ring | allgather (default: the agent's scheduler.topology)
+//   reduce.topology    = ps | ring | allgather | auto (default: the agent's scheduler.topology)
 //
 // bidirectional: a slice's owner adds its own node's sum exactly; every other node sends
 //   its sum encoded with its own residual; the owner encodes the total with its own residual
@@ -27,6 +27,8 @@
 //   the same bits everywhere, one compression error, nothing re-encoded. For the sparse
 //   codecs, whose sum at an owner is denser than any contribution. Results do not travel.
 //   Bidirectional only, as ring.
+// auto: one of the three per tensor, from the reference cost model
+//   (scheduler/topology_model.h), the same on every node.
 //
 // A sum is returned as summed; an average is that sum divided once by the number of
 // trainers (never scaled twice).
@@ -39,12 +41,13 @@
 
 #include "common/status.h"
 #include "compress/codec.h"
+#include "scheduler/topology_model.h"
 
 namespace gcagent::agent {
 
 enum class Aggregation { kBidirectional, kMxnet };
 enum class ResultKind { kAverage, kSum };
-enum class Topology : uint8_t { kPs = 0, kRing = 1, kAllgather = 2 };
+using scheduler::Topology;
 
 struct ReductionPolicy {
   Aggregation aggregation = Aggregation::kBidirectional;
@@ -55,9 +58,8 @@ struct ReductionPolicy {
 
 std::string_view aggregationName(Aggregation a);
 std::string_view resultName(ResultKind r);
-std::string_view topologyName(Topology t);
-// "ps", "ring" or "allgather"; the error names the choices.
-Result<Topology> parseTopology(std::string_view name);
+using scheduler::parseTopology;
+using scheduler::topologyName;
 // "mxnet, sum", and the topology when the tensor chose one: "bidirectional, average, ring"
 std::string describe(const ReductionPolicy& p);
 

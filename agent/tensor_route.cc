@@ -12,12 +12,23 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   TensorRoute r;
   r.spec = t;
   r.priority = options.prioritize ? t.priority : 0;
+  r.push_spec = t.codec.name.empty() ? options.default_codec : t.codec;
+  auto push = compress::makeCodec(r.push_spec, options.codec_env);
+  if (!push.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", push.status().message()));
+  r.push = std::move(push).value();
   r.topology = t.policy.topology.value_or(options.topology);
+  if (r.topology == Topology::kAuto && r.mxnet()) {
+    r.topology = Topology::kPs;
+  } else if (r.topology == Topology::kAuto) {
+    // From the reference model, the same on every node: the topology is part of the wire.
+    const auto [chosen, costs] = planner.chooseTopology(t.elements, *r.push);
+    r.topology = chosen;
+    r.topology_why = strCat("topology auto: ", topologyName(chosen), " (", costs.describe(), ")");
+  }
   if (r.topology != Topology::kPs && r.mxnet())
     return Status::invalidArgument(strCat("tensor ", t.key, ": aggregation mxnet is a parameter server's; it cannot "
                                           "travel by ", topologyName(r.topology),
                                           " (use reduce.topology=ps, or the bidirectional aggregation)"));
-  r.push_spec = t.codec.name.empty() ? options.default_codec : t.codec;
   // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
   // codec of an uncompressed push codec stays uncompressed, and so does every result under
   // the mxnet policy, and none travel under allgather (each node sums the contributions).
@@ -26,11 +37,8 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   } else {
     r.pull_spec = options.result_codec == "same" ? r.push_spec : compress::CodecSpec{options.result_codec, {}};
   }
-  auto push = compress::makeCodec(r.push_spec, options.codec_env);
-  if (!push.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", push.status().message()));
   auto pull = compress::makeCodec(r.pull_spec, options.codec_env);
   if (!pull.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": result codec: ", pull.status().message()));
-  r.push = std::move(push).value();
   r.pull = std::move(pull).value();
   r.push_stats = &stats.codec(r.push_spec.name);
   r.pull_stats = &stats.codec(r.pull_spec.name);
@@ -64,7 +72,7 @@ bool replan(TensorRoute& r, scheduler::Planner& planner, uint64_t min_elements, 
   std::string policy = describe(r.spec.policy);
   if (!r.spec.policy.topology) policy += strCat(", ", topologyName(r.topology));
   GC_LOG(kInfo, "scheduler", "tensor ", r.spec.key, " (", r.spec.elements, " elements, ", r.push_spec.name, ", ",
-         policy, "): ", why);
+         policy, "): ", why, r.topology_why.empty() ? "" : "; ", r.topology_why);
   return changed;
 }
 

@@ -31,7 +31,7 @@ struct RouteOptions {
   uint64_t slice_elements = 40000;
   compress::CodecEnv codec_env;
   bool prioritize = true;  // false: every tensor at one priority (FIFO everywhere)
-  Topology topology = Topology::kPs;  // unless the tensor chose one (scheduler.topology)
+  Topology topology = Topology::kPs;  // unless the tensor chose one (scheduler.topology); may be kAuto
 };
 
 struct TensorRoute {
@@ -46,7 +46,8 @@ struct TensorRoute {
   metrics::SizeClass size_class = metrics::SizeClass::kSmall;
   scheduler::SliceGeometry geometry;
   uint32_t slice_count = 0;
-  Topology topology = Topology::kPs;  // the tensor's choice, else the agent's default
+  Topology topology = Topology::kPs;  // the tensor's choice, else the agent's default (auto resolved)
+  std::string topology_why;           // auto's choice and its model, for the log
   // The planner's decision: compressed or not, re-made when the planner re-fits.
   scheduler::Plan plan;
   uint64_t plan_epoch = UINT64_MAX;

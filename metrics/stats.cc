@@ -116,6 +116,7 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   gpu_copy_[1] = &counter(Id::gpu_copy_bytes_total, {"received"});
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
+  for (const char* topology : {"ps", "ring", "allgather"}) gauge(Id::planned_topology, {topology});
   for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,
                          ErrorKind::kAuthFailed, ErrorKind::kDeviceUnavailable, ErrorKind::kAcceptFailed})
     errors_[static_cast<int>(kind)] = &counter(Id::errors_total, {std::string(errorKindName(kind))});

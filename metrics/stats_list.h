@@ -41,6 +41,7 @@
     "tensors whose nonzero gradients this codec encoded as nothing but zeros for 64 iterations (the residual only grows: lower the threshold)") \
   X(scheduler_decisions_total, Counter, None, "decision", "tensor reductions by whether they were compressed") \
   X(planned_tensors, Gauge, None, "decision", "declared tensors the planner sends compressed or uncompressed now") \
+  X(planned_topology, Gauge, None, "topology", "declared tensors by the topology they travel by: ps, ring or allgather (scheduler.topology, reduce.topology, auto's choice)") \
   X(cost_model, Gauge, None, "codec,step,term",                                                     \
     "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \

@@ -81,6 +81,19 @@ Plan Planner::decide(uint64_t elements, const compress::Codec& codec) {
   return plan;
 }
 
+std::pair<Topology, TopologyCosts> Planner::chooseTopology(uint64_t elements, const compress::Codec& codec) const {
+  const double x = static_cast<double>(elements);
+  bool compressed = codec.name() != "none";
+  if (compressed)
+    compressed = options_.selection == Selection::kSize ? elements >= options_.min_elements
+                                                        : planReduction(referenceCosts(), x, options_.nodes).compress;
+  const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(elements, options_.slice_elements));
+  const double ratio = static_cast<double>(codec.maxEncodedBytes(slice)) / (4.0 * static_cast<double>(slice));
+  const TopologyCosts costs = topologyCosts(referenceCosts(), x, static_cast<double>(options_.slice_elements),
+                                            options_.nodes, compressed, ratio);
+  return {scheduler::chooseTopology(costs, compressed), costs};
+}
+
 void Planner::calibrate(const compress::Codec& codec, CodecModel& m) {
   // A few encodes and decodes of synthetic gradients, so the first plans rest on this
   // machine's speed; real traffic refines the fit from then on.

@@ -20,11 +20,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 #include "compress/codec.h"
 #include "scheduler/cost_fit.h"
 #include "scheduler/cost_model.h"
+#include "scheduler/topology_model.h"
 
 namespace gcagent::scheduler {
 
@@ -54,6 +56,10 @@ class Planner {
   uint32_t partitions(uint64_t elements) const;
   // Whether a tensor of `elements` should travel compressed with `codec` now.
   Plan decide(uint64_t elements, const compress::Codec& codec);
+  // scheduler.topology = auto: a tensor's topology, and the model's costs, from the reference
+  // model and whether that model (or min_elements) compresses it: the same on every node,
+  // as the topology is part of the wire.
+  std::pair<Topology, TopologyCosts> chooseTopology(uint64_t elements, const compress::Codec& codec) const;
 
   // Measurements. x of encode and aggregate is fp32 elements; decode's is the encoded size
   // in fp32-element units (bytes / 4), as in SeCoPa's table.

@@ -62,15 +62,17 @@ WORKER = Path(__file__).resolve().parent / "ddp_worker.py"
 DDP_SYSTEMS = {"ddp": "allreduce", "ddp-fp16": "fp16", "powersgd1": "powersgd1", "powersgd4": "powersgd4"}
 # codec label -> (codec, params)
 CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "onebit": ("onebit", []),
-          "dgc": ("dgc", ["ratio=0.001"]), "threshold": ("threshold", ["drop=0.99"])}
+          "dgc": ("dgc", ["ratio=0.001"]), "threshold": ("threshold", ["drop=0.99"]),
+          "topk": ("topk", ["ratio=0.01"])}
 # DDP with gcagent's comm hook: system -> codec label
 HOOKS = {f"hook-{c}": c for c in CODECS}
 # the synced gradients checked against the average of every rank's (gradient sets)
 CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
-# the same under CaSync-Ring (each agent sends to its successor only), as P3-ring and FIFO-ring
-SCHEDULING.update({f"{k}-ring": v + ["--scheduler.topology", "ring"] for k, v in list(SCHEDULING.items())})
+# the same under another topology (agent/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...
+SCHEDULING.update({f"{k}-{t}": v + ["--scheduler.topology", t]
+                   for k, v in list(SCHEDULING.items()) for t in ("ring", "allgather", "auto")})
 
 
 def log(msg):
@@ -252,7 +254,7 @@ def main():
     ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS),
                     help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook)")
     ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority); "
-                    "P3-ring, FIFO-ring: the same on the ring topology")
+                    "P3-ring, P3-allgather, P3-auto (FIFO-... likewise): the same on that topology")
     ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--no-check", action="store_true",

@@ -192,7 +192,7 @@ TEST(ConfigTest, TheTopologyIsAParameterServerUnlessSetToRing) {
   flags.overrides = {"scheduler.topology=ring"};
   EXPECT_EQ(loadConfig(flags).value().config.scheduler_topology, "ring");
   EXPECT_EQ(errorOf(fromText("[scheduler]\ntopology = \"tree\"\n")),
-            "gcagent.toml:2:12: scheduler.topology: \"tree\" is not one of ps|ring|allgather");
+            "gcagent.toml:2:12: scheduler.topology: \"tree\" is not one of ps|ring|allgather|auto");
 }
 
 TEST(ConfigTest, ReferenceListsEveryKey) {

@@ -375,6 +375,49 @@ TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclarati
   EXPECT_EQ(g[0], g[1]);
 }
 
+TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
+  // scheduler.topology = auto on 4 nodes (and 40000-element slices): a large uncompressed
+  // tensor goes round the ring, a large 2bit one to the owners, a small dgc one to everyone;
+  // an mxnet tensor stays with the owners. Every node agrees, and none sums exactly.
+  EngineOptions o;
+  o.topology = Topology::kAuto;
+  Cluster c(4, o);
+  const uint64_t job = jobIdOf("auto");
+  ReductionPolicy mxnet;
+  mxnet.aggregation = Aggregation::kMxnet;
+  const std::vector<TensorSpec> specs = {{1, 2'000'000, 0, {"none", {}}, {}},
+                                         {2, 2'000'000, -1, {"2bit", {}}, {}},
+                                         {3, 4096, -2, {"dgc", {{"ratio", "0.001"}}}, {}},
+                                         {4, 300'000, -3, {"2bit", {}}, mxnet}};
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  const std::vector<Topology> want = {Topology::kRing, Topology::kPs, Topology::kAllgather, Topology::kPs};
+  for (uint32_t r = 0; r < 4; ++r)
+    for (size_t i = 0; i < specs.size(); ++i)
+      EXPECT_EQ(c.engine(r).topologyOf(job, specs[i].key).value(), want[i]) << "node " << r << " tensor " << i;
+  EXPECT_EQ(c.engine(0).stats().gauge(metrics::Id::planned_topology, {"ring"}).Value(), 1);
+  EXPECT_EQ(c.engine(0).stats().gauge(metrics::Id::planned_topology, {"ps"}).Value(), 2);
+  EXPECT_EQ(c.engine(0).stats().gauge(metrics::Id::planned_topology, {"allgather"}).Value(), 1);
+  std::vector<std::vector<std::vector<float>>> g(4);
+  for (uint32_t r = 0; r < 4; ++r)
+    for (const TensorSpec& t : specs) {
+      g[r].emplace_back(t.elements);
+      for (uint64_t i = 0; i < t.elements; ++i) g[r].back()[i] = valueOf(r, 1, t.key, i) / 16;
+    }
+  for (uint32_t r = 0; r < 4; ++r)
+    for (size_t i = 0; i < specs.size(); ++i) ASSERT_TRUE(c.engine(r).reduce(job, 1, specs[i].key, {g[r][i].data()}).ok());
+  c.pump(2000);
+  for (uint32_t r = 0; r < 4; ++r) {
+    ASSERT_EQ(c.done(r).size(), specs.size()) << "node " << r;
+    for (const Done& d : c.done(r)) EXPECT_TRUE(d.status.ok()) << d.status.toString();
+    for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(g[r][i], g[0][i]) << "node " << r << " tensor " << i;
+  }
+  for (uint64_t i = 0; i < specs[0].elements; i += 997) {
+    double exact = 0;
+    for (uint32_t r = 0; r < 4; ++r) exact += valueOf(r, 1, 1, i) / 16;
+    ASSERT_NEAR(g[0][0][i], exact / 4, 1e-7) << i;
+  }
+}
+
 TEST(EngineAllgather, ResultsAreRefused) {
   Cluster c(2, allgatherOptions());
   const uint64_t job = jobIdOf("forged");

@@ -71,7 +71,7 @@ TEST(ReductionPolicy, AnUnknownTopologyIsRefusedWithTheChoices) {
   compress::Params params = {{"reduce.topology", "tree"}};
   auto policy = takeReductionPolicy(params);
   ASSERT_FALSE(policy.ok());
-  EXPECT_EQ(policy.status().message(), "reduce.topology 'tree' is not one of: ps, ring, allgather");
+  EXPECT_EQ(policy.status().message(), "reduce.topology 'tree' is not one of: ps, ring, allgather, auto");
 }
 
 }  // namespace

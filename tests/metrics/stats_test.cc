@@ -21,7 +21,7 @@ bool validName(std::string_view name) {
 TEST(StatList, NamesFollowPrometheusConventions) {
   const std::set<std::string> allowed_labels{"codec", "direction", "peer", "size_class", "decision", "kind",
                                              "version", "codecs", "cuda", "ucx", "training_job", "step", "term",
-                                             "reason", "event", "message"};
+                                             "reason", "event", "message", "topology"};
   std::set<std::string_view> seen;
   for (const StatSpec& s : statList()) {
     SCOPED_TRACE(std::string(s.name));

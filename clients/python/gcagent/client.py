@@ -314,11 +314,11 @@ class Reducer:
         result: "average" (the sum over every trainer divided once by their number) or
         "sum". codec and params: for these keys (default: the Reducer's). aggregation:
         "bidirectional" or "mxnet" (see the operator guide; default: the agent's).
-        topology: "ps", "ring" or "allgather" (default: the agent's scheduler.topology)."""
+        topology: "ps", "ring", "allgather" or "auto" (default: the agent's scheduler.topology)."""
         if result not in ("average", "sum"):
             raise ValueError(f"gcagent: result '{result}' is not one of: average, sum")
-        if topology not in (None, "ps", "ring", "allgather"):
-            raise ValueError(f"gcagent: topology '{topology}' is not one of: ps, ring, allgather")
+        if topology not in (None, "ps", "ring", "allgather", "auto"):
+            raise ValueError(f"gcagent: topology '{topology}' is not one of: ps, ring, allgather, auto")
         policy = {"reduce.result": result} if result != "average" else {}
         if aggregation is not None:
             policy["reduce.aggregation"] = aggregation

@@ -220,8 +220,8 @@ def test_a_tensor_chooses_its_topology_from_python(tmp_path, monkeypatch):
 def test_a_topology_is_checked(agent):
     import gcagent
     with gcagent.Client(agent.sockets[0], "topology", 0, 1) as client:
-        with pytest.raises(ValueError, match="topology 'tree' is not one of: ps, ring, allgather"):
+        with pytest.raises(ValueError, match="topology 'tree' is not one of: ps, ring, allgather, auto"):
             gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], topology="tree")
-        with pytest.raises(gcagent.GcagentError, match="reduce.topology 'tree' is not one of: ps, ring, allgather"):
+        with pytest.raises(gcagent.GcagentError, match="reduce.topology 'tree' is not one of: ps, ring, allgather, auto"):
             gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], codec="none",
                                            params={"reduce.topology": "tree"})

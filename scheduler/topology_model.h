@@ -1,0 +1,55 @@
+// Which topology a tensor travels by under scheduler.topology = auto. The SeCoPa primitives
+// (cost_model.h: encode, decode, link, add, each `w*x + b` above a threshold) priced over what
+// one node does in each topology, slice by slice:
+//   ps:        sends 2(N-1)/N of the tensor encoded (contributions out, results back) to N-1
+//              peers; encodes every slice once (its shares, or its results as an owner);
+//              decodes and adds (N-1)/N of it as an owner, and decodes every result into the
+//              trainers' buffers.
+//   ring:      the same bytes and codec work, to one peer; but 2(N-1) hops deep.
+//   allgather: sends all of its encoded tensor to N-1 peers; encodes once, decodes N shares
+//              into a sum of every slice, and copies the sum into the trainers' buffers.
+// A reduction costs its critical path (one slice through every step, each link trip with
+// its latency) plus the larger of the node's codec work and its time on the wire at the
+// link's rate, which the engine overlaps (codec pool, comm thread). Sending to several peers at once costs kFanOutPenalty more wire time per extra
+// peer: TCP flows sharing a link do not fill it as one flow does (measured below).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "scheduler/cost_model.h"
+
+namespace gcagent::scheduler {
+
+// kAuto is a choice made per tensor at declare time; a slice always names the chosen one.
+enum class Topology : uint8_t { kPs = 0, kRing = 1, kAllgather = 2, kAuto = 3 };
+
+std::string_view topologyName(Topology t);
+// "ps", "ring", "allgather" or "auto"; the error names the choices.
+Result<Topology> parseTopology(std::string_view name);
+
+// VGG-16 uncompressed at 1 Gbit/s on 4 namespaced nodes: the same 833 MB per node took
+// 7.61 s as a parameter server (3 peers) and 7.16 s as a ring (1 peer), 6.3 % more for 2
+// more peers (bench/results/e2e_topologies.md).
+inline constexpr double kFanOutPenalty = 0.03;
+
+struct TopologyCosts {
+  double ps = 0, ring = 0, allgather = 0;
+  // The cheapest; ties go to ps, then ring.
+  Topology cheapest() const;
+  std::string describe() const;
+};
+
+// One node's seconds to reduce `elements` fp32 elements in slices of `slice_elements` over
+// `nodes` nodes, every slice encoded to `ratio` of its size (compressed), or raw.
+TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_elements, uint32_t nodes,
+                            bool compressed, double ratio);
+
+// auto's choice: the cheapest, but never the ring for a compressed tensor: every hop adds a
+// compression error, N-1 of them (on VGG-16 2bit at 1 Gbit/s the ring was also slower, 1.11 s
+// against 0.85 s: each hop's decode, add and encode is on the slice's path).
+Topology chooseTopology(const TopologyCosts& costs, bool compressed);
+
+}  // namespace gcagent::scheduler
