@@ -78,10 +78,9 @@ RingHop ReductionEngine::hopOf(uint64_t key, uint32_t slice) const {
   return ringHopOf(membership_.view().members, ownerOf(key, slice), transport_.rank());
 }
 
-OwnerSide::Shape ReductionEngine::shapeOf(const KeyState& k, uint32_t slice) const {
-  if (!k.ring()) return {};
-  const RingHop hop = hopOf(k.spec.key, slice);
-  return {{hop.predecessor, transport_.rank()}, hop.owns};
+SliceFlow ReductionEngine::flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded) const {
+  return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, ownerOf(k.spec.key, slice),
+                     transport_.rank());
 }
 
 size_t ReductionEngine::queuedSlices(transport::Rank peer) const { return lanes_->queued(peer); }
@@ -244,14 +243,10 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     });
     return {};
   }
-  // The slices this node owns go exact unless its own share is encoded (mxnet); under ring,
-  // every slice but those whose partial sum this node starts (it adds its share to a partial).
+  // The shares this node adds itself go exact (slice_flow.h): an owner's (unless mxnet
+  // encodes it), a ring hop's; the rest are encoded.
   std::vector<bool> own(k.slice_count);
-  // Under allgather every share is encoded: every node sums the same decoded shares.
-  for (uint32_t s = 0; s < k.slice_count; ++s)
-    own[s] = k.ring()        ? !hopOf(key, s).starts
-             : k.allgather() ? false
-                             : !own_share_encoded && ownerOf(key, s) == transport_.rank();
+  for (uint32_t s = 0; s < k.slice_count; ++s) own[s] = flowOf(k, s, own_share_encoded).share_exact;
   k.coder->encode(k.work, compressed, own, [engine, job, key, wire, compressed](Result<KeyEncodings> r) {
     if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, wire, compressed, std::move(r));
   });
@@ -283,13 +278,7 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   const auto header = encodeSliceHeader(h);
   // A parameter server's owner sends the result to every node; a ring hop, its sum to the
   // next; under allgather every node made the result itself.
-  std::vector<transport::Rank> to;
-  if (k->ring()) {
-    if (const RingHop hop = hopOf(s.key, s.slice); hop.successor != transport_.rank()) to.push_back(hop.successor);
-  } else if (!k->allgather()) {
-    for (transport::Rank r : membership_.view().members)
-      if (r != transport_.rank()) to.push_back(r);
-  }
+  const std::vector<uint32_t> to = flowOf(*k, s.slice).sum_to;
   metrics::CodecStats& stats = !compressed ? *k->raw_stats : final ? *k->pull_stats : *k->push_stats;
   countSent(stats, n * sizeof(float), payload.bytes.size(), static_cast<uint32_t>(to.size()));
   for (transport::Rank r : to) {
@@ -369,47 +358,29 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
     SliceEncoding& e = encodings[s];
-    // Where this slice goes: its owner (ps), or the successor when this node starts the
-    // slice's partial sum (ring); else this node's share joins the sum made here. Under
-    // allgather, to every other member, and into this node's own sum, encoded.
-    if (k->allgather()) {
-      // Sent uncompressed, a share points into the trainers' buffers, which this node's
-      // result overwrites while its sends may still wait in the lanes: it travels as a copy.
-      if (!compressed) {
-        auto copy = std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end());
-        e.bytes = *copy;
-        e.pin = std::move(copy);
-      }
-      const Payload shared{e.pin, e.bytes};
+    const SliceFlow flow = flowOf(*k, s, compressed && k->mxnet());
+    // A share both sent and added here (allgather) would point, uncompressed, into the
+    // trainers' buffers, which this node's result overwrites while its sends may still wait
+    // in the lanes: it travels as a copy.
+    if (!compressed && flow.share_merged_here && !flow.share_to.empty()) {
+      auto copy = std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end());
+      e.bytes = *copy;
+      e.pin = std::move(copy);
+    }
+    if (!flow.share_to.empty()) {
       SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                      k->contributors, membership_.view().epoch, k->topology};
       const auto header = encodeSliceHeader(h);
-      for (transport::Rank r : membership_.view().members) {
-        if (r == self) continue;
+      for (uint32_t to : flow.share_to) {
         countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
-        lanes_->push(r, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header, shared});
-        touched[r] = true;
+        lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header,
+                                               Payload{e.pin, e.bytes}});
+        touched[to] = true;
       }
-      owner_->add({job, key, s, iteration}, self, {std::move(e.pin), e.bytes, compressed, k->contributors});
-      continue;
     }
-    uint32_t to = ownerOf(key, s);
-    if (k->ring()) {
-      const RingHop hop = hopOf(key, s);
-      to = hop.starts ? hop.successor : self;
-    }
-    if (to == self) {
-      // This node's own contribution: exact, or encoded under mxnet.
-      owner_->add({job, key, s, iteration}, self, {std::move(e.pin), e.bytes, compressed && k->mxnet(), k->contributors},
-                  shapeOf(*k, s));
-      continue;
-    }
-    countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
-    SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
-                   k->contributors, membership_.view().epoch, k->topology};
-    lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s,
-                                                encodeSliceHeader(h), Payload{std::move(e.pin), e.bytes}});
-    touched[to] = true;
+    if (flow.share_merged_here)
+      owner_->add({job, key, s, iteration}, self,
+                  {std::move(e.pin), e.bytes, compressed && !flow.share_exact, k->contributors}, flow.sum);
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (touched[r]) lanes_->send(r);
@@ -526,7 +497,8 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   // A ring's result is passed on first, and a contribution merged later, on the host stream:
   // the payload is kept where the transport received it when it lets us, else copied (the
   // message is gone after this handler).
-  const bool forward = !contribution && hop && hop->forwards_result;
+  const SliceFlow flow = flowOf(k, h.slice);
+  const bool forward = !contribution && !flow.result_forward.empty();
   const bool kept = contribution || forward;
   std::shared_ptr<const void> pin = m.payload_owner;
   std::span<const std::byte> bytes = m.payload;
@@ -537,14 +509,16 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   }
   if (forward) {
     countSent(compressed ? *k.pull_stats : *k.raw_stats, raw, bytes.size(), 1);
-    lanes_->push(hop->successor, k.priority,
-                 Outgoing{SliceKind::kResult, h.job, h.key, h.iteration, h.slice,
-                          std::vector<std::byte>(m.header.begin(), m.header.end()), Payload{pin, bytes}});
-    lanes_->send(hop->successor);
+    for (uint32_t to : flow.result_forward) {
+      lanes_->push(to, k.priority,
+                   Outgoing{SliceKind::kResult, h.job, h.key, h.iteration, h.slice,
+                            std::vector<std::byte>(m.header.begin(), m.header.end()), Payload{pin, bytes}});
+      lanes_->send(to);
+    }
   }
   if (!contribution) return applyResult(h.job, k, h.slice, h.iteration, h.contributors, bytes, compressed, pin);
   owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors},
-              shapeOf(k, h.slice));
+              flow.sum);
 }
 
 void ReductionEngine::refreshStats() {

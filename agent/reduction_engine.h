@@ -46,6 +46,7 @@
 #include "agent/peer_lanes.h"
 #include "agent/residual_sampler.h"
 #include "agent/ring_hop.h"
+#include "agent/slice_flow.h"
 #include "agent/tensor_route.h"
 #include "agent/reduction_policy.h"
 #include "common/clock.h"
@@ -196,9 +197,9 @@ class ReductionEngine : public JobPart {
                 bool final);
   // This node's place in the ring of a slice (ring_hop.h), under the current membership.
   RingHop hopOf(uint64_t key, uint32_t slice) const;
-  // Who the owner side's sum of a slice merges: every member (ps), or the predecessor's
-  // partial sum then this node's share (ring).
-  OwnerSide::Shape shapeOf(const KeyState& k, uint32_t slice) const;
+  // Where a slice's share, sum and result go from this node (slice_flow.h), under the
+  // current membership; `own_share_encoded`: mxnet with the tensor compressed.
+  SliceFlow flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded = false) const;
   // `encoded_owner`, when set, keeps `encoded` valid past this call (no staging copy).
   void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
                    std::span<const std::byte> encoded, bool compressed, std::shared_ptr<const void> encoded_owner);

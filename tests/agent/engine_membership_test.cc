@@ -19,7 +19,9 @@ constexpr uint64_t kElements = 3000;
 // Node r's gradient of key k: only the rank and key, so every mean is known in advance.
 float gradient(uint32_t r, uint64_t k) { return static_cast<float>(100 * (r + 1) + k); }
 
-class Membership3 : public ::testing::Test {
+// Every topology shrinks and grows alike: the ring's successors and the allgather's peers
+// follow the membership as the parameter server's owners do.
+class Membership3 : public ::testing::TestWithParam<Topology> {
  protected:
   Membership3() : c_(3, options()) {
     for (uint32_t r = 0; r < 3; ++r) {
@@ -36,6 +38,7 @@ class Membership3 : public ::testing::Test {
     o.shrink_grace = 10;
     o.min_nodes = 2;
     o.now = clock_.now();
+    o.topology = GetParam();
     return o;
   }
 
@@ -104,7 +107,7 @@ class Membership3 : public ::testing::Test {
   std::vector<uint64_t> iteration_ = std::vector<uint64_t>(3, 0);
 };
 
-TEST_F(Membership3, ANodeGonePastTheGraceIsLeftBehindAndTakenBackWhenItReturns) {
+TEST_P(Membership3, ANodeGonePastTheGraceIsLeftBehindAndTakenBackWhenItReturns) {
   ASSERT_TRUE(stepUntilComplete({0, 1, 2}, 1));
   expectMeanOf({0, 1, 2}, {0, 1, 2});
 
@@ -161,7 +164,7 @@ TEST_F(Membership3, ANodeGonePastTheGraceIsLeftBehindAndTakenBackWhenItReturns) 
   for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c_.engine(r).counters().bad_messages, 0u) << r;
 }
 
-TEST_F(Membership3, ASliceSentUnderAnOlderViewIsStaleAndItsSenderHearsTheView) {
+TEST_P(Membership3, ASliceSentUnderAnOlderViewIsStaleAndItsSenderHearsTheView) {
   lose2();
   clock_.jump(std::chrono::seconds(11));
   review();
@@ -177,6 +180,10 @@ TEST_F(Membership3, ASliceSentUnderAnOlderViewIsStaleAndItsSenderHearsTheView) {
   EXPECT_EQ(c_.engine(0).counters().bad_messages + c_.engine(1).counters().bad_messages, 0u);
   EXPECT_EQ(c_.engine(2).membership(), (MembershipView{1, {0, 1}}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Topologies, Membership3,
+                         ::testing::Values(Topology::kPs, Topology::kRing, Topology::kAllgather),
+                         [](const auto& info) { return std::string(topologyName(info.param)); });
 
 TEST(EngineMembership, TheFailPolicyNeverShrinks) {
   testing::EpochClock clock{std::chrono::seconds(100)};

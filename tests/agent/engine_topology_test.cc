@@ -205,13 +205,15 @@ TEST(EngineRing, TheMxnetPolicyIsRefusedOnARing) {
                          "reduce.topology=ps, or the bidirectional aggregation)");
 }
 
-TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
-  Cluster c(4, ringOptions());
+// `rounds`: how far the reduction gets before the loss (not to its end).
+void aPeerLostMidReductionFailsItOnEveryNode(EngineOptions options, int rounds) {
+  Cluster c(4, options);
   const uint64_t job = jobIdOf("lost");
   for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 8000, 0, {"2bit", {}}, {}}}).ok());
   std::vector<std::vector<float>> g(4, std::vector<float>(8000, 0.5f));
   for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, 5, {g[r].data()}).ok());
-  c.pump(2);  // partial sums are on their way round
+  c.pump(rounds);
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.done(r).empty()) << "node " << r << " finished before the loss";
   for (uint32_t r = 0; r < 4; ++r)
     if (r != 2) c.cut(r, 2, true);
   for (uint32_t r = 0; r < 4; ++r)
@@ -222,7 +224,7 @@ TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
     ASSERT_EQ(c.done(r).size(), 1u) << "node " << r;
     EXPECT_EQ(c.done(r)[0].status.message(), "peer rank 2 lost: nothing heard for 2 s") << "node " << r;
   }
-  // Back, and the next iteration goes round the whole ring again.
+  // Back, and the next iteration goes through every node again.
   for (uint32_t r = 0; r < 4; ++r)
     if (r != 2) c.cut(r, 2, false);
   for (uint32_t r = 0; r < 4; ++r)
@@ -243,6 +245,14 @@ TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
     EXPECT_TRUE(c.done(r)[0].status.ok()) << c.done(r)[0].status.toString();
     EXPECT_EQ(h[r], h[0]);
   }
+}
+
+TEST(EngineRing, APeerLostMidRingFailsTheReductionOnEveryNodeNamingIt) {
+  aPeerLostMidReductionFailsItOnEveryNode(ringOptions(), 2);  // partial sums on their way round
+}
+
+TEST(EngineAllgather, APeerLostMidwayFailsTheReductionOnEveryNodeNamingIt) {
+  aPeerLostMidReductionFailsItOnEveryNode(allgatherOptions(), 1);  // shares encoded, some sent
 }
 
 TEST(EngineAllgather, NoneIsTheExactSumInRankOrder) {
