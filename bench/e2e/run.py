@@ -111,19 +111,22 @@ def cpu_seconds(pid):
 
 
 def profile_from_metrics(text):
-    """Seconds spent per stage (histogram _sum) and counters, summed over label sets."""
+    """Seconds spent per stage (histogram _sum) and counters, summed over label sets; and the
+    tensors per topology (gcagent_planned_topology, by label: what auto chose)."""
     out = {}
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        m = re.match(r"^(gcagent_[a-z0-9_]+?)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN|\+Inf)$", line)
+        m = re.match(r"^(gcagent_[a-z0-9_]+?)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|\+Inf)$", line)
         if not m:
             continue
-        name, value = m.group(1), m.group(2)
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
         if name.endswith("_bucket") or value in ("NaN", "+Inf"):
             continue
         if name.endswith(("_seconds_sum", "_seconds_count", "_total")):
             out[name] = out.get(name, 0.0) + float(value)
+        elif name == "gcagent_planned_topology":
+            out[name + labels] = float(value)
     return out
 
 
