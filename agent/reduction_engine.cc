@@ -45,10 +45,12 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
+        // Under allgather a node may finish before its own shares have left, and its trainers
+        // may even leave: the peers still need them.
+        if (auto d = departed_shares_.find({o.job, o.key}); d != departed_shares_.end() && d->second == o.iteration)
+          return true;
         KeyState* k = findKey(o.job, o.key);
         if (k == nullptr) return false;
-        // Under allgather a node may finish before its own shares have left: the peers
-        // still need them.
         return (k->active && k->iteration == o.iteration) ||
                (k->allgather() && k->last_ok && k->last_iteration == o.iteration);
       },
@@ -179,6 +181,8 @@ void ReductionEngine::dropJob(uint64_t job) {
     if (k.coder && std::find(coders.begin(), coders.end(), k.coder.get()) == coders.end()) coders.push_back(k.coder.get());
   for (LocalCoder* c : coders) c->forgetJob(job);
   owner_->forgetJob(job);
+  for (const auto& [key, k] : j->second->keys)
+    if (k.allgather() && k.last_ok) departed_shares_[{job, key}] = k.last_iteration;
   jobs_.erase(j);
 }
 

@@ -244,6 +244,9 @@ class ReductionEngine : public JobPart {
   std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
   EarlySliceStash stash_;
   std::unordered_map<uint64_t, uint64_t> early_realign_;  // job -> next, heard before it was declared
+  // (job, key) -> the iteration an allgather tensor of a dropped job last completed here: its
+  // shares may still wait in the lanes, and the peers need them (a node can finish first).
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> departed_shares_;
   std::vector<std::string> down_why_;  // by rank: why a peer that is down went
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;

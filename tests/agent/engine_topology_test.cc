@@ -428,6 +428,31 @@ TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
   }
 }
 
+TEST(EngineAllgather, ANodeWhoseTrainersLeftStillSendsTheSharesItOwes) {
+  // As above, but node 0's trainers leave once they have their result (the job is dropped
+  // there): its queued shares of the completed step must still reach node 1.
+  EngineOptions o = allgatherOptions();
+  o.inflight_per_peer = 1;
+  Cluster c(2, o);
+  const uint64_t job = jobIdOf("leaving");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, 6000, 0, {"none", {}}, {}}}).ok());
+  std::vector<std::vector<float>> g(2, std::vector<float>(6000));
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint64_t i = 0; i < 6000; ++i) g[r][i] = valueOf(r, 1, 1, i);
+  ASSERT_TRUE(c.engine(1).reduce(job, 1, 1, {g[1].data()}).ok());
+  c.pump();
+  ASSERT_TRUE(c.engine(0).reduce(job, 1, 1, {g[0].data()}).ok());
+  for (int i = 0; i < 10; ++i) c.settleCoders();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  ASSERT_GT(c.engine(0).queuedSlices(1), 0u);
+  c.engine(0).dropJob(job);
+  c.pump();
+  ASSERT_EQ(c.done(1).size(), 1u);
+  EXPECT_TRUE(c.done(1)[0].status.ok()) << c.done(1)[0].status.toString();
+  EXPECT_EQ(g[0], g[1]);
+  EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
+}
+
 TEST(EngineAllgather, ResultsAreRefused) {
   Cluster c(2, allgatherOptions());
   const uint64_t job = jobIdOf("forged");
