@@ -65,10 +65,9 @@ TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_el
 }
 
 Topology chooseTopology(const TopologyCosts& costs, bool compressed) {
-  if (!compressed) return costs.cheapest();
-  TopologyCosts without_ring = costs;
-  without_ring.ring = std::max(costs.ps, costs.allgather) + 1;
-  return without_ring.cheapest();
+  // Compressed: ps or allgather; uncompressed: ps or ring (topology_model.h says why).
+  if (compressed) return costs.allgather < costs.ps ? Topology::kAllgather : Topology::kPs;
+  return costs.ring < costs.ps ? Topology::kRing : Topology::kPs;
 }
 
 }  // namespace gcagent::scheduler

@@ -47,9 +47,14 @@ struct TopologyCosts {
 TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_elements, uint32_t nodes,
                             bool compressed, double ratio);
 
-// auto's choice: the cheapest, but never the ring for a compressed tensor: every hop adds a
-// compression error, N-1 of them (on VGG-16 2bit at 1 Gbit/s the ring was also slower, 1.11 s
-// against 0.85 s: each hop's decode, add and encode is on the slice's path).
+// auto's choice: the cheaper of ps and ring for an uncompressed tensor, of ps and allgather
+// for a compressed one (ties: ps). Never the ring for a compressed tensor: every hop adds a
+// compression error, N-1 of them (and each hop's decode, add and encode sits on the slice's
+// path: VGG-16 2bit at 1 Gbit/s, 1.02-1.11 s against 0.85-0.87 s as ps). Never allgather
+// for an uncompressed one: it sends N/2 times the bytes of ps (the same at N = 2) and sums
+// every slice densely on every node; measured far slower than the model says even at equal
+// bytes (ResNet-50 at 1 Gbit/s on 2 nodes: 2.78 s against 0.87 s as ps), which this model
+// does not explain, so it is not offered.
 Topology chooseTopology(const TopologyCosts& costs, bool compressed);
 
 }  // namespace gcagent::scheduler

@@ -36,6 +36,13 @@ TEST(TopologyModel, ASmallUncompressedTensorTakesTheShortPath) {
   EXPECT_EQ(chooseTopology(c, false), Topology::kPs) << c.describe();
 }
 
+TEST(TopologyModel, AnUncompressedTensorIsNeverGathered) {
+  // 64 elements: one trip beats two in the model, but raw allgather is not offered.
+  const TopologyCosts c = topologyCosts(referenceCosts(), 64, kSlice, 4, false, 1.0);
+  EXPECT_EQ(c.cheapest(), Topology::kAllgather) << c.describe();
+  EXPECT_EQ(chooseTopology(c, false), Topology::kPs);
+}
+
 TEST(TopologyModel, ACompressedDenseTensorStaysWithTheParameterServer) {
   // 2bit (1/16) on 100 M elements: allgather sends N/2 times the bytes; the ring, though no
   // slower in the model, would add a compression error per hop.
