@@ -91,6 +91,9 @@ std::pair<Topology, TopologyCosts> Planner::chooseTopology(uint64_t elements, co
   const double ratio = static_cast<double>(codec.maxEncodedBytes(slice)) / (4.0 * static_cast<double>(slice));
   const TopologyCosts costs = topologyCosts(referenceCosts(), x, static_cast<double>(options_.slice_elements),
                                             options_.nodes, compressed, ratio);
+  // A tensor with no codec never compresses, and neither does any other tensor of a job that
+  // chose none: all of them go round the ring together (topology_model.h).
+  if (codec.name() == "none") return {options_.nodes >= 3 ? Topology::kRing : Topology::kPs, costs};
   return {scheduler::chooseTopology(costs, compressed), costs};
 }
 

@@ -58,7 +58,8 @@ class Planner {
   Plan decide(uint64_t elements, const compress::Codec& codec);
   // scheduler.topology = auto: a tensor's topology, and the model's costs, from the reference
   // model and whether that model (or min_elements) compresses it: the same on every node,
-  // as the topology is part of the wire.
+  // as the topology is part of the wire. A tensor whose codec is none goes round the ring
+  // (on 3 nodes or more), whatever its size: a job of such tensors travels it whole.
   std::pair<Topology, TopologyCosts> chooseTopology(uint64_t elements, const compress::Codec& codec) const;
 
   // Measurements. x of encode and aggregate is fp32 elements; decode's is the encoded size

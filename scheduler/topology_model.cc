@@ -65,9 +65,8 @@ TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_el
 }
 
 Topology chooseTopology(const TopologyCosts& costs, bool compressed) {
-  // Compressed: ps or allgather; uncompressed: ps or ring (topology_model.h says why).
-  if (compressed) return costs.allgather < costs.ps ? Topology::kAllgather : Topology::kPs;
-  return costs.ring < costs.ps ? Topology::kRing : Topology::kPs;
+  // Compressed: ps or allgather; uncompressed: ps (topology_model.h says why).
+  return compressed && costs.allgather < costs.ps ? Topology::kAllgather : Topology::kPs;
 }
 
 }  // namespace gcagent::scheduler

@@ -47,14 +47,21 @@ struct TopologyCosts {
 TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_elements, uint32_t nodes,
                             bool compressed, double ratio);
 
-// auto's choice: the cheaper of ps and ring for an uncompressed tensor, of ps and allgather
-// for a compressed one (ties: ps). Never the ring for a compressed tensor: every hop adds a
-// compression error, N-1 of them (and each hop's decode, add and encode sits on the slice's
-// path: VGG-16 2bit at 1 Gbit/s, 1.02-1.11 s against 0.85-0.87 s as ps). Never allgather
-// for an uncompressed one: it sends N/2 times the bytes of ps (the same at N = 2) and sums
-// every slice densely on every node; measured far slower than the model says even at equal
-// bytes (ResNet-50 at 1 Gbit/s on 2 nodes: 2.78 s against 0.87 s as ps), which this model
-// does not explain, so it is not offered.
+// auto's choice for a tensor with a codec: for a compressed tensor the cheaper of ps and
+// allgather (ties: ps); an uncompressed one (below min_elements) goes to ps. (A tensor
+// without a codec goes round the ring: Planner::chooseTopology.) Measured, choices beyond
+// that lose:
+// - the ring pays off only when a whole job travels it: ResNet-50 at 1 Gbit/s on 8 nodes took
+//   1.55 s all ring, 1.65 s all ps, and 2.43 s with its 5 largest tensors on the ring and the
+//   rest ps (each of a slice's 2(N-1) hops waits behind the other tensors' codec work, at
+//   their priority). A topology must not change under a tensor in flight, and shims declare
+//   a job's tensors piecemeal, so the choice rests on the tensor alone: its codec;
+// - with a codec the ring adds a compression error per hop and was slower (VGG-16 2bit at
+//   1 Gbit/s: 1.02-1.11 s against 0.85-0.87 s);
+// - an uncompressed allgather sends N/2 times the bytes (the same at N = 2) and was far
+//   slower than the model says even at equal bytes (ResNet-50 on 2 nodes: 2.78 s against
+//   0.87 s).
+// The costs of all three are still logged with the choice.
 Topology chooseTopology(const TopologyCosts& costs, bool compressed);
 
 }  // namespace gcagent::scheduler

@@ -386,9 +386,9 @@ TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclarati
 }
 
 TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
-  // scheduler.topology = auto on 4 nodes (and 40000-element slices): a large uncompressed
-  // tensor goes round the ring, a large 2bit one to the owners, a small dgc one to everyone;
-  // an mxnet tensor stays with the owners. Every node agrees, and none sums exactly.
+  // scheduler.topology = auto on 4 nodes (and 40000-element slices): a tensor without a codec
+  // goes round the ring, a large 2bit one to the owners, a small dgc one to everyone; an
+  // mxnet tensor stays with the owners. Every node agrees, and none sums exactly.
   EngineOptions o;
   o.topology = Topology::kAuto;
   Cluster c(4, o);

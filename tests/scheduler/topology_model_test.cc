@@ -13,12 +13,12 @@ namespace {
 
 constexpr double kSlice = 40000;
 
-TEST(TopologyModel, AnUncompressedTensorGoesRoundARing) {
+TEST(TopologyModel, ARingIsCheapestForALargeUncompressedTensor) {
   // 100 M elements on 4 nodes: the same bytes either way, over one flow per link instead of 3.
   const TopologyCosts c = topologyCosts(referenceCosts(), 100e6, kSlice, 4, false, 1.0);
   EXPECT_LT(c.ring, c.ps) << c.describe();
   EXPECT_LT(c.ps, c.allgather) << "allgather sends every byte to every peer";
-  EXPECT_EQ(chooseTopology(c, false), Topology::kRing);
+  EXPECT_EQ(chooseTopology(c, false), Topology::kPs) << "the ring is the operator's choice for a whole job";
   // The penalty per extra peer is what separates them: ring and ps differ by about it.
   EXPECT_NEAR(c.ps / c.ring, 1 + 2 * kFanOutPenalty, 0.01) << c.describe();
 }
@@ -51,8 +51,8 @@ TEST(TopologyModel, ACompressedDenseTensorStaysWithTheParameterServer) {
   EXPECT_EQ(chooseTopology(c, true), Topology::kPs);
   TopologyCosts ring_cheapest = c;
   ring_cheapest.ring = 0;
-  EXPECT_EQ(chooseTopology(ring_cheapest, true), Topology::kPs) << "never the ring when compressed";
-  EXPECT_EQ(chooseTopology(ring_cheapest, false), Topology::kRing);
+  EXPECT_EQ(chooseTopology(ring_cheapest, true), Topology::kPs) << "never the ring per tensor";
+  EXPECT_EQ(chooseTopology(ring_cheapest, false), Topology::kPs);
 }
 
 TEST(TopologyModel, ASmallSparseTensorIsGatheredByEveryNode) {
@@ -88,6 +88,9 @@ TEST(TopologyModel, ThePlannersChoiceIgnoresWhatThisNodeMeasured) {
   auto two = compress::makeCodec("2bit").value();
   auto dgc = compress::makeCodec("dgc", {{"ratio", "0.001"}}).value();
   EXPECT_EQ(planner.chooseTopology(100'000'000, *none).first, Topology::kRing);
+  EXPECT_EQ(planner.chooseTopology(64, *none).first, Topology::kRing) << "a job without a codec goes round whole";
+  Planner two_nodes({Selection::kSize, 262144, 2, 40000, 5.0});
+  EXPECT_EQ(two_nodes.chooseTopology(100'000'000, *none).first, Topology::kPs) << "two nodes need no ring";
   EXPECT_EQ(planner.chooseTopology(100'000'000, *two).first, Topology::kPs);
   EXPECT_EQ(planner.chooseTopology(100'000'000, *dgc).first, Topology::kPs);
   EXPECT_EQ(planner.chooseTopology(4096, *dgc).first, Topology::kPs)
