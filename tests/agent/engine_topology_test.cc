@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "agent/reduction_engine.h"
@@ -360,10 +361,10 @@ TEST(EngineAllgather, TopkIsEachNodesEncodingDecodedAndSummedOnce) {
   EXPECT_LT(allgather_error, ps_error) << "one compression error, not two";
 }
 
-TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclaration) {
-  // Node 1's shares are in at node 0 before node 0 starts: node 0 finishes at once, with its
-  // own shares still queued behind a window of one. A trainer declaring a new key then
-  // re-declares the job; the shares must still leave, or node 1 never finishes.
+// Node 1's shares are in at node 0 before node 0 starts: node 0 finishes at once, with its
+// own shares still queued behind a window of one. `then` happens to node 0 before anything
+// more is sent; node 1 must still finish, with node 0's bytes.
+void nodeZeroFinishesFirst(const std::function<void(ReductionEngine&, uint64_t job)>& then) {
   EngineOptions o = allgatherOptions();
   o.inflight_per_peer = 1;
   Cluster c(2, o);
@@ -377,12 +378,25 @@ TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclarati
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 1, {g[0].data()}).ok());
   for (int i = 0; i < 10; ++i) c.settleCoders();
   ASSERT_EQ(c.done(0).size(), 1u) << "node 0 finished before its shares left";
-  EXPECT_GT(c.engine(0).queuedSlices(1), 0u);
-  ASSERT_TRUE(c.engine(0).declareJob(job, {{1, 6000, 0, {"none", {}}, {}}, {2, 10, 0, {"none", {}}, {}}}).ok());
+  ASSERT_GT(c.engine(0).queuedSlices(1), 0u);
+  then(c.engine(0), job);
   c.pump();
   ASSERT_EQ(c.done(1).size(), 1u);
   EXPECT_TRUE(c.done(1)[0].status.ok()) << c.done(1)[0].status.toString();
   EXPECT_EQ(g[0], g[1]);
+  EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
+}
+
+TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclaration) {
+  // A trainer declaring a new key re-declares the job.
+  nodeZeroFinishesFirst([](ReductionEngine& e, uint64_t job) {
+    ASSERT_TRUE(e.declareJob(job, {{1, 6000, 0, {"none", {}}, {}}, {2, 10, 0, {"none", {}}, {}}}).ok());
+  });
+}
+
+TEST(EngineAllgather, ANodeWhoseTrainersLeftStillSendsTheSharesItOwes) {
+  // Its trainers leave once they have their result: the job is dropped there.
+  nodeZeroFinishesFirst([](ReductionEngine& e, uint64_t job) { e.dropJob(job); });
 }
 
 TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
@@ -426,31 +440,6 @@ TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
     for (uint32_t r = 0; r < 4; ++r) exact += valueOf(r, 1, 1, i) / 16;
     ASSERT_NEAR(g[0][0][i], exact / 4, 1e-7) << i;
   }
-}
-
-TEST(EngineAllgather, ANodeWhoseTrainersLeftStillSendsTheSharesItOwes) {
-  // As above, but node 0's trainers leave once they have their result (the job is dropped
-  // there): its queued shares of the completed step must still reach node 1.
-  EngineOptions o = allgatherOptions();
-  o.inflight_per_peer = 1;
-  Cluster c(2, o);
-  const uint64_t job = jobIdOf("leaving");
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, 6000, 0, {"none", {}}, {}}}).ok());
-  std::vector<std::vector<float>> g(2, std::vector<float>(6000));
-  for (uint32_t r = 0; r < 2; ++r)
-    for (uint64_t i = 0; i < 6000; ++i) g[r][i] = valueOf(r, 1, 1, i);
-  ASSERT_TRUE(c.engine(1).reduce(job, 1, 1, {g[1].data()}).ok());
-  c.pump();
-  ASSERT_TRUE(c.engine(0).reduce(job, 1, 1, {g[0].data()}).ok());
-  for (int i = 0; i < 10; ++i) c.settleCoders();
-  ASSERT_EQ(c.done(0).size(), 1u);
-  ASSERT_GT(c.engine(0).queuedSlices(1), 0u);
-  c.engine(0).dropJob(job);
-  c.pump();
-  ASSERT_EQ(c.done(1).size(), 1u);
-  EXPECT_TRUE(c.done(1)[0].status.ok()) << c.done(1)[0].status.toString();
-  EXPECT_EQ(g[0], g[1]);
-  EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
 }
 
 TEST(EngineAllgather, ResultsAreRefused) {

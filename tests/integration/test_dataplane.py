@@ -34,48 +34,34 @@ def test_none_gives_the_exact_average(tmp_path, nodes, local):
         stop_clean(c)
 
 
-@pytest.mark.parametrize("nodes,local", [(2, 2), (3, 1), (4, 2), (5, 1)])
-def test_the_ring_gives_the_exact_average(tmp_path, nodes, local):
-    # CaSync-Ring over real UCX links: partial sums, then results, go round the agents.
-    with Cluster(tmp_path, nodes, ["--scheduler.slice_elements", "4096", "--scheduler.topology", "ring"]) as c:
+@pytest.mark.parametrize("topology,nodes,local", [("ring", 2, 2), ("ring", 3, 1), ("ring", 4, 2), ("ring", 5, 1),
+                                                   ("allgather", 2, 1), ("allgather", 3, 2), ("allgather", 4, 1)])
+def test_every_topology_gives_the_exact_average(tmp_path, topology, nodes, local):
+    # Over real UCX links: CaSync-Ring (partial sums, then results, go round the agents) and
+    # allgather (every node's share to every other).
+    with Cluster(tmp_path, nodes, ["--scheduler.slice_elements", "4096", "--scheduler.topology", topology]) as c:
         results = c.trainers(local, ["--tensors", SIZES, "--iterations", "4", "--check", "exact"])
         assert_trainers_ok(results, c)
         stop_clean(c)
 
 
-def test_error_feedback_on_every_ring_hop_makes_the_mean_converge(tmp_path):
-    # 2bit on a ring of 3: each hop re-encodes its partial sum (at most 3/16 < threshold)
-    # with a residual of its own. What is not delivered sits in 3 node residuals (< 0.25
-    # each), 1 hop residual and 1 result residual (< 0.5 each): over 3 trainers x 80 steps,
-    # within 1.75 / 240 = 0.0073 of the average.
-    with Cluster(tmp_path, 3, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096",
-                               "--scheduler.topology", "ring"]) as c:
-        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", "2bit", "--param", "threshold=0.25",
-                "--check", "converge:0.0073"]
-        assert_trainers_ok(c.trainers(1, args), c)
+# 2bit on a ring of 3: each hop re-encodes its partial sum (at most 3/16 < threshold) with a
+# residual of its own. What is not delivered sits in 3 node residuals (< 0.25 each), 1 hop
+# residual and 1 result residual (< 0.5 each): over 3 trainers x 80 steps, within
+# 1.75 / 240 = 0.0073 of the average.
+# topk under allgather: each node's share is summed by every node itself; only the node
+# residuals hold what was not sent (no owner re-encodes, no result residual), so the mean
+# lands within topk's bound of test_error_feedback_makes_the_mean_converge.
+@pytest.mark.parametrize("topology,nodes,local,codec,param,bound", [("ring", 3, 1, "2bit", "threshold=0.25", 0.0073),
+                                                                    ("allgather", 2, 2, "topk", "ratio=0.25", 0.004)])
+def test_error_feedback_converges_on_every_topology(tmp_path, topology, nodes, local, codec, param, bound):
+    with Cluster(tmp_path, nodes, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096",
+                                   "--scheduler.topology", topology]) as c:
+        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", codec, "--param", param,
+                "--check", f"converge:{bound}"]
+        assert_trainers_ok(c.trainers(local, args), c)
         stop_clean(c)
-        assert "2bit, bidirectional, average, ring)" in c.log(0)
-
-
-@pytest.mark.parametrize("nodes,local", [(2, 1), (3, 2), (4, 1)])
-def test_allgather_gives_the_exact_average(tmp_path, nodes, local):
-    with Cluster(tmp_path, nodes, ["--scheduler.slice_elements", "4096", "--scheduler.topology", "allgather"]) as c:
-        results = c.trainers(local, ["--tensors", SIZES, "--iterations", "4", "--check", "exact"])
-        assert_trainers_ok(results, c)
-        stop_clean(c)
-
-
-def test_topk_under_allgather_converges_with_one_residual_per_node(tmp_path):
-    # Each node's top-k share is summed by every node itself: only the node residuals hold
-    # what was not sent (no owner re-encodes, no result residual), so the mean over 80 steps
-    # lands within topk's bound of test_error_feedback_makes_the_mean_converge.
-    with Cluster(tmp_path, 2, ["--compress.min_elements", "0", "--scheduler.slice_elements", "4096",
-                               "--scheduler.topology", "allgather"]) as c:
-        args = ["--tensors", "5000,17", "--iterations", "80", "--codec", "topk", "--param", "ratio=0.25",
-                "--check", "converge:0.004"]
-        assert_trainers_ok(c.trainers(2, args), c)
-        stop_clean(c)
-        assert "topk, bidirectional, average, allgather)" in c.log(0)
+        assert f"{codec}, bidirectional, average, {topology})" in c.log(0)
 
 
 @pytest.mark.parametrize("keys", [1, 64])
