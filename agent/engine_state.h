@@ -1,6 +1,6 @@
 // The engine's per-job and per-tensor state, shared by the files that implement
-// ReductionEngine (reduction_engine.cc: the reduction; engine_recovery.cc: losses,
-// realignment and membership). Not part of the engine's interface.
+// ReductionEngine (reduction_engine.cc: the reduction; engine_metrics.cc: its metrics;
+// engine_recovery.cc: losses, realignment and membership). Not part of its interface.
 #pragma once
 
 #include <cstdint>

@@ -105,20 +105,6 @@ bool ReductionEngine::codesOnDevice(uint64_t job, uint64_t key) const {
   return std::find(staged.begin(), staged.end(), k->second.push_spec.name) == staged.end();
 }
 
-void ReductionEngine::updatePlanGauges() {
-  double compressed = 0, uncompressed = 0;
-  double by_topology[3] = {0, 0, 0};
-  for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys) {
-      (k.plan.compress ? compressed : uncompressed) += 1;
-      by_topology[static_cast<int>(k.topology)] += 1;
-    }
-  stats_->gauge(metrics::Id::planned_tensors, {"compressed"}).Set(compressed);
-  stats_->gauge(metrics::Id::planned_tensors, {"uncompressed"}).Set(uncompressed);
-  for (Topology t : {Topology::kPs, Topology::kRing, Topology::kAllgather})
-    stats_->gauge(metrics::Id::planned_topology, {std::string(topologyName(t))}).Set(by_topology[static_cast<int>(t)]);
-}
-
 Result<Topology> ReductionEngine::topologyOf(uint64_t job, uint64_t key) const {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
@@ -257,13 +243,6 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   return {};
 }
 
-void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
-  counters_.raw_bytes_sent += copies * raw;
-  counters_.wire_bytes_sent += copies * wire;
-  stats.raw_sent->Increment(static_cast<double>(copies * raw));
-  stats.wire_sent->Increment(static_cast<double>(copies * wire));
-}
-
 void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed,
                                uint32_t contributors, bool final) {
   KeyState* k = findKey(s.job, s.key);
@@ -390,25 +369,6 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     if (touched[r]) lanes_->send(r);
 }
 
-void ReductionEngine::observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings) {
-  for (uint32_t s = 0; s < encodings.size(); ++s) {
-    const SliceEncoding& e = encodings[s];
-    if (e.seconds <= 0) continue;  // not encoded (an exact slice), or not timed
-    const uint64_t n = k.geometry.size(s);
-    k.push_stats->encode->Observe(e.seconds);
-    planner_.recordEncode(k.push_spec.name, n, e.bytes.size(), e.seconds);
-    sampler_.encoded(*k.push_stats, *k.push, k.coder->residualOf(k.work.job, k.spec.key, s), n);
-  }
-  // Sampled: slice 0 now and then. The sum is still in the first buffer (results come later).
-  if (!k.silent.due(0, iteration) || encodings.empty() || encodings[0].seconds <= 0) return;
-  const std::span<const float> input(k.outputs[0], k.geometry.size(0));
-  if (!k.silent.observe(*k.push, input, encodings[0].bytes, {k.spec.key, 0, iteration})) return;
-  k.push_stats->silent->Increment();
-  GC_LOG(kWarn, "agent", "tensor ", k.spec.key, ": codec '", k.push_spec.name, "' encoded nonzero gradients as nothing "
-         "but zeros for ", k.silent.silentIterations(), " iterations; its residual only grows and the layer does not "
-         "train (lower the codec's threshold or raise its ratio: gcagent --list-codecs)");
-}
-
 void ReductionEngine::onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
   KeyState* k = findKey(job, key);
   if (k == nullptr || !k->active || k->iteration != iteration) return;
@@ -418,25 +378,6 @@ void ReductionEngine::onCoded(uint64_t job, uint64_t key, uint64_t iteration, co
     return completeKey(job, *k, Status::dataLoss(why));
   }
   completeKey(job, *k, status);  // the last slice's report, for every slice
-}
-
-void ReductionEngine::updateCostGauges() {
-  auto set = [&](const std::string& codec, const char* step, const scheduler::LinearCost& c) {
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "w"}).Set(c.w);
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "b"}).Set(c.b);
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "overhead"}).Set(c.overhead);
-  };
-  std::vector<std::string> codecs;
-  for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys)
-      if (std::find(codecs.begin(), codecs.end(), k.push_spec.name) == codecs.end()) codecs.push_back(k.push_spec.name);
-  for (const std::string& codec : codecs) {
-    const scheduler::StepCosts c = planner_.costs(codec);
-    set(codec, "encode", c.encode);
-    set(codec, "decode", c.decode);
-    set(codec, "wire", c.gather);
-    set(codec, "aggregate", c.aggregate);
-  }
 }
 
 void ReductionEngine::badMessage(std::string_view why) {
@@ -523,21 +464,6 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (!contribution) return applyResult(h.job, k, h.slice, h.iteration, h.contributors, bytes, compressed, pin);
   owner_->add({h.job, h.key, h.slice, h.iteration}, m.from, {std::move(pin), bytes, compressed, h.contributors},
               flow.sum);
-}
-
-void ReductionEngine::refreshStats() {
-  std::vector<double> waiting(transport_.size(), 0.0);
-  std::set<std::string, std::less<>> codecs_in_use;
-  for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys) {
-      codecs_in_use.insert(k.push_spec.name);
-      codecs_in_use.insert(k.pull_spec.name);
-      codecs_in_use.insert("none");  // the raw stats of every tensor's uncompressed slices
-    }
-  owner_->countWaiting(waiting);
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (peer_stats_[r] != nullptr) peer_stats_[r]->queue_depth->Set(waiting[r]);
-  stats_->retireCodecGaugesExcept(codecs_in_use);
 }
 
 size_t ReductionEngine::pendingAccumulators() const { return owner_->pending(); }
