@@ -17,28 +17,28 @@ namespace {
 
 constexpr uint64_t kSlice = 1000;
 
-EngineOptions ringOptions() {
+EngineOptions optionsFor(Topology topology) {
   EngineOptions o = smallSlices();
-  o.topology = Topology::kRing;
+  o.topology = topology;
   return o;
 }
-
-EngineOptions allgatherOptions() {
-  EngineOptions o = smallSlices();
-  o.topology = Topology::kAllgather;
-  return o;
-}
+EngineOptions ringOptions() { return optionsFor(Topology::kRing); }
+EngineOptions allgatherOptions() { return optionsFor(Topology::kAllgather); }
 
 const std::vector<std::string> kCodecs = {"none", "fp16",    "bf16", "2bit", "1bit", "onebit",
                                           "terngrad", "qsgd", "randomk", "topk", "dgc", "threshold"};
 
-TEST(EngineRing, NoneIsTheExactSumInRingOrder) {
-  // Slice s of a tensor is summed from its owner's successor round to its owner, each node
-  // adding its trainers' local sum; the result is that fp32 sum divided once.
+// The node whose local sum is added `hop`-th (from 0) into slice sums owned by `owner`.
+using SumOrder = std::function<uint32_t(uint32_t owner, uint32_t hop, uint32_t nodes)>;
+
+// With none, every trainer's buffer holds the fp32 sum of the nodes' local sums in `order`
+// (each local sum in local-rank order), divided once: checked bit for bit on 2-5 nodes with
+// 1 and 2 trainers each.
+void expectExactSumsIn(Topology topology, const SumOrder& order) {
   for (uint32_t nodes : {2u, 3u, 4u, 5u})
     for (uint32_t local : {1u, 2u}) {
       SCOPED_TRACE(testing::Message() << nodes << " nodes, " << local << " trainers each");
-      Cluster c(nodes, ringOptions());
+      Cluster c(nodes, optionsFor(topology));
       const std::vector<uint64_t> sizes = {1, 7, 999, 1000, 1001, 12345};
       std::vector<std::vector<float>> seen;  // by iteration, then key
       runAndCheck(c, local, sizes, 2, 1e-6, "none", &seen);
@@ -54,8 +54,8 @@ TEST(EngineRing, NoneIsTheExactSumInRingOrder) {
               for (uint32_t l = 1; l < local; ++l) s += valueOf(r * local + l, it, key, i);
               return s;
             };
-            float sum = node_sum((owner + 1) % nodes);
-            for (uint32_t hop = 2; hop <= nodes; ++hop) sum += node_sum((owner + hop) % nodes);
+            float sum = node_sum(order(owner, 0, nodes));
+            for (uint32_t hop = 1; hop < nodes; ++hop) sum += node_sum(order(owner, hop, nodes));
             const float expected = sum / static_cast<float>(world);
             ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected))
                 << "key " << key << " element " << i << " iteration " << it << ": " << got[i] << " vs " << expected;
@@ -63,6 +63,26 @@ TEST(EngineRing, NoneIsTheExactSumInRingOrder) {
         }
       EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
     }
+}
+
+// Every codec, 2-5 nodes, 1-2 trainers: every node and trainer sees the same bytes (the
+// bound is the codecs' tests' business; runAndCheck asserts the agreement).
+void expectEveryCodecAgrees(Topology topology) {
+  for (const std::string& codec : kCodecs)
+    for (uint32_t nodes : {2u, 3u, 4u, 5u})
+      for (uint32_t local : {1u, 2u}) {
+        SCOPED_TRACE(testing::Message() << codec << ", " << nodes << " nodes, " << local << " trainers each");
+        Cluster c(nodes, optionsFor(topology));
+        runAndCheck(c, local, {3000, 17, 2048}, 2, 8.0, codec);
+        EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+      }
+}
+
+TEST(EngineRing, NoneIsTheExactSumInRingOrder) {
+  // Slice s is summed from its owner's successor round to its owner.
+  expectExactSumsIn(Topology::kRing, [](uint32_t owner, uint32_t hop, uint32_t nodes) {
+    return (owner + 1 + hop) % nodes;
+  });
 }
 
 TEST(EngineRing, EachNodeSendsToItsSuccessorOnly) {
@@ -82,15 +102,7 @@ TEST(EngineRing, EachNodeSendsToItsSuccessorOnly) {
 TEST(EngineRing, EveryCodecGivesEveryNodeTheSameBytes) {
   // Each hop re-encodes its partial sum with its own residual; the owner encodes the total
   // once and that encoding is forwarded as received, so every node decodes the same bytes.
-  for (const std::string& codec : kCodecs)
-    for (uint32_t nodes : {2u, 3u, 4u, 5u})
-      for (uint32_t local : {1u, 2u}) {
-        SCOPED_TRACE(testing::Message() << codec << ", " << nodes << " nodes, " << local << " trainers each");
-        Cluster c(nodes, ringOptions());
-        // The bound is the codecs' tests' business; runAndCheck asserts the agreement.
-        runAndCheck(c, local, {3000, 17, 2048}, 2, 8.0, codec);
-        EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
-      }
+  expectEveryCodecAgrees(Topology::kRing);
 }
 
 TEST(EngineRing, CodedNodesGiveTheHostNodesBytes) {
@@ -257,32 +269,7 @@ TEST(EngineAllgather, APeerLostMidwayFailsTheReductionOnEveryNodeNamingIt) {
 }
 
 TEST(EngineAllgather, NoneIsTheExactSumInRankOrder) {
-  for (uint32_t nodes : {2u, 3u, 4u, 5u})
-    for (uint32_t local : {1u, 2u}) {
-      SCOPED_TRACE(testing::Message() << nodes << " nodes, " << local << " trainers each");
-      Cluster c(nodes, allgatherOptions());
-      const std::vector<uint64_t> sizes = {1, 7, 999, 1000, 1001, 12345};
-      std::vector<std::vector<float>> seen;
-      runAndCheck(c, local, sizes, 2, 1e-6, "none", &seen);
-      const uint32_t world = nodes * local;
-      for (int it = 1; it <= 2; ++it)
-        for (size_t k = 0; k < sizes.size(); ++k) {
-          const uint64_t key = 100 + k;
-          const std::vector<float>& got = seen[(it - 1) * sizes.size() + k];
-          for (uint64_t i = 0; i < sizes[k]; ++i) {
-            float sum = 0;
-            for (uint32_t r = 0; r < nodes; ++r) {
-              float node = valueOf(r * local, it, key, i);
-              for (uint32_t l = 1; l < local; ++l) node += valueOf(r * local + l, it, key, i);
-              sum = r == 0 ? node : sum + node;
-            }
-            const float expected = sum / static_cast<float>(world);
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected))
-                << "key " << key << " element " << i << " iteration " << it;
-          }
-        }
-      EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
-    }
+  expectExactSumsIn(Topology::kAllgather, [](uint32_t, uint32_t hop, uint32_t) { return hop; });
 }
 
 TEST(EngineAllgather, EveryNodeSendsItsShareToEveryOtherAndNoResultsTravel) {
@@ -297,16 +284,7 @@ TEST(EngineAllgather, EveryNodeSendsItsShareToEveryOtherAndNoResultsTravel) {
   }
 }
 
-TEST(EngineAllgather, EveryCodecGivesEveryNodeTheSameBytes) {
-  for (const std::string& codec : kCodecs)
-    for (uint32_t nodes : {2u, 3u, 4u, 5u})
-      for (uint32_t local : {1u, 2u}) {
-        SCOPED_TRACE(testing::Message() << codec << ", " << nodes << " nodes, " << local << " trainers each");
-        Cluster c(nodes, allgatherOptions());
-        runAndCheck(c, local, {3000, 17, 2048}, 2, 8.0, codec);
-        EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
-      }
-}
+TEST(EngineAllgather, EveryCodecGivesEveryNodeTheSameBytes) { expectEveryCodecAgrees(Topology::kAllgather); }
 
 TEST(EngineAllgather, TopkIsEachNodesEncodingDecodedAndSummedOnce) {
   // The first step (residuals empty): the result is the rank-order sum of every node's own
