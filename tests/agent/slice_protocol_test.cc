@@ -45,5 +45,40 @@ TEST(SliceProtocolTest, AResultMustComeFromTheSlicesOwnerInTheResultCodec) {
             "tensor 7 slice 1: result from rank 2, which does not own it");
 }
 
+TEST(SliceProtocolTest, ARingSliceMustComeFromThePredecessorToANodeThatTakesIt) {
+  const TensorRoute r = routeOf("fp16", Aggregation::kBidirectional, Topology::kRing);
+  SliceMessage partial = sliceOf(r, SliceKind::kContribution, r.push_fp);
+  partial.topology = Topology::kRing;
+  // Owner 2 of {0, 1, 2, 3}: node 0's predecessor is 3; node 3 starts the sum.
+  const std::vector<uint32_t> members = {0, 1, 2, 3};
+  const RingHop zero = ringHopOf(members, 2, 0), three = ringHopOf(members, 2, 3), two = ringHopOf(members, 2, 2);
+  EXPECT_TRUE(checkSlice(partial, r, 2, 0, 3, &zero).value());
+  EXPECT_EQ(checkSlice(partial, r, 2, 0, 1, &zero).status().message(),
+            "tensor 7 slice 1: sent by rank 1, not by this node's predecessor in the ring, rank 3");
+  EXPECT_EQ(checkSlice(partial, r, 2, 3, 2, &three).status().message(),
+            "tensor 7 slice 1: a partial sum sent to the node that starts it");
+  SliceMessage result = sliceOf(r, SliceKind::kResult, r.pull_fp);
+  result.topology = Topology::kRing;
+  EXPECT_TRUE(checkSlice(result, r, 2, 0, 3, &zero).value()) << "forwarded by the predecessor, not the owner";
+  EXPECT_EQ(checkSlice(result, r, 2, 2, 1, &two).status().message(), "tensor 7 slice 1: a result sent to its owner");
+}
+
+TEST(SliceProtocolTest, TopologiesMustAgreeAndAllgatherTakesNoResult) {
+  const TensorRoute ps = routeOf("fp16");
+  SliceMessage from_ring = sliceOf(ps, SliceKind::kContribution, ps.push_fp);
+  from_ring.topology = Topology::kRing;
+  EXPECT_EQ(checkSlice(from_ring, ps, 0, 0, 2).status().message(),
+            "tensor 7 travels by ring there, by ps here (scheduler.topology or the tensor's reduce.topology differ "
+            "between the nodes)");
+  const TensorRoute all = routeOf("topk", Aggregation::kBidirectional, Topology::kAllgather);
+  SliceMessage share = sliceOf(all, SliceKind::kContribution, all.push_fp);
+  share.topology = Topology::kAllgather;
+  EXPECT_TRUE(checkSlice(share, all, 1, 0, 2).value()) << "from any member, whoever owns the slice";
+  SliceMessage result = sliceOf(all, SliceKind::kResult, all.pull_fp);
+  result.topology = Topology::kAllgather;
+  EXPECT_EQ(checkSlice(result, all, 1, 0, 1).status().message(),
+            "tensor 7 slice 1: a result, but under allgather every node sums the contributions itself");
+}
+
 }  // namespace
 }  // namespace gcagent::agent
