@@ -142,6 +142,7 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
   GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
   o.refit_interval = config.scheduler_refit_interval;
+  o.link_gbps = config.scheduler_link_gbps;
   o.inflight_per_peer = static_cast<uint32_t>(config.scheduler_inflight_per_peer);
   o.inflight_bytes = static_cast<uint64_t>(config.scheduler_inflight_bytes);
   o.prioritize = config.scheduler_priority;

@@ -61,6 +61,8 @@
     "P3: front layers' slices and codec work go first; false: first come, first served everywhere (a baseline)") \
   X(scheduler, topology, Text, "ps", 0, 0, "ps|ring|allgather|auto",                           \
     "how a tensor's slices travel unless it names reduce.topology: ps (each slice's owner agent sums every node's contribution and sends the result to all), ring (CaSync-Ring: partial sums, then results, go round the agents in rank order; each agent sends to one neighbour), allgather (every agent sends its encoded contribution to all and sums them all itself: for the sparse codecs) or auto (per tensor, from the cost model)") \
+  X(scheduler, link_gbps, Real, "1", 0.001, 100000, "",                                        \
+    "the links' speed in Gbit/s the planner's reference model prices: auto's topologies, and the partition counts of compress.selection = auto; set the same on every node (both are on the wire)") \
   X(scheduler, refit_interval, Real, "5", 0, 86400, "",                                         \
     "seconds between re-fits of the auto selection's cost model (the first: at once)")        \
   X(compress, codec, Text, "none", 0, 0, "", "default codec for tensors that name none")       \

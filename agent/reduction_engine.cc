@@ -34,7 +34,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
                   options_.min_nodes),
       view_told_(transport_.size()),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
-                options_.refit_interval}),
+                options_.refit_interval, options_.link_gbps}),
       alive_(std::make_shared<ReductionEngine*>(this)) {
   for (transport::Rank r = 0; r < transport_.size(); ++r) {
     const bool self = r == transport_.rank();

@@ -70,6 +70,7 @@ struct EngineOptions {
   uint64_t min_elements = 0;        // selection kSize: smaller tensors travel uncompressed
   scheduler::Selection selection = scheduler::Selection::kSize;
   double refit_interval = 5.0;       // seconds between re-fits of the auto planner's model
+  double link_gbps = 1.0;            // the links' speed the reference model prices
   uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
   uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
   bool prioritize = true;            // P3; false: every tensor at one priority (a FIFO baseline)

@@ -21,11 +21,11 @@ Result<Selection> parseSelection(std::string_view name) {
   return Status::invalidArgument(strCat("unknown selection '", name, "' (size or auto)"));
 }
 
-StepCosts referenceCosts() {
+StepCosts referenceCosts(double link_gbps) {
   StepCosts c;
   c.encode = {1.1e-9, 2e-6, 5e-6};    // ~3.7 GB/s of fp32 in
   c.decode = {1.1e-8, 2e-6, 5e-6};    // per encoded element: ~5.8 GB/s of fp32 out at 1/16
-  c.gather = {3.2e-8, 5e-5, 5e-5};    // 4 bytes at 1 Gbit/s, ~50 us per message
+  c.gather = {3.2e-8 / link_gbps, 5e-5, 5e-5};  // 4 bytes at 1 Gbit/s, ~50 us per message
   c.broadcast = c.gather;
   c.aggregate = {8e-10, 0, 0};        // an fp32 add, ~5 GB/s
   c.ratio = 1.0 / 16;
@@ -33,20 +33,20 @@ StepCosts referenceCosts() {
 }
 
 Planner::Planner(PlannerOptions options) : options_(options) {
-  const StepCosts ref = referenceCosts();
+  const StepCosts ref = referenceCosts(options_.link_gbps);
   wire_cost_ = ref.gather;
   aggregate_cost_ = ref.aggregate;
 }
 
 uint32_t Planner::partitions(uint64_t elements) const {
   if (options_.selection != Selection::kAuto) return 1;
-  return planReduction(referenceCosts(), static_cast<double>(elements), options_.nodes).partitions;
+  return planReduction(referenceCosts(options_.link_gbps), static_cast<double>(elements), options_.nodes).partitions;
 }
 
 Planner::CodecModel& Planner::model(std::string_view codec) {
   auto it = codecs_.find(codec);
   if (it == codecs_.end()) {
-    const StepCosts ref = referenceCosts();
+    const StepCosts ref = referenceCosts(options_.link_gbps);
     CodecModel m{CostFit(4096, kDecay), CostFit(256, kDecay), 0, 0, ref.encode, ref.decode, false};
     it = codecs_.emplace(std::string(codec), std::move(m)).first;
   }
@@ -54,7 +54,7 @@ Planner::CodecModel& Planner::model(std::string_view codec) {
 }
 
 StepCosts Planner::costs(std::string_view codec) const {
-  StepCosts c = referenceCosts();
+  StepCosts c = referenceCosts(options_.link_gbps);
   c.gather = c.broadcast = wire_cost_;
   c.aggregate = aggregate_cost_;
   auto it = codecs_.find(codec);
@@ -83,17 +83,19 @@ Plan Planner::decide(uint64_t elements, const compress::Codec& codec) {
 
 std::pair<Topology, TopologyCosts> Planner::chooseTopology(uint64_t elements, const compress::Codec& codec) const {
   const double x = static_cast<double>(elements);
+  const StepCosts ref = referenceCosts(options_.link_gbps);
   bool compressed = codec.name() != "none";
   if (compressed)
     compressed = options_.selection == Selection::kSize ? elements >= options_.min_elements
-                                                        : planReduction(referenceCosts(), x, options_.nodes).compress;
+                                                        : planReduction(ref, x, options_.nodes).compress;
   const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(elements, options_.slice_elements));
   const double ratio = static_cast<double>(codec.maxEncodedBytes(slice)) / (4.0 * static_cast<double>(slice));
-  const TopologyCosts costs = topologyCosts(referenceCosts(), x, static_cast<double>(options_.slice_elements),
+  const TopologyCosts costs = topologyCosts(ref, x, static_cast<double>(options_.slice_elements),
                                             options_.nodes, compressed, ratio);
   // A tensor with no codec never compresses, and neither does any other tensor of a job that
-  // chose none: all of them go round the ring together (topology_model.h).
-  if (codec.name() == "none") return {options_.nodes >= 3 ? Topology::kRing : Topology::kPs, costs};
+  // chose none: all of them travel one way (topology_model.h).
+  if (codec.name() == "none")
+    return {uncompressedJobTopology(ref, static_cast<double>(options_.slice_elements), options_.nodes), costs};
   return {scheduler::chooseTopology(costs, compressed), costs};
 }
 

@@ -39,12 +39,16 @@ struct PlannerOptions {
   uint32_t nodes = 1;
   uint64_t slice_elements = 40000;
   double refit_interval = 5.0;  // seconds
+  // The links' speed the reference model prices (scheduler.link_gbps): every node must be
+  // told the same, as partition counts and auto's topologies are on the wire.
+  double link_gbps = 1.0;
 };
 
 // The coefficients the auto planner starts from and derives slice geometry from, in
 // seconds per fp32 element: 2-bit encode and decode on one core of a 2-core Cascade Lake
-// (bench/codec_bench.cc) and a 1 Gbit/s link.
-StepCosts referenceCosts();
+// (bench/codec_bench.cc) and a link of `link_gbps` Gbit/s (~50 us per message whatever its
+// speed).
+StepCosts referenceCosts(double link_gbps = 1.0);
 
 class Planner {
  public:
@@ -58,8 +62,8 @@ class Planner {
   Plan decide(uint64_t elements, const compress::Codec& codec);
   // scheduler.topology = auto: a tensor's topology, and the model's costs, from the reference
   // model and whether that model (or min_elements) compresses it: the same on every node,
-  // as the topology is part of the wire. A tensor whose codec is none goes round the ring
-  // (on 3 nodes or more), whatever its size: a job of such tensors travels it whole.
+  // as the topology is part of the wire. A tensor whose codec is none travels as its whole
+  // job does, whatever its size (uncompressedJobTopology).
   std::pair<Topology, TopologyCosts> chooseTopology(uint64_t elements, const compress::Codec& codec) const;
 
   // Measurements. x of encode and aggregate is fp32 elements; decode's is the encoded size

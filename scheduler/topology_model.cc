@@ -37,31 +37,66 @@ std::string TopologyCosts::describe() const {
   return strCat("model: ps ", ps, ", ring ", ring, ", allgather ", allgather);
 }
 
+namespace {
+
+// What one node does for `slices` slices of one tensor, apart from the critical path: its
+// work (codec, adds, the network stack) and its time on the wire, which overlap.
+struct Load {
+  double work = 0, wire = 0;
+  double bound() const { return std::max(work, wire); }
+};
+
+struct SliceCosts {
+  double n, wire_elements, link, enc, dec, add, link_rate;
+};
+
+SliceCosts sliceCosts(const StepCosts& c, double slice, uint32_t nodes, bool compressed, double ratio) {
+  const double wire = slice * (compressed ? ratio : 1.0);  // one slice on the wire, in fp32 elements
+  // Codec work on one slice: its encode, the decode of one share (a copy when raw), an add.
+  return {static_cast<double>(nodes), wire, c.gather(wire), compressed ? c.encode(slice) : 0.0,
+          compressed ? c.decode(wire) : c.aggregate(slice), c.aggregate(slice), c.gather.w};
+}
+
+// ps and ring: every slice encoded once here; (N-1)/N of them decoded and added as an owner
+// (or a hop); every result decoded into the trainers' buffers (a dense write). 2(N-1)/N of
+// the tensor sent and as much received. On the wire, throughput: the link's cost per
+// element (its per-message intercept is the trip's latency, counted once on the critical
+// path; sends to different peers overlap). `peers` is how many it sends to at once.
+Load shardedLoad(const SliceCosts& s, double slices, uint32_t peers) {
+  const double n = s.n, moved = s.wire_elements * slices * 2 * (n - 1) / n;
+  return {slices * (s.enc + (n - 1) / n * (s.dec + s.add) + s.dec + s.add) + 2 * moved * kStackCpuPerElement,
+          s.link_rate * moved * fanOut(peers)};
+}
+
+// allgather: every slice encoded once, sent to each peer, all N shares decoded into a sum
+// here (a dense write), and the sum copied into the trainers' buffers (another).
+Load gatherLoad(const SliceCosts& s, double slices) {
+  const double n = s.n, moved = s.wire_elements * slices * (n - 1);
+  return {slices * (s.enc + n * s.dec + 2 * s.add) + 2 * moved * kStackCpuPerElement,
+          s.link_rate * moved * fanOut(static_cast<uint32_t>(n) - 1)};
+}
+
+}  // namespace
+
 TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_elements, uint32_t nodes,
                             bool compressed, double ratio) {
   TopologyCosts t;
   if (nodes <= 1 || elements <= 0) return t;
-  const double n = nodes, s = std::min(elements, slice_elements), slices = std::ceil(elements / s);
-  const double r = compressed ? ratio : 1.0, wire = s * r;  // one slice on the wire, in fp32 elements
-  const double link = c.gather(wire);
-  // Codec work on one slice: its encode, the decode of one share (a copy when raw), an add.
-  const double enc = compressed ? c.encode(s) : 0.0, dec = compressed ? c.decode(wire) : c.aggregate(s);
-  const double add = c.aggregate(s);
-
-  // ps and ring: every slice encoded once here; (N-1)/N of them decoded and added as an
-  // owner (or a hop); every result decoded into the trainers' buffers (a dense write).
-  const double shared_work = slices * enc + slices * (n - 1) / n * (dec + add) + slices * (dec + add);
-  // On the wire, throughput: the link's cost per element (its per-message intercept is the
-  // trip's latency, counted once on the critical path; sends to different peers overlap).
-  const double shared_wire = c.gather.w * wire * slices * 2 * (n - 1) / n;
-  t.ps = enc + link + (n - 1) * dec + enc + link + dec + std::max(shared_work, shared_wire * fanOut(nodes - 1));
-  t.ring = 2 * (n - 1) * (link + dec + add + enc) + std::max(shared_work, shared_wire);
-  // allgather: every slice encoded once, sent to each peer, all N shares decoded into a sum
-  // here (a dense write), and the sum copied into the trainers' buffers (another).
-  const double gather_work = slices * (enc + n * dec + 2 * add);
-  const double gather_wire = c.gather.w * wire * slices * (n - 1) * fanOut(nodes - 1);
-  t.allgather = enc + link + n * dec + std::max(gather_work, gather_wire);
+  const double slice = std::min(elements, slice_elements), slices = std::ceil(elements / slice);
+  const SliceCosts s = sliceCosts(c, slice, nodes, compressed, ratio);
+  const double n = s.n;
+  t.ps = s.enc + s.link + (n - 1) * s.dec + s.enc + s.link + s.dec + shardedLoad(s, slices, nodes - 1).bound();
+  t.ring = 2 * (n - 1) * (s.link + s.dec + s.add + s.enc) + shardedLoad(s, slices, 1).bound();
+  t.allgather = s.enc + s.link + n * s.dec + gatherLoad(s, slices).bound();
   return t;
+}
+
+Topology uncompressedJobTopology(const StepCosts& c, double slice_elements, uint32_t nodes) {
+  if (nodes < 3) return Topology::kPs;  // with one peer a ring is ps with a longer path
+  // Per slice (the rates scale with the slice count alike), the same bytes and work either
+  // way; the ring only when the link would bound ps and bounds the ring less.
+  const SliceCosts s = sliceCosts(c, slice_elements, nodes, false, 1.0);
+  return shardedLoad(s, 1, 1).bound() < shardedLoad(s, 1, nodes - 1).bound() ? Topology::kRing : Topology::kPs;
 }
 
 Topology chooseTopology(const TopologyCosts& costs, bool compressed) {

@@ -9,9 +9,12 @@
 //   allgather: sends all of its encoded tensor to N-1 peers; encodes once, decodes N shares
 //              into a sum of every slice, and copies the sum into the trainers' buffers.
 // A reduction costs its critical path (one slice through every step, each link trip with
-// its latency) plus the larger of the node's codec work and its time on the wire at the
-// link's rate, which the engine overlaps (codec pool, comm thread). Sending to several peers at once costs kFanOutPenalty more wire time per extra
-// peer: TCP flows sharing a link do not fill it as one flow does (measured below).
+// its latency) plus the larger of the node's work and its time on the wire at the link's
+// rate, which the engine overlaps (codec pool, comm thread). The node's work is its codec
+// work and the network stack's CPU time for every byte it sends or receives
+// (kStackCpuPerElement). Sending to several peers at once costs kFanOutPenalty more wire
+// time per extra peer: TCP flows sharing a link do not fill it as one flow does (measured
+// below).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,12 @@ Result<Topology> parseTopology(std::string_view name);
 // more peers (bench/results/e2e_topologies.md).
 inline constexpr double kFanOutPenalty = 0.03;
 
+// The network stack's CPU seconds per fp32 element (4 bytes) a node sends or receives over
+// TCP. ResNet-50 uncompressed at 10 Gbit/s on 4 namespaced nodes, parameter server: 195 ms
+// of agent CPU per iteration, for 153.8 MB sent and as much received per node, of which the
+// model's copies and adds are 71 ms (bench/results/e2e_topologies.md).
+inline constexpr double kStackCpuPerElement = 1.6e-9;
+
 struct TopologyCosts {
   double ps = 0, ring = 0, allgather = 0;
   // The cheapest; ties go to ps, then ring.
@@ -47,9 +56,19 @@ struct TopologyCosts {
 TopologyCosts topologyCosts(const StepCosts& c, double elements, double slice_elements, uint32_t nodes,
                             bool compressed, double ratio);
 
+// auto's choice for a job without a codec, the same for all of its tensors (see below why):
+// the ring on 3 nodes or more when the parameter server's N-1 flows per link would bound it
+// (its time on the wire, with the fan-out penalty, above its work per element) and the
+// ring's single flow would not; otherwise ps. At 1 Gbit/s the ring's flow fills the link
+// better than ps's (ResNet-50 on 8 nodes: 1.52 s against 1.68 s); on a fast link the node's
+// CPU bounds both, and the ring's 2(N-1) hops deep path is what remains (ResNet-50 at
+// 10 Gbit/s on 4 nodes: 0.44 s against 0.39 s). Rests on per-element rates only, so it does
+// not depend on a tensor's size.
+Topology uncompressedJobTopology(const StepCosts& c, double slice_elements, uint32_t nodes);
+
 // auto's choice for a tensor with a codec: for a compressed tensor the cheaper of ps and
 // allgather (ties: ps); an uncompressed one (below min_elements) goes to ps. (A tensor
-// without a codec goes round the ring: Planner::chooseTopology.) Measured, choices beyond
+// without a codec: uncompressedJobTopology.) Measured, choices beyond
 // that lose:
 // - the ring pays off only when a whole job travels it: ResNet-50 at 1 Gbit/s on 8 nodes took
 //   1.55 s all ring, 1.65 s all ps, and 2.43 s with its 5 largest tensors on the ring and the

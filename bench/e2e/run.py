@@ -75,6 +75,16 @@ SCHEDULING.update({f"{k}-{t}": v + ["--scheduler.topology", t]
                    for k, v in list(SCHEDULING.items()) for t in ("ring", "allgather", "auto")})
 
 
+def agent_flags(scheduling, rate):
+    """The agents' flags for a scheduling row on links of `rate` (tc syntax): the planner is
+    told the links' speed (scheduler.link_gbps), as an operator would."""
+    m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", rate)
+    if not m:
+        raise SystemExit(f"e2e: rate {rate!r} is not <number>[k|m|g]bit")
+    gbps = float(m.group(1)) * {"k": 1e-6, "m": 1e-3, "g": 1.0, "": 1e-9}[m.group(2)]
+    return SCHEDULING[scheduling] + ["--scheduler.link_gbps", f"{gbps:g}"]
+
+
 def log(msg):
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -130,7 +140,7 @@ def profile_from_metrics(text):
     return out
 
 
-def run_gcagent(ns, model_csv, codec, scheduling, iterations, timeout):
+def run_gcagent(ns, model_csv, codec, agent_args, iterations, timeout):
     name, params = CODECS[codec]
     # Every layer submitted at once, then one blocking wait, as DDP's sync after a backward pass
     # whose cost is measured apart. (The trainer's --backward-ms mode polls every key every
@@ -140,7 +150,7 @@ def run_gcagent(ns, model_csv, codec, scheduling, iterations, timeout):
     for p in params:
         args += ["--param", p]
     with tempfile.TemporaryDirectory() as tmp:
-        with Cluster(tmp, len(ns.names), SCHEDULING[scheduling], namespaces=ns) as c:
+        with Cluster(tmp, len(ns.names), agent_args, namespaces=ns) as c:
             before, cpu0, started = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time()
             results = c.trainers(1, args, timeout=timeout)
             after, cpu1, wall = host_rx(ns), [cpu_seconds(p.pid) for p in c.procs], time.time() - started
@@ -305,13 +315,13 @@ def main():
                         else:
                             for sched in a.scheduling.split(","):
                                 runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
-                                    ns, csv, s, q, a.iterations, a.timeout)))
+                                    ns, csv, s, agent_flags(q, rate), a.iterations, a.timeout)))
                     elif system in HOOKS:
                         for sched in a.scheduling.split(","):
                             runs.append((f"ddp+gcagent {HOOKS[system]}", sched,
                                          lambda s=HOOKS[system], q=sched: run_torch(
                                              ns, workload, csv, "gcagent", a.iterations, a.timeout, gcagent_codec=s,
-                                             agent_extra=SCHEDULING[q], check=not a.no_check)))
+                                             agent_extra=agent_flags(q, rate), check=not a.no_check)))
                     else:
                         raise SystemExit(f"e2e: unknown system {system!r}")
                     for label, sched, fn in runs:

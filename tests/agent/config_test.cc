@@ -84,7 +84,7 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
             "gcagent.toml:2:18: scheduler.slice_elements: 12 is outside [1024, 6.71089e+07]");
   EXPECT_EQ(errorOf(fromText("[scheduler]\n\nslce_elements = 4096\n")),
             "gcagent.toml:3:1: unknown key 'scheduler.slce_elements' (known in [scheduler]: slice_elements, "
-            "inflight_per_peer, inflight_bytes, priority, topology, refit_interval)");
+            "inflight_per_peer, inflight_bytes, priority, topology, link_gbps, refit_interval)");
   EXPECT_EQ(errorOf(fromText("[sched]\nx = 1\n")),
             "gcagent.toml:1:1: unknown section [sched] (known: agent, transport, scheduler, compress, metrics, "
             "security)");
@@ -119,6 +119,8 @@ TEST(ConfigTest, BadOverridesNameTheirSource) {
   ConfigInputs flags;
   flags.overrides = {"scheduler.inflight_per_peer=0"};
   EXPECT_EQ(errorOf(flags), "--scheduler.inflight_per_peer: scheduler.inflight_per_peer: 0 is outside [1, 4096]");
+  flags.overrides = {"scheduler.link_gbps=0"};
+  EXPECT_EQ(errorOf(flags), "--scheduler.link_gbps: scheduler.link_gbps: 0 is outside [0.001, 100000]");
   flags.overrides = {"scheduler.nope=1"};
   EXPECT_EQ(errorOf(flags), "--scheduler.nope: unknown key");
   flags.overrides = {"slice_elements"};

@@ -13,14 +13,43 @@ namespace {
 
 constexpr double kSlice = 40000;
 
-TEST(TopologyModel, ARingIsCheapestForALargeUncompressedTensor) {
-  // 100 M elements on 4 nodes: the same bytes either way, over one flow per link instead of 3.
-  const TopologyCosts c = topologyCosts(referenceCosts(), 100e6, kSlice, 4, false, 1.0);
+TEST(TopologyModel, ARingIsCheapestForALargeUncompressedTensorOnASlowLink) {
+  // 100 M elements on 4 nodes at 1 Gbit/s: the same bytes either way, over one flow per link
+  // instead of 3, and the link bounds both.
+  const TopologyCosts c = topologyCosts(referenceCosts(1), 100e6, kSlice, 4, false, 1.0);
   EXPECT_LT(c.ring, c.ps) << c.describe();
   EXPECT_LT(c.ps, c.allgather) << "allgather sends every byte to every peer";
-  EXPECT_EQ(chooseTopology(c, false), Topology::kPs) << "the ring is the operator's choice for a whole job";
+  EXPECT_EQ(chooseTopology(c, false), Topology::kPs) << "the ring is chosen for a whole job, not per tensor";
   // The penalty per extra peer is what separates them: ring and ps differ by about it.
   EXPECT_NEAR(c.ps / c.ring, 1 + 2 * kFanOutPenalty, 0.01) << c.describe();
+  EXPECT_EQ(uncompressedJobTopology(referenceCosts(1), kSlice, 4), Topology::kRing);
+  EXPECT_EQ(uncompressedJobTopology(referenceCosts(1), kSlice, 8), Topology::kRing);
+}
+
+TEST(TopologyModel, AFastLinkLeavesAnUncompressedJobWithTheParameterServer) {
+  // At 10 Gbit/s the node's copies, adds and network stack outlast its time on the wire: ring
+  // and ps do the same work, and the ring's path is 2(N-1) hops deep.
+  const StepCosts fast = referenceCosts(10);
+  const TopologyCosts c = topologyCosts(fast, 100e6, kSlice, 4, false, 1.0);
+  EXPECT_LT(c.ps, c.ring) << c.describe();
+  EXPECT_EQ(uncompressedJobTopology(fast, kSlice, 4), Topology::kPs);
+  EXPECT_EQ(uncompressedJobTopology(fast, kSlice, 8), Topology::kPs);
+  // Where the switch lies: the link's time per element against the node's work per element.
+  // With 3 peers (3 elements of wire per 4 of work per element moved, 2 ways) the crossover
+  // is between 5 and 8 Gbit/s with the reference coefficients.
+  EXPECT_EQ(uncompressedJobTopology(referenceCosts(5), kSlice, 4), Topology::kRing);
+  EXPECT_EQ(uncompressedJobTopology(referenceCosts(8), kSlice, 4), Topology::kPs);
+}
+
+TEST(TopologyModel, TheNetworkStackIsPricedPerByteMoved) {
+  // One 40000-element slice on 4 nodes, uncompressed, at a link so fast the wire is nothing:
+  // ps's bound is its work, 2 * 2(N-1)/N of the slice through the stack plus the copies and
+  // adds; so the stack's part is the difference between two slices' cost and one's.
+  const StepCosts c = referenceCosts(1e5);
+  const double one = topologyCosts(c, kSlice, kSlice, 4, false, 1.0).ps;
+  const double two = topologyCosts(c, 2 * kSlice, kSlice, 4, false, 1.0).ps;
+  const double copies_and_adds = (0.75 * 2 + 2) * c.aggregate(kSlice);
+  EXPECT_NEAR(two - one, copies_and_adds + 2 * 2 * 0.75 * kSlice * kStackCpuPerElement, 1e-9);
 }
 
 TEST(TopologyModel, TwoNodesNeedNoRing) {
@@ -28,6 +57,7 @@ TEST(TopologyModel, TwoNodesNeedNoRing) {
   const TopologyCosts c = topologyCosts(referenceCosts(), 100e6, kSlice, 2, false, 1.0);
   EXPECT_NE(chooseTopology(c, false), Topology::kRing) << c.describe();
   EXPECT_LT(c.ps, c.ring) << c.describe();
+  EXPECT_EQ(uncompressedJobTopology(referenceCosts(), kSlice, 2), Topology::kPs);
 }
 
 TEST(TopologyModel, ASmallUncompressedTensorTakesTheShortPath) {
@@ -101,6 +131,18 @@ TEST(TopologyModel, ThePlannersChoiceIgnoresWhatThisNodeMeasured) {
   EXPECT_EQ(planner.chooseTopology(100'000'000, *two).first, Topology::kPs);
   Planner compressing_all({Selection::kSize, 0, 4, 40000, 5.0});
   EXPECT_EQ(compressing_all.chooseTopology(4096, *dgc).first, Topology::kAllgather);
+}
+
+TEST(TopologyModel, ThePlannerPricesTheConfiguredLinkSpeed) {
+  auto none = compress::makeCodec("none").value();
+  auto two = compress::makeCodec("2bit").value();
+  Planner slow({Selection::kSize, 262144, 4, 40000, 5.0, 1.0});
+  Planner fast({Selection::kSize, 262144, 4, 40000, 5.0, 10.0});
+  EXPECT_EQ(slow.chooseTopology(100'000'000, *none).first, Topology::kRing);
+  EXPECT_EQ(fast.chooseTopology(100'000'000, *none).first, Topology::kPs);
+  EXPECT_EQ(fast.chooseTopology(64, *none).first, Topology::kPs) << "the whole job, whatever the tensor's size";
+  EXPECT_EQ(fast.chooseTopology(100'000'000, *two).first, Topology::kPs);
+  EXPECT_LT(fast.chooseTopology(100'000'000, *none).second.ps, slow.chooseTopology(100'000'000, *none).second.ps);
 }
 
 }  // namespace
