@@ -43,8 +43,9 @@ Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t ow
                                           r.spec.elements, " here"));
   if (h.topology != r.topology)
     return Status::invalidArgument(strCat("tensor ", h.key, " travels by ", topologyName(h.topology), " there, by ",
-                                          topologyName(r.topology), " here (scheduler.topology or the tensor's "
-                                          "reduce.topology differ between the nodes)"));
+                                          topologyName(r.topology), " here (scheduler.topology, the tensor's "
+                                          "reduce.topology, or under auto scheduler.link_gbps, differ between "
+                                          "the nodes)"));
   const bool ring = r.topology == Topology::kRing && hop != nullptr;
   if (ring && from != hop->predecessor)
     return Status::invalidArgument(strCat("tensor ", h.key, " slice ", h.slice, ": sent by rank ", from,

@@ -420,6 +420,34 @@ TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
   }
 }
 
+TEST(EngineAutoTopology, OnFastLinksAJobWithoutACodecStaysWithTheOwners) {
+  // scheduler.link_gbps = 10 on 4 nodes: the node's CPU, not the link, would bound ps, so the
+  // ring's one flow per link gains nothing; a tensor without a codec goes to its owners, and
+  // still sums exactly.
+  EngineOptions o;
+  o.topology = Topology::kAuto;
+  o.link_gbps = 10;
+  Cluster c(4, o);
+  const uint64_t job = jobIdOf("fast");
+  const std::vector<TensorSpec> specs = {{1, 200'000, 0, {"none", {}}, {}}};
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, specs).ok());
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(c.engine(r).topologyOf(job, 1).value(), Topology::kPs) << "node " << r;
+  std::vector<std::vector<float>> g(4, std::vector<float>(specs[0].elements));
+  for (uint32_t r = 0; r < 4; ++r)
+    for (uint64_t i = 0; i < specs[0].elements; ++i) g[r][i] = valueOf(r, 1, 1, i) / 16;
+  for (uint32_t r = 0; r < 4; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, 1, {g[r].data()}).ok());
+  c.pump(2000);
+  for (uint32_t r = 0; r < 4; ++r) {
+    ASSERT_EQ(c.done(r).size(), 1u) << "node " << r;
+    EXPECT_TRUE(c.done(r)[0].status.ok()) << c.done(r)[0].status.toString();
+  }
+  for (uint64_t i = 0; i < specs[0].elements; i += 97) {
+    double exact = 0;
+    for (uint32_t r = 0; r < 4; ++r) exact += valueOf(r, 1, 1, i) / 16;
+    ASSERT_NEAR(g[1][i], exact / 4, 1e-7) << i;
+  }
+}
+
 TEST(EngineAllgather, ResultsAreRefused) {
   Cluster c(2, allgatherOptions());
   const uint64_t job = jobIdOf("forged");

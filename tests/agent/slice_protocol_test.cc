@@ -68,8 +68,8 @@ TEST(SliceProtocolTest, TopologiesMustAgreeAndAllgatherTakesNoResult) {
   SliceMessage from_ring = sliceOf(ps, SliceKind::kContribution, ps.push_fp);
   from_ring.topology = Topology::kRing;
   EXPECT_EQ(checkSlice(from_ring, ps, 0, 0, 2).status().message(),
-            "tensor 7 travels by ring there, by ps here (scheduler.topology or the tensor's reduce.topology differ "
-            "between the nodes)");
+            "tensor 7 travels by ring there, by ps here (scheduler.topology, the tensor's reduce.topology, or under "
+            "auto scheduler.link_gbps, differ between the nodes)");
   const TensorRoute all = routeOf("topk", Aggregation::kBidirectional, Topology::kAllgather);
   SliceMessage share = sliceOf(all, SliceKind::kContribution, all.push_fp);
   share.topology = Topology::kAllgather;
