@@ -38,9 +38,13 @@ uint32_t rawResultFingerprint() { return fingerprint({"none", {}}) ^ kResultMark
 
 Result<bool> checkSlice(const SliceMessage& h, const TensorRoute& r, uint32_t owner, uint32_t self, uint32_t from,
                         const RingHop* hop) {
-  if (h.tensor_elements != r.spec.elements || h.slice_count != r.slice_count)
+  if (h.tensor_elements != r.spec.elements)
     return Status::invalidArgument(strCat("tensor ", h.key, " has ", h.tensor_elements, " elements there, ",
                                           r.spec.elements, " here"));
+  if (h.slice_count != r.slice_count)
+    return Status::invalidArgument(strCat("tensor ", h.key, " is cut into ", h.slice_count, " slices there, ",
+                                          r.slice_count, " here (scheduler.slice_elements, or under "
+                                          "compress.selection = auto scheduler.link_gbps, differ between the nodes)"));
   if (h.topology != r.topology)
     return Status::invalidArgument(strCat("tensor ", h.key, " travels by ", topologyName(h.topology), " there, by ",
                                           topologyName(r.topology), " here (scheduler.topology, the tensor's "

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/str_cat.h"
 #include "tests/agent/routes.h"
 
 namespace gcagent::agent {
@@ -28,6 +29,12 @@ TEST(SliceProtocolTest, AContributionMustMatchSizeCodecAndOwner) {
   SliceMessage wrong_size = sliceOf(r, SliceKind::kContribution, r.push_fp);
   wrong_size.tensor_elements = 2400;
   EXPECT_EQ(checkSlice(wrong_size, r, 0, 0, 2).status().message(), "tensor 7 has 2400 elements there, 2500 here");
+  SliceMessage other_cut = sliceOf(r, SliceKind::kContribution, r.push_fp);
+  other_cut.slice_count = r.slice_count + 1;
+  EXPECT_EQ(checkSlice(other_cut, r, 0, 0, 2).status().message(),
+            strCat("tensor 7 is cut into ", r.slice_count + 1, " slices there, ", r.slice_count,
+                   " here (scheduler.slice_elements, or under compress.selection = auto scheduler.link_gbps, differ "
+                   "between the nodes)"));
   const TensorRoute mx = routeOf("fp16", Aggregation::kMxnet);
   EXPECT_EQ(checkSlice(sliceOf(r, SliceKind::kContribution, mx.push_fp), r, 0, 0, 2).status().message(),
             "tensor 7: codec differs from 'fp16' (aggregation bidirectional)");
