@@ -77,9 +77,10 @@ Topology uncompressedJobTopology(const StepCosts& c, double slice_elements, uint
 //   a job's tensors piecemeal, so the choice rests on the tensor alone: its codec;
 // - with a codec the ring adds a compression error per hop and was slower (VGG-16 2bit at
 //   1 Gbit/s: 1.02-1.11 s against 0.85-0.87 s);
-// - an uncompressed allgather sends N/2 times the bytes (the same at N = 2) and was far
-//   slower than the model says even at equal bytes (ResNet-50 on 2 nodes: 2.78 s against
-//   0.87 s).
+// - an uncompressed allgather sends N/2 times the bytes (the same at N = 2), makes every node
+//   sum every slice, and its N-1 full-size flows per link lose packets at a shaper:
+//   ResNet-50 at 1 Gbit/s took 0.97 s against ps's 0.86 s on 2 nodes (equal bytes), and
+//   2.8-7.7 s against 1.3 s on 4 nodes (2.46 s at the link's rate).
 // The costs of all three are still logged with the choice.
 Topology chooseTopology(const TopologyCosts& costs, bool compressed);
 
