@@ -39,6 +39,14 @@ def test_gradient_set_shapes_follow_the_model_definitions():
             assert shape[0] * (shape[1] if len(shape) > 1 else 1) == int(count)
 
 
+def test_the_agents_are_told_the_shaped_rate():
+    assert e2e.agent_flags("P3-auto", "10gbit")[-2:] == ["--scheduler.link_gbps", "10"]
+    assert e2e.agent_flags("P3", "100mbit")[-2:] == ["--scheduler.link_gbps", "0.1"]
+    assert e2e.agent_flags("FIFO", "1gbit")[:-2] == e2e.SCHEDULING["FIFO"]
+    with pytest.raises(SystemExit, match="'fast' is not"):
+        e2e.agent_flags("P3", "fast")
+
+
 def test_gcagent_runs_report_sync_time_and_wire_bytes(tmp_path):
     ok, why = Namespaces.available()
     if not ok:
@@ -48,8 +56,8 @@ def test_gcagent_runs_report_sync_time_and_wire_bytes(tmp_path):
     csv.write_text("name,elements\n" + "".join(f"l{i}.weight,400000\n" for i in range(4)))
     with Namespaces(2) as ns:
         ns.shape("1gbit")
-        none = e2e.run_gcagent(ns, csv, "none", "P3", 1, 120)
-        twobit = e2e.run_gcagent(ns, csv, "2bit", "FIFO", 1, 120)
+        none = e2e.run_gcagent(ns, csv, "none", e2e.agent_flags("P3", "1gbit"), 1, 120)
+        twobit = e2e.run_gcagent(ns, csv, "2bit", e2e.agent_flags("FIFO", "1gbit"), 1, 120)
     grad = 4 * 400000 * 4
     assert none["grad_bytes"] == twobit["grad_bytes"] == grad
     # Two nodes: each sends the half of its gradient the other owns and the reduced half it
