@@ -11,7 +11,8 @@
 // Compress-or-not may differ between nodes and change at any time: every slice names its
 // codec on the wire, and a slice sent uncompressed carries its residual along. The partition
 // count changes the slice geometry that every node must share, so it comes from the fixed
-// reference model (the same on every node), not from the fitted one.
+// reference model (the same on every node given the same scheduler.link_gbps), not from the
+// fitted one.
 #pragma once
 
 #include <chrono>
