@@ -103,6 +103,7 @@ void ReductionEngine::staleSlice(const transport::Message& m, const SliceMessage
 }
 
 void ReductionEngine::expireReductions() {
+  releaseDepartedShares();
   if (options_.reduction_timeout <= 0) return;
   const SteadyTime now = options_.now();
   const auto timeout = steadySeconds(options_.reduction_timeout);
@@ -118,6 +119,14 @@ void ReductionEngine::expireReductions() {
     for (transport::Rank r = 0; r < transport_.size(); ++r)
       if (r != transport_.rank()) announce(job, *js, r);
   }
+}
+
+void ReductionEngine::releaseDepartedShares() {
+  // The lanes ask about a share only while they queue it: once they are empty, none is owed.
+  if (departed_shares_.empty()) return;
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (lanes_->queued(r) > 0) return;
+  departed_shares_.clear();
 }
 
 void ReductionEngine::recordOutcome(JobState& js, bool ok) {

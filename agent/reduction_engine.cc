@@ -354,8 +354,8 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
       SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                      k->contributors, membership_.view().epoch, k->topology};
       const auto header = encodeSliceHeader(h);
+      countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), static_cast<uint32_t>(flow.share_to.size()));
       for (uint32_t to : flow.share_to) {
-        countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), 1);
         lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header,
                                                Payload{e.pin, e.bytes}});
         touched[to] = true;

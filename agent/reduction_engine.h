@@ -150,7 +150,8 @@ class ReductionEngine : public JobPart {
   // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
   void onPeerUp(transport::Rank peer);
   // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
-  // on every node. Call it every second or so.
+  // on every node, and forgets the shares dropped jobs owed once they are sent. Call it every
+  // second or so.
   void expireReductions();
   // The view's leader proposes a membership change when a member stayed away past the grace
   // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
@@ -180,6 +181,9 @@ class ReductionEngine : public JobPart {
   bool codesOnDevice(uint64_t job, uint64_t key) const;
   // Slices owned here that wait for contributions (all jobs).
   size_t pendingAccumulators() const;
+  // Allgather tensors of dropped jobs whose shares the lanes may still hold (released by
+  // expireReductions() once the lanes are empty).
+  size_t departedShares() const { return departed_shares_.size(); }
   // Sets the gauges that are cheaper to compute when read than to keep current (queue
   // depth per peer). Call it on the engine's thread.
   void refreshStats();
@@ -238,6 +242,7 @@ class ReductionEngine : public JobPart {
   // Sends `to` the job's frontier, unless it heard it already.
   void announce(uint64_t job, JobState& js, transport::Rank to);
   void recordOutcome(JobState& js, bool ok);
+  void releaseDepartedShares();
 
   transport::Transport& transport_;
   EngineOptions options_;

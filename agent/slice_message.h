@@ -4,9 +4,12 @@
 //   u64 tensor elements | u32 codec fingerprint | u32 contributors | u32 view epoch
 // A contribution carries one node's locally reduced slice to the slice's owner; a result
 // carries the owner's sum of every node back. Under the ring topology a contribution is a
-// partial sum passed to the next node, and a result is passed on round the ring. The fingerprint and the sizes let a receiver
-// refuse a slice it would otherwise decode with the wrong codec or into the wrong tensor; the
-// view epoch, one sent under an older membership (agent/membership.h).
+// partial sum passed to the next node, and a result is passed on round the ring; under
+// allgather a contribution goes to every node and no result travels (agent/slice_flow.h).
+// The fingerprint and the sizes let a receiver refuse a slice it would otherwise decode with
+// the wrong codec or into the wrong tensor; the view epoch, one sent under an older
+// membership (agent/membership.h); the topology, one sent by a node that routes the tensor
+// otherwise.
 #pragma once
 
 #include <cstddef>

@@ -363,6 +363,8 @@ void nodeZeroFinishesFirst(const std::function<void(ReductionEngine&, uint64_t j
   EXPECT_TRUE(c.done(1)[0].status.ok()) << c.done(1)[0].status.toString();
   EXPECT_EQ(g[0], g[1]);
   EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
+  c.engine(0).expireReductions();
+  EXPECT_EQ(c.engine(0).departedShares(), 0u) << "nothing is owed once the lanes are empty";
 }
 
 TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclaration) {
@@ -374,7 +376,11 @@ TEST(EngineAllgather, ANodeThatFinishedFirstStillSendsItsSharesAfterARedeclarati
 
 TEST(EngineAllgather, ANodeWhoseTrainersLeftStillSendsTheSharesItOwes) {
   // Its trainers leave once they have their result: the job is dropped there.
-  nodeZeroFinishesFirst([](ReductionEngine& e, uint64_t job) { e.dropJob(job); });
+  nodeZeroFinishesFirst([](ReductionEngine& e, uint64_t job) {
+    e.dropJob(job);
+    e.expireReductions();
+    EXPECT_EQ(e.departedShares(), 1u) << "kept while its shares are queued";
+  });
 }
 
 TEST(EngineAutoTopology, EachTensorGoesWhereTheModelSaysAndSumsCorrectly) {
