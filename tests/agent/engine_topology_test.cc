@@ -191,23 +191,9 @@ TEST(EngineRing, ATensorMayChooseTheRingUnderAParameterServerDefault) {
 }
 
 TEST(EngineRing, NodesThatDisagreeOnTheTopologyRefuseEachOthersSlices) {
-  EngineOptions ps = smallSlices();
-  Cluster c(2, ps);
-  const uint64_t job = jobIdOf("disagree");
   ReductionPolicy ring;
   ring.topology = Topology::kRing;
-  ASSERT_TRUE(c.engine(0).declareJob(job, {{5, 4000, 0, {"none", {}}, ring}}).ok());
-  ASSERT_TRUE(c.engine(1).declareJob(job, {{5, 4000, 0, {"none", {}}, {}}}).ok());
-  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
-  ASSERT_TRUE(c.engine(0).reduce(job, 1, 5, {a.data()}).ok());
-  ASSERT_TRUE(c.engine(1).reduce(job, 1, 5, {b.data()}).ok());
-  c.pump();
-  EXPECT_GT(c.engine(0).counters().bad_messages + c.engine(1).counters().bad_messages, 0u);
-  EXPECT_TRUE(c.done(0).empty()) << "never completes wrongly; the deadline fails it";
-  EXPECT_TRUE(c.done(1).empty());
-  const auto last = c.engine(1).stats().health().snapshot().last_error;
-  ASSERT_TRUE(last.has_value());
-  const std::string why = last->message;
+  const std::string why = refusedWhenDeclaredApart({5, 4000, 0, {"none", {}}, ring}, {5, 4000, 0, {"none", {}}, {}});
   EXPECT_NE(why.find("tensor 5 travels by ring there, by ps here"), std::string::npos) << why;
 }
 
