@@ -232,6 +232,17 @@ void ControlServer::reduce(const std::shared_ptr<LocalJob>& job, uint64_t iterat
   });
 }
 
+void ControlServer::replaceMember(const std::shared_ptr<LocalJob>& job, TrainerSession& old, TrainerSession& now) {
+  job->members[now.localRank()] = &now;  // first: closing old is then no leave
+  ++counters_.trainers_reconnected;
+  engine_.stats().recovery(metrics::Stats::kTrainerReconnected).Increment();
+  const Status why = Status::unavailable(strCat("local rank ", now.localRank(), " of job '", job->name,
+                                                "' connected again: its iteration in flight is given up"));
+  failPending(*job, why);
+  engine_.giveUp(job->id, why);
+  old.close();
+}
+
 void ControlServer::sessionClosed(TrainerSession* session) {
   auto owned = sessions_.find(session);
   if (owned == sessions_.end()) return;
@@ -240,7 +251,7 @@ void ControlServer::sessionClosed(TrainerSession* session) {
   --counters_.trainers_connected;
   engine_.stats().trainersConnected().Decrement();
   std::shared_ptr<LocalJob> job = session->job();
-  if (!job) return;
+  if (!job || job->members[session->localRank()] != session) return;  // never joined, or replaced
   GC_LOG(kInfo, "control", "trainer ", session->id(), " left job '", job->name, "' (local rank ",
          session->localRank(), ")");
   job->members[session->localRank()] = nullptr;

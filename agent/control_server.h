@@ -64,6 +64,7 @@ struct ServerCounters {
   uint64_t connections_refused = 0;   // over max_connections
   uint64_t accept_errors = 0;         // failed accepts (each retried after a delay)
   uint64_t sessions_timed_out = 0;    // no hello, or a frame body that did not arrive in time
+  uint64_t trainers_reconnected = 0;  // a trainer process's new connection in place of its old one
 };
 
 class ControlServer : public JobPart {
@@ -102,6 +103,10 @@ class ControlServer : public JobPart {
   void timedOut(uint32_t trainer, std::string_view what);
   void deviceRefused(const Status& why);
   void sessionClosed(TrainerSession* session);
+  // `now` is the same trainer process as `old`, connected again: it takes old's place in the
+  // job (the job goes on, no peer hears of a leave), what old submitted is given up on every
+  // node, and old is closed.
+  void replaceMember(const std::shared_ptr<LocalJob>& job, TrainerSession& old, TrainerSession& now);
   // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
   // the host, or on the host after staging the device slots.
   void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);

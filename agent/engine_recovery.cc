@@ -12,9 +12,10 @@
 
 namespace gcagent::agent {
 
-void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
+void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why, bool shut_down) {
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
   down_why_[peer] = why.message();
+  shut_down_[peer] = shut_down;
   membership_.peerDown(peer, options_.now());
   stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
                                                                   : metrics::ErrorKind::kPeerLost,
@@ -25,6 +26,7 @@ void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why) {
 
 void ReductionEngine::onPeerUp(transport::Rank peer) {
   down_why_[peer].clear();
+  shut_down_[peer] = false;
   membership_.peerUp(peer);
   view_told_[peer].reset();  // a restarted peer knows nothing
   tellView(peer);            // before any slice under it
@@ -43,6 +45,18 @@ void ReductionEngine::failJob(uint64_t job, const Status& why) {
     // ahead already sent, stay for when this node gets there.
     if (k.completed_once) owner_->dropSums(job, key, k.last_iteration);
   }
+}
+
+void ReductionEngine::giveUp(uint64_t job, const Status& why) {
+  auto j = jobs_.find(job);
+  if (j == jobs_.end()) return;
+  std::optional<uint64_t> newest;
+  for (const auto& [key, k] : j->second->keys)
+    if (k.active) newest = std::max(newest.value_or(0), k.iteration);
+  if (!newest) return;
+  realign(job, *j->second, *newest + 1, why.message());
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (r != transport_.rank()) announce(job, *j->second, r);
 }
 
 uint64_t ReductionEngine::frontierOf(const JobState& js) const {
@@ -148,6 +162,33 @@ size_t ReductionEngine::stalledJobs() const {
   return stalled;
 }
 
+
+std::vector<ReductionEngine::AwayMember> ReductionEngine::awayMembers() const {
+  std::vector<AwayMember> away;
+  const SteadyTime now = options_.now();
+  for (const auto& [rank, since] : membership_.away())
+    away.push_back({rank, secondsBetween(since, now), shut_down_[rank], down_why_[rank]});
+  std::sort(away.begin(), away.end(), [](const AwayMember& a, const AwayMember& b) { return a.seconds > b.seconds; });
+  return away;
+}
+
+std::optional<ReductionEngine::AwayMember> ReductionEngine::lostMember() const {
+  if (options_.reduction_timeout <= 0) return std::nullopt;
+  const std::vector<AwayMember> away = awayMembers();
+  if (away.empty()) return std::nullopt;
+  const bool shrink = options_.on_peer_loss == OnPeerLoss::kShrink;
+  const double limit = options_.reduction_timeout + (shrink ? options_.shrink_grace : 0);
+  const double seconds = away.front().seconds;
+  if (seconds < limit) return std::nullopt;
+  const std::string& why = away.front().why;
+  const uint32_t rank = away.front().rank;
+  return AwayMember{rank, seconds, away.front().shut_down, strCat(
+      "node ", rank, " has been unreachable for ", static_cast<int64_t>(seconds), " s",
+      why.empty() ? "" : strCat(" (", why, ")"), ", longer than ",
+      shrink ? "transport.shrink_grace plus transport.reduction_timeout" : "transport.reduction_timeout", " (",
+      limit, " s): ", shrink ? "the job could not go on without it (transport.min_nodes)" :
+      "under transport.on_peer_loss = fail the job cannot go on without it")};
+}
 
 Status ReductionEngine::unreachableMember() const {
   const transport::Rank self = transport_.rank();

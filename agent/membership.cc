@@ -111,6 +111,13 @@ std::optional<MembershipView> Membership::propose(SteadyTime now) const {
   return next;
 }
 
+std::vector<std::pair<uint32_t, SteadyTime>> Membership::away() const {
+  std::vector<std::pair<uint32_t, SteadyTime>> found;
+  for (uint32_t r : view_.members)
+    if (r != self_ && down_since_[r]) found.emplace_back(r, *down_since_[r]);
+  return found;
+}
+
 bool Membership::adopt(const MembershipView& view) {
   if (!view.newerThan(view_)) return false;
   view_ = view;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -62,6 +63,8 @@ class Membership {
   // never below min_nodes), with the nodes outside it whose links are up. None when nothing
   // changes.
   std::optional<MembershipView> propose(SteadyTime now) const;
+  // The members (other than this node) whose links are down, and since when.
+  std::vector<std::pair<uint32_t, SteadyTime>> away() const;
   // Takes `view` when it is newer than the current one; true then.
   bool adopt(const MembershipView& view);
 

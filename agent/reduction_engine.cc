@@ -41,6 +41,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
   }
   down_why_.resize(transport_.size());
+  shut_down_.resize(transport_.size());
   stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(transport_.size()));
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,

@@ -146,7 +146,8 @@ class ReductionEngine : public JobPart {
   void onMessage(const transport::Message& message);
   // Fails every reduction in flight: they need every peer. Until the peer is back, reduce()
   // fails at once, naming it.
-  void onPeerDown(transport::Rank peer, const Status& why);
+  // `shut_down`: it said so (a goodbye), rather than falling silent or failing.
+  void onPeerDown(transport::Rank peer, const Status& why, bool shut_down = false);
   // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
   void onPeerUp(transport::Rank peer);
   // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
@@ -157,11 +158,27 @@ class ReductionEngine : public JobPart {
   // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
   void reviewMembership();
   const MembershipView& membership() const { return membership_.view(); }
+  // A member away so long that the job cannot go on without it: longer than
+  // reduction_timeout under kFail, than shrink_grace plus reduction_timeout under kShrink
+  // (it should have been left behind by then; min_nodes kept it). The status names it, how
+  // long and why; none while every member is up or within that time, or with no deadline.
+  struct AwayMember {
+    uint32_t rank;
+    double seconds;  // since its link went down
+    bool shut_down;  // it said goodbye
+    std::string why;
+  };
+  std::optional<AwayMember> lostMember() const;
+  // The members whose links are down now, longest away first.
+  std::vector<AwayMember> awayMembers() const;
   // Jobs that cannot make progress: reductions kept failing and none completed for a whole
   // reduction_timeout while the trainers were still trying.
   size_t stalledJobs() const;
   // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
   void failJob(uint64_t job, const Status& why) override;
+  // Fails this node's reductions of the job in flight and tells every peer the job's new
+  // frontier, so they give that iteration up at once rather than at the reduction timeout.
+  void giveUp(uint64_t job, const Status& why);
 
   // A job's iterations as its trainers here number them, and as the job's nodes agree on them
   // (job_alignment.h): they differ after a realignment. Notices between agents speak wire.
@@ -254,6 +271,7 @@ class ReductionEngine : public JobPart {
   // shares may still wait in the lanes, and the peers need them (a node can finish first).
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> departed_shares_;
   std::vector<std::string> down_why_;  // by rank: why a peer that is down went
+  std::vector<bool> shut_down_;        // by rank: it said goodbye when it went
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once

@@ -17,7 +17,10 @@ TrainerConnection::TrainerConnection(stream_protocol::socket socket, uint32_t id
     : socket_(std::move(socket)), id_(id), deadlines_(deadlines) {
   ucred cred{};
   socklen_t length = sizeof cred;
-  if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) peer_uid_ = cred.uid;
+  if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) {
+    peer_uid_ = cred.uid;
+    peer_pid_ = cred.pid;
+  }
 }
 
 void TrainerConnection::start() {

@@ -53,6 +53,8 @@ class TrainerConnection : public std::enable_shared_from_this<TrainerConnection>
  protected:
   // The kernel's word on who the trainer is (SO_PEERCRED).
   std::optional<uid_t> peerUid() const { return peer_uid_; }
+  // Its process as this agent's pid namespace sees it; 0 when it cannot (another namespace).
+  pid_t peerPid() const { return peer_pid_; }
 
   // The trainer said hello: it may send larger frames, and the hello deadline is off.
   virtual bool identified() const = 0;
@@ -85,6 +87,7 @@ class TrainerConnection : public std::enable_shared_from_this<TrainerConnection>
   uint32_t id_;
   Deadlines deadlines_;
   std::optional<uid_t> peer_uid_;
+  pid_t peer_pid_ = 0;
   std::array<std::byte, shm::protocol::kHeaderBytes> header_{};
   std::vector<std::byte> body_;
   asio::steady_timer hello_deadline_{socket_.get_executor()};

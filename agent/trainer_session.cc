@@ -57,14 +57,26 @@ Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
   Status error;
   auto job = server_.jobs_.findOrCreate(h.job, h.local_size, &error);
   if (!job) return error;
-  if (job->members[h.local_rank] != nullptr)
-    return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected"));
-  job->members[h.local_rank] = this;
-  server_.engine_.stats().job(job->name).trainers->Increment();
-  job_ = std::move(job);
+  TrainerSession* held = job->members[h.local_rank];
+  // The process that holds the rank connecting again (its client gave up on this agent as
+  // frozen and could not tell it so): the new connection takes the old one's place. Any
+  // other process is a second trainer claiming the rank.
+  if (held != nullptr && (peerPid() <= 0 || held->peerPid() != peerPid()))
+    return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected (",
+                                             "trainer ", held->id(), held->peerPid() > 0 ? strCat(", pid ", held->peerPid()) : "",
+                                             "); only that process may connect again in its place"));
+  job_ = job;
   local_rank_ = h.local_rank;
-  GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
-         h.local_rank, " of ", h.local_size);
+  if (held != nullptr) {
+    GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") is local rank ", h.local_rank, " of job '", h.job,
+           "' again, in place of trainer ", held->id(), " (the same process); that connection is closed");
+    server_.replaceMember(job, *held, *this);
+  } else {
+    job->members[h.local_rank] = this;
+    server_.engine_.stats().job(job->name).trainers->Increment();
+    GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
+           h.local_rank, " of ", h.local_size);
+  }
   send({request, protocol::Welcome{id(), server_.options_.node_rank, server_.options_.node_count}});
   if (server_.membership_.epoch != 0) send({0, server_.membership_});  // the nodes changed since the start
   return {};

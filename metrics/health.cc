@@ -70,6 +70,17 @@ void Health::setStalledJobs(uint32_t n) {
   state_.stalled_jobs = n;
 }
 
+void Health::setLostNode(std::optional<uint32_t> rank, std::string why) {
+  std::lock_guard lock(mu_);
+  state_.lost_node = rank;
+  state_.lost_why = std::move(why);
+}
+
+void Health::setAwayNodes(std::vector<AwayNode> away) {
+  std::lock_guard lock(mu_);
+  state_.away_nodes = std::move(away);
+}
+
 void Health::recordError(std::string_view kind, std::string_view message) {
   LastError e{std::string(kind), std::string(message), std::chrono::system_clock::now()};
   std::lock_guard lock(mu_);
@@ -86,7 +97,17 @@ std::string healthJson(const HealthSnapshot& s, std::chrono::system_clock::time_
   std::string out = strCat("{\"status\":", jsonString(s.ready() ? "ready" : "not ready"), ",\"rank\":", s.rank,
                            ",\"peers_connected\":", s.peers_connected, ",\"peers_expected\":", s.peers_expected,
                            ",\"serving\":", s.serving ? "true" : "false", ",\"trainers\":", s.trainers,
-                           ",\"stalled_jobs\":", s.stalled_jobs, ",\"errors\":", s.errors, ",\"last_error\":");
+                           ",\"stalled_jobs\":", s.stalled_jobs, ",\"lost_node\":");
+  out += s.lost_node ? strCat("{\"rank\":", *s.lost_node, ",\"why\":", jsonString(s.lost_why), "}") : "null";
+  out += ",\"away_nodes\":[";
+  for (size_t i = 0; i < s.away_nodes.size(); ++i) {
+    const AwayNode& a = s.away_nodes[i];
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", a.seconds);
+    out += strCat(i ? "," : "", "{\"rank\":", a.rank, ",\"seconds\":", seconds, ",\"shut_down\":",
+                  a.shut_down ? "true" : "false", ",\"why\":", jsonString(a.why), "}");
+  }
+  out += strCat("],\"errors\":", s.errors, ",\"last_error\":");
   if (!s.last_error) return out + "null}\n";
   const LastError& e = *s.last_error;
   const double age = std::chrono::duration<double>(now - e.when).count();

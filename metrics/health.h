@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gcagent::metrics {
 
@@ -17,6 +18,13 @@ struct LastError {
   std::string kind;     // an errors_total kind: bad_message, timeout, peer_lost, reduction_failed
   std::string message;  // the error as it was decided
   std::chrono::system_clock::time_point when;
+};
+
+struct AwayNode {
+  uint32_t rank = 0;
+  double seconds = 0;      // since its link went down
+  bool shut_down = false;  // it said goodbye
+  std::string why;
 };
 
 struct HealthSnapshot {
@@ -28,6 +36,12 @@ struct HealthSnapshot {
   uint32_t stalled_jobs = 0;  // jobs that cannot make progress (ReductionEngine::stalledJobs)
   uint64_t errors = 0;  // errors recorded since start
   std::optional<LastError> last_error;
+  // A member node away so long that its jobs cannot go on without it (the launcher ends the
+  // job on it): its rank and why.
+  std::optional<uint32_t> lost_node;
+  std::string lost_why;
+  // Member nodes whose links are down now (the launcher asks when its trainers are done).
+  std::vector<AwayNode> away_nodes;
 
   // Ready: every peer is up, trainers are served and every job makes progress.
   bool ready() const { return serving && peers_connected == peers_expected && stalled_jobs == 0; }
@@ -40,6 +54,8 @@ class Health {
   void setServing(bool serving);
   void setTrainers(uint32_t n);
   void setStalledJobs(uint32_t n);
+  void setLostNode(std::optional<uint32_t> rank, std::string why);
+  void setAwayNodes(std::vector<AwayNode> away);
   void recordError(std::string_view kind, std::string_view message);
 
   HealthSnapshot snapshot() const;

@@ -115,9 +115,11 @@ class Stats {
                                                                       "over_capacity"};
   prometheus::Counter& peerRefusal(size_t reason) { return *refusals_[reason]; }
   // recovery_events_total by event, in the order of kRecoveryEvents.
-  static constexpr std::array<std::string_view, 7> kRecoveryEvents = {
-      "peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout", "shrunk", "grown"};
-  enum RecoveryEvent { kPeerLost, kPeerShutdown, kPeerRejoined, kRealigned, kReductionTimeout, kShrunk, kGrown };
+  static constexpr std::array<std::string_view, 8> kRecoveryEvents = {
+      "peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout", "shrunk", "grown", "trainer_reconnected"};
+  enum RecoveryEvent {
+    kPeerLost, kPeerShutdown, kPeerRejoined, kRealigned, kReductionTimeout, kShrunk, kGrown, kTrainerReconnected
+  };
   prometheus::Counter& recovery(RecoveryEvent event) { return *recovery_[event]; }
   // stale_slices_total: of contributions (false) or results (true).
   prometheus::Counter& staleSlices(bool results) { return *stale_[results ? 1 : 0]; }

@@ -32,7 +32,7 @@ TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
   const auto now = std::chrono::system_clock::now();
   EXPECT_EQ(healthJson(h.snapshot(), now),
             "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
-            "\"trainers\":4,\"stalled_jobs\":0,\"errors\":0,\"last_error\":null}\n");
+            "\"trainers\":4,\"stalled_jobs\":0,\"lost_node\":null,\"away_nodes\":[],\"errors\":0,\"last_error\":null}\n");
   h.recordError("peer_lost", "peer rank 0 lost: \"ucx\"\n");
   HealthSnapshot s = h.snapshot();
   ASSERT_TRUE(s.last_error);
@@ -40,9 +40,24 @@ TEST(Health, JsonCarriesPeersTrainersAndTheLastErrorWithItsAge) {
   const auto later = s.last_error->when + std::chrono::milliseconds(2500);
   EXPECT_EQ(healthJson(s, later),
             "{\"status\":\"not ready\",\"rank\":1,\"peers_connected\":0,\"peers_expected\":1,\"serving\":true,"
-            "\"trainers\":4,\"stalled_jobs\":0,\"errors\":1,\"last_error\":{\"kind\":\"peer_lost\","
+            "\"trainers\":4,\"stalled_jobs\":0,\"lost_node\":null,\"away_nodes\":[],\"errors\":1,\"last_error\":{\"kind\":\"peer_lost\","
             "\"message\":\"peer rank 0 lost: \\\"ucx\\\"\\n\",\"time\":\"2023-11-14T22:13:20.123Z\","
             "\"seconds_ago\":2.500}}\n");
+}
+
+TEST(Health, JsonNamesALostNodeUntilItIsCleared) {
+  Health h;
+  h.setLostNode(2, "node 2 has been unreachable for 61 s \"x\"");
+  EXPECT_NE(healthJson(h.snapshot(), std::chrono::system_clock::now())
+                .find(",\"lost_node\":{\"rank\":2,\"why\":\"node 2 has been unreachable for 61 s \\\"x\\\"\"},"),
+            std::string::npos);
+  h.setAwayNodes({{2, 61.25, false, "nothing heard"}, {3, 1.0, true, "it shut down"}});
+  EXPECT_NE(healthJson(h.snapshot(), std::chrono::system_clock::now())
+                .find(",\"away_nodes\":[{\"rank\":2,\"seconds\":61.2,\"shut_down\":false,\"why\":\"nothing heard\"},"
+                      "{\"rank\":3,\"seconds\":1.0,\"shut_down\":true,\"why\":\"it shut down\"}],"),
+            std::string::npos);
+  h.setLostNode(std::nullopt, "");
+  EXPECT_NE(healthJson(h.snapshot(), std::chrono::system_clock::now()).find(",\"lost_node\":null,"), std::string::npos);
 }
 
 TEST(Health, ErrorAgeNearTheClocksEpochAndAfterAStepBack) {

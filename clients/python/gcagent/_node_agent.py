@@ -2,13 +2,15 @@
 command line, its log, waiting until trainers can connect, stopping it with SIGTERM)."""
 
 import ctypes
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from gcagent import _library
 from gcagent.client import GcagentError
@@ -19,10 +21,10 @@ AGENT_NAME = "gcagent"
 LAUNCHER_VARIABLES = ("GCAGENT_BINARY", "GCAGENT_NODE_METRICS")
 
 
-def find_agent(explicit: Optional[str] = None) -> str:
+def find_agent(explicit: Optional[str] = None, search_path: bool = True) -> str:
     """The gcagent binary: --agent, else GCAGENT_BINARY, else the one bundled in the wheel, else
-    the build tree's recorded at pip-install time, else PATH. Raises GcagentError naming every
-    place tried."""
+    the build tree's recorded at pip-install time, else PATH (unless search_path is false).
+    Raises GcagentError naming every place tried."""
     if explicit or os.environ.get("GCAGENT_BINARY"):
         path = explicit or os.environ["GCAGENT_BINARY"]
         if not os.access(path, os.X_OK):
@@ -41,12 +43,26 @@ def find_agent(explicit: Optional[str] = None) -> str:
         tried.append(f"the path recorded at install time ({AGENT})")
         if os.access(AGENT, os.X_OK):
             return AGENT
-    on_path = shutil.which(AGENT_NAME)
-    tried.append("PATH")
+    on_path = shutil.which(AGENT_NAME) if search_path else None
+    if search_path:
+        tried.append("PATH")
     if on_path:
         return on_path
     raise GcagentError(ERR_INVALID, "gcagent-run: cannot find the gcagent binary; tried " + ", ".join(tried) +
                        ". Pass --agent or set GCAGENT_BINARY to build/release/agent/gcagent")
+
+
+def agent_main():
+    """The `gcagent` command a pip install puts on PATH: runs the package's agent with the
+    arguments given (gcagent --print-config, --validate, --config ...). PATH is not searched:
+    the `gcagent` found there would be this command itself."""
+    import sys
+    try:
+        binary = find_agent(search_path=False)
+    except GcagentError as e:
+        print(str(e).replace("gcagent-run: ", "gcagent: ", 1), file=sys.stderr)
+        sys.exit(2)
+    os.execv(binary, [binary, *sys.argv[1:]])
 
 
 try:
@@ -73,8 +89,9 @@ class NodeAgent:
             self.command += ["--config", config]
         # Set here, so the user's options (after) may replace the last two: a port of its own for
         # metrics (two nodes on one host must not share 9464) and segments named per launcher.
+        self.shm_prefix = f"gcarun{os.getpid()}"
         self.command += ["--agent.socket", socket_path, "--agent.node_rank", str(node_rank),
-                         "--metrics.listen", "127.0.0.1:0", "--agent.shm_prefix", f"gcarun{os.getpid()}"]
+                         "--metrics.listen", "127.0.0.1:0", "--agent.shm_prefix", self.shm_prefix]
         if len(peers) > 1:
             self.command += ["--transport.peers", ",".join(peers), "--transport.listen", listen]
         for option in options:
@@ -82,7 +99,10 @@ class NodeAgent:
             if not sep or "." not in key:
                 raise GcagentError(ERR_INVALID, f"gcagent-run: --agent-option '{option}' is not section.key=value")
             self.command.append(f"--{key.lstrip('-')}={value}")
+            if key.lstrip("-") == "agent.shm_prefix":
+                self.shm_prefix = value
         self.proc: Optional[subprocess.Popen] = None
+        self.metrics: Optional[str] = None
 
     def start(self):
         with open(self.log_path, "ab") as log:
@@ -119,7 +139,43 @@ class NodeAgent:
                 raise GcagentError(ERR_TIMEOUT, f"gcagent-run: the agent made no control socket within {timeout:g} s; "
                                                 f"last lines of {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.05)
-        return self.log_value("metrics on ")
+        self.metrics = self.log_value("metrics on ")
+        return self.metrics
+
+    def health(self) -> dict:
+        """The agent's /healthz body; {} when it cannot be asked (metrics off, busy, stopping)."""
+        if not self.metrics:
+            return {}
+        try:
+            with urllib.request.urlopen(f"http://{self.metrics}/healthz", timeout=2) as r:
+                body = json.loads(r.read())
+        except (OSError, ValueError):
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    def lost_node(self) -> Optional[Tuple[int, str]]:
+        """(rank, why) of a member node the agent says its jobs cannot go on without (/healthz
+        "lost_node": unreachable past transport.reduction_timeout); None while there is none."""
+        lost = self.health().get("lost_node")
+        return (int(lost["rank"]), str(lost["why"])) if isinstance(lost, dict) else None
+
+    def lost_nodes_now(self) -> List[Tuple[int, str]]:
+        """(rank, why) of the member nodes unreachable now that did not say goodbye (/healthz
+        "away_nodes")."""
+        away = self.health().get("away_nodes") or []
+        return [(int(a["rank"]), str(a["why"])) for a in away if isinstance(a, dict) and not a.get("shut_down")]
+
+    def remove_segments(self) -> List[str]:
+        """Removes what the agent left in /dev/shm under its prefix (it cannot when killed);
+        returns the names removed."""
+        removed = []
+        for path in Path("/dev/shm").glob(f"{self.shm_prefix}-*"):
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except OSError:
+                pass
+        return removed
 
     def poll(self) -> Optional[int]:
         return self.proc.poll() if self.proc else None

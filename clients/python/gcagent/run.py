@@ -31,6 +31,7 @@ from gcagent.client import GcagentError
 
 DEFAULT_AGENT_PORT = 18515  # transport.listen's default, for --hosts entries without a port
 TRAINER_GRACE_S = 10        # after SIGTERM, before SIGKILL
+HEALTH_EVERY_S = 1.0        # how often the agent is asked whether a node is lost
 
 
 def parse_args(argv):
@@ -191,7 +192,10 @@ class Launch:
 
     def supervise(self) -> int:
         """0 once every trainer succeeded; 1 at the first failure of a trainer or the agent
-        (the other trainers are stopped); 128 + the signal when one was passed on."""
+        (the other trainers are stopped), or once the agent says a node is lost for good (its
+        /healthz names one: unreachable past transport.reduction_timeout); 128 + the signal
+        when one was passed on."""
+        next_health = time.monotonic() + HEALTH_EVERY_S
         while True:
             codes = [p.poll() for p in self.trainers]
             for local, code in enumerate(codes):
@@ -202,12 +206,27 @@ class Launch:
                     self.stop_trainers()
                     return 128 + self.signal_received if self.signal_received else 1
             if all(code == 0 for code in codes):
-                return 128 + self.signal_received if self.signal_received else 0
+                if self.signal_received:
+                    return 128 + self.signal_received
+                # Trainers that catch gcagent's errors finish their loops whatever failed: a
+                # node lost at the end means the last steps did not complete on every node.
+                lost = self.agent.lost_nodes_now() if self.a.nnodes > 1 else []
+                for rank, why in lost:
+                    self.say(f"the trainers finished while node {rank} was unreachable ({why}): their last steps "
+                             "did not complete on every node")
+                return 1 if lost else 0
             if self.agent.poll() is not None:
                 self.say(f"the agent exited with code {self.agent.poll()} while trainers ran; stopping them; last "
                          f"lines of {self.agent.log_path}:\n{self.agent.log_tail()}")
                 self.stop_trainers()
                 return 1
+            if self.a.nnodes > 1 and time.monotonic() >= next_health:
+                next_health = time.monotonic() + HEALTH_EVERY_S
+                lost = self.agent.lost_node()
+                if lost is not None and self.signal_received is None:
+                    self.say(f"node {lost[0]} is lost, the job cannot go on: {lost[1]}; stopping the trainers")
+                    self.stop_trainers()
+                    return 1
             time.sleep(0.1)
 
     def run(self) -> int:
@@ -250,7 +269,18 @@ class Launch:
             self.say(f"the agent exited with code {agent_status} when stopped; last lines of "
                      f"{self.agent.log_path}:\n{self.agent.log_tail()}")
             status = status or 1
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.agent:
+            removed = self.agent.remove_segments()  # a killed agent cannot
+            if removed:
+                self.say(f"removed {len(removed)} shared-memory segment(s) the agent left: {', '.join(removed)}")
+        if self.agent and agent_status != 0 and self.a.log_dir is None:
+            # The log the failure message named stays; the rest of the run's folder goes.
+            for path in self.run_dir.iterdir():
+                if path != self.agent.log_path:
+                    path.unlink(missing_ok=True)
+            self.say(f"the agent's log is kept at {self.agent.log_path}")
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         return status
 
 

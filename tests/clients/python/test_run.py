@@ -8,10 +8,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,6 +135,11 @@ def test_an_agent_that_cannot_start_is_named_with_its_error():
     assert "gcagent-run: the agent exited with code 2 at start" in err, err
     assert "scheduler.slice_elements: 10 is outside [1024" in err, err
     assert "report: " not in out  # no trainer ran
+    # The log the message names is still there after the launcher exited, and it says so.
+    named = re.search(r"last lines of (\S+agent0\.log):", err).group(1)
+    assert f"the agent's log is kept at {named}" in err, err
+    assert "scheduler.slice_elements" in Path(named).read_text()
+    shutil.rmtree(Path(named).parent)
 
 
 def test_an_agent_option_must_be_section_key_value():

@@ -93,7 +93,8 @@ def test_the_wheel_bundles_the_agent_and_the_library(wheel):
         assert name in names, (name, names)
     assert not [n for n in names if "__pycache__" in n or n.endswith("_installed_path.py")], names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "gcagent-run = gcagent.run:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    entries = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "gcagent-run = gcagent.run:main" in entries and "gcagent = gcagent._node_agent:agent_main" in entries
     assert wheel.name.startswith("gcagent-0.1.0-py3-none-linux_")
 
 
@@ -110,6 +111,14 @@ def test_the_installed_package_finds_its_bundled_files(venv):
     assert agent == str(site / "gcagent" / "_bundled" / "gcagent")
     r = subprocess.run([agent, "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("gcagent 0.1.0 (CUDA not built in)"), r.stdout + r.stderr
+    # Every error says "see gcagent --print-config": the install puts that gcagent on PATH.
+    path = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    r = subprocess.run(["gcagent", "--print-config"], env=dict(clean_env(), PATH=path), capture_output=True, text=True,
+                       timeout=60, cwd=root)
+    assert r.returncode == 0 and "transport.reduction_timeout" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    r = subprocess.run(["gcagent", "--validate", "--compress.codec=nope"], env=dict(clean_env(), PATH=path),
+                       capture_output=True, text=True, timeout=60, cwd=root)
+    assert r.returncode != 0 and "nope" in r.stderr, r.stdout + r.stderr
 
 
 def test_the_demo_trains_through_the_installed_launcher(venv):

@@ -12,6 +12,7 @@ steps that failed and the test accuracy of its model."""
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -24,14 +25,20 @@ from torch.nn.parallel import DistributedDataParallel
 import gcagent
 import gcagent.torch
 
-RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+# WORLD_RANK from the tests' own start_trainers, RANK from gcagent-run.
+RANK = int(os.environ.get("WORLD_RANK") or os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--pace-ms", type=float, default=0)
+    ap.add_argument("--out-dir", help="write the lines to OUT_DIR/rank<R>.txt instead (trainers that would share "
+                    "one output, as under gcagent-run)")
     a = ap.parse_args()
+    if a.out_dir:
+        sys.stdout = open(os.path.join(a.out_dir, f"rank{RANK}.txt"), "w", buffering=1)
     dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                             rank=RANK, world_size=WORLD)
     x, y = load_digits(return_X_y=True)
