@@ -62,6 +62,9 @@ class Codec {
   // fixed by n (isFixedSize()), an upper bound otherwise.
   virtual size_t maxEncodedBytes(size_t n) const = 0;
   virtual bool isFixedSize() const { return true; }
+  // What an encode of n elements writes once any warm-up is over: the size planning prices
+  // (a schedule that starts dense would otherwise make the codec look dense for good).
+  virtual size_t steadyEncodedBytes(size_t n) const { return maxEncodedBytes(n); }
 
   // Encodes `in` with `state` (stateElements(in.size()) floats, updated in place) into
   // `out` (at least maxEncodedBytes(in.size()) bytes). Returns the bytes written.

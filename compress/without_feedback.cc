@@ -14,6 +14,7 @@ class WithoutFeedbackCodec final : public Codec {
   size_t stateElements(size_t) const override { return 0; }
   std::span<const float> residual(std::span<const float>, size_t) const override { return {}; }
   size_t maxEncodedBytes(size_t n) const override { return inner_->maxEncodedBytes(n); }
+  size_t steadyEncodedBytes(size_t n) const override { return inner_->steadyEncodedBytes(n); }
   bool isFixedSize() const override { return inner_->isFixedSize(); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float>, std::span<std::byte> out,

@@ -89,7 +89,7 @@ std::pair<Topology, TopologyCosts> Planner::chooseTopology(uint64_t elements, co
     compressed = options_.selection == Selection::kSize ? elements >= options_.min_elements
                                                         : planReduction(ref, x, options_.nodes).compress;
   const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(elements, options_.slice_elements));
-  const double ratio = static_cast<double>(codec.maxEncodedBytes(slice)) / (4.0 * static_cast<double>(slice));
+  const double ratio = static_cast<double>(codec.steadyEncodedBytes(slice)) / (4.0 * static_cast<double>(slice));
   const TopologyCosts costs = topologyCosts(ref, x, static_cast<double>(options_.slice_elements),
                                             options_.nodes, compressed, ratio);
   // A tensor with no codec never compresses, and neither does any other tensor of a job that

@@ -10,6 +10,7 @@
 #include "compress/cuda/codecs.h"
 #include "compress/cuda/launch.cuh"
 #include "compress/cuda/sparse_select.cuh"
+#include "compress/dgc/dgc.h"
 #include "compress/dgc/dgc_math.h"
 #include "compress/params.h"
 #include "compress/random_math.h"
@@ -140,7 +141,7 @@ class GpuSparseCodec : public FaultingGpuCodec {
   SelectState* st() const { return state_.data(); }
 
   // The rank-th largest key of x (over all n elements), ties resolved to the lower index.
-  void selectLargest(const float* x, size_t n, size_t rank, cudaStream_t s) {
+  void selectLargest(const float* x, size_t n, Count rank, cudaStream_t s) {
     radixSelect(KeySource{x, nullptr}, n, rank, s);
     const unsigned tiles = static_cast<unsigned>((n + kTile - 1) / kTile);
     countEqualPerTile<<<tiles, kTileThreads, 0, s>>>(x, n, st(), tiles_.data());
@@ -149,7 +150,7 @@ class GpuSparseCodec : public FaultingGpuCodec {
 
   // The rank-th largest of `samples` keys drawn from x as the CPU draws them (all of x when
   // samples >= n); every key at or above it goes.
-  void selectSampled(const float* x, size_t n, size_t samples, size_t rank, uint64_t stream,
+  void selectSampled(const float* x, size_t n, size_t samples, Count rank, uint64_t stream,
                      cudaStream_t s) {
     if (samples >= n) {
       radixSelect(KeySource{x, nullptr}, n, rank, s);
@@ -179,7 +180,7 @@ class GpuSparseCodec : public FaultingGpuCodec {
     return static_cast<unsigned>(std::min<size_t>(blocksFor(count), 1024));
   }
 
-  void radixSelect(KeySource src, size_t count, size_t rank, cudaStream_t s) {
+  void radixSelect(KeySource src, size_t count, Count rank, cudaStream_t s) {
     radixStart<<<1, 1, 0, s>>>(st(), rank);
     for (int shift = 24; shift >= 0; shift -= 8) {
       radixHistogram<<<histogramBlocks(count), kThreads, 0, s>>>(src, count, st(), shift);
@@ -292,17 +293,33 @@ class GpuThresholdCodec final : public GpuSparseCodec {
 constexpr float kLowerBy = 0.8f;
 constexpr int kMaxLowerings = 10;
 
-size_t mostPairs(size_t k) { return k + 3 * k / 10; }
+__host__ __device__ inline size_t mostPairs(size_t k) { return k + 3 * k / 10; }
+
+// The counts of an encode under dgc's warm-up, from the encodes the slice's state records
+// (after v and u), which it then advances: what the CPU codec does on the host.
+enum : int { kPlanSampleRank = 0, kPlanK = 1, kPlanEnough = 2, kPlanMost = 3 };
+
+__global__ void planWarmup(float* __restrict__ encodes, double ratio, double q, uint64_t warmup, size_t n,
+                           size_t samples, SelectState* st) {
+  const auto t = static_cast<uint64_t>(*encodes);
+  const dgc::Plan plan = dgc::planFor(dgc::keptFraction(ratio, q, t, warmup), n, samples);
+  st->plan[kPlanSampleRank] = plan.sample_rank;
+  st->plan[kPlanK] = plan.k;
+  st->plan[kPlanEnough] = (4 * plan.k + 4) / 5;
+  st->plan[kPlanMost] = mostPairs(plan.k);
+  if (t < warmup) *encodes = static_cast<float>(t + 1);
+}
 
 class GpuDgcCodec final : public GpuSparseCodec {
  public:
-  GpuDgcCodec(double ratio, float momentum, double sample, uint64_t seed)
-      : ratio_(ratio), momentum_(momentum), sample_(sample), seed_(seed) {}
+  GpuDgcCodec(double ratio, float momentum, double sample, uint64_t seed, uint64_t warmup)
+      : ratio_(ratio), momentum_(momentum), sample_(sample), seed_(seed), warmup_(warmup),
+        warmup_factor_(dgc::warmupFactor(ratio, warmup)) {}
 
   std::string_view name() const override { return "dgc"; }
-  size_t stateElements(size_t n) const override { return 2 * n; }
+  size_t stateElements(size_t n) const override { return 2 * n + (warmup_ != 0 ? 1 : 0); }
   size_t maxEncodedBytes(size_t n) const override {
-    return sparse::bytesFor(std::min(n, mostPairs(sparse::countFor(ratio_, n))));
+    return sparse::bytesFor(std::min(n, mostPairs(sparse::countFor(dgc::mostKept(ratio_, warmup_), n))));
   }
   bool isFixedSize() const override { return false; }
 
@@ -310,7 +327,7 @@ class GpuDgcCodec final : public GpuSparseCodec {
                         const SliceId& id, GpuStream stream) override {
     const size_t n = in.size();
     GC_RETURN_IF_ERROR(sparse::checkSliceLength(name(), n));
-    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), 2 * n, out.size(), maxEncodedBytes(n)));
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), maxEncodedBytes(n)));
     GC_RETURN_IF_ERROR(checkAligned(name(), out.data(), "output"));
     const cudaStream_t s = toCuda(stream);
     float* v = state.data();
@@ -321,20 +338,29 @@ class GpuDgcCodec final : public GpuSparseCodec {
       return sparse::bytesFor(0);
     }
     const size_t samples = sparse::sampleCount(sample_, n);
-    const size_t k = sparse::countFor(ratio_, n);
     GC_RETURN_IF_ERROR(reserve(n, samples));
-    momentum<<<blocksFor(n), kThreads, 0, s>>>(in.data(), u, v, n, momentum_);
+    // The counts: the host's without a warm-up, else planned on the device from the slice's
+    // encode count (so encode() still never waits for the GPU).
+    const dgc::Plan plan = dgc::planFor(ratio_, n, samples);
+    Count sample_rank = plan.sample_rank, k = plan.k, enough = (4 * plan.k + 4) / 5, most = mostPairs(plan.k);
     selectReset<<<1, 1, 0, s>>>(st());
-    selectSampled(v, n, samples, sparse::countFor(ratio_, std::min(samples, n)),
-                  rng::streamSeed(seed_, id.key, id.slice, id.step), s);
+    if (warmup_ != 0) {
+      planWarmup<<<1, 1, 0, s>>>(state.data() + 2 * n, ratio_, warmup_factor_, warmup_, n, samples, st());
+      sample_rank = Count::plannedAt(kPlanSampleRank);
+      k = Count::plannedAt(kPlanK);
+      enough = Count::plannedAt(kPlanEnough);
+      most = Count::plannedAt(kPlanMost);
+    }
+    momentum<<<blocksFor(n), kThreads, 0, s>>>(in.data(), u, v, n, momentum_);
+    selectSampled(v, n, samples, sample_rank, rng::streamSeed(seed_, id.key, id.slice, id.step), s);
     // Too few reach the cut: lower it (each step waits on the device's count, not the host's).
     clearCount<<<1, 1, 0, s>>>(st());
     for (int t = 0; t < kMaxLowerings; ++t) {
       countReaching(v, n, true, s);
-      relaxStep<<<1, 1, 0, s>>>(st(), (4 * k + 4) / 5, kLowerBy);
+      relaxStep<<<1, 1, 0, s>>>(st(), enough, kLowerBy);
     }
     countReaching(v, n, false, s);
-    decideExact<<<1, 1, 0, s>>>(st(), mostPairs(k));
+    decideExact<<<1, 1, 0, s>>>(st(), most);
     selectLargest(v, n, k, s);
     // Momentum factor masking: a sent coordinate restarts in u as in v.
     writePairs(v, u, n, out.data(), s);
@@ -354,6 +380,8 @@ class GpuDgcCodec final : public GpuSparseCodec {
   float momentum_;
   double sample_;
   uint64_t seed_;
+  uint64_t warmup_;
+  double warmup_factor_;
 };
 
 template <class C>
@@ -382,12 +410,14 @@ Result<std::unique_ptr<GpuCodec>> makeGpuThreshold(const Params& params) {
 
 Result<std::unique_ptr<GpuCodec>> makeGpuDgc(const Params& params) {
   ParamReader reader("dgc", params);
-  const double ratio = reader.real("ratio", 0.001, Range::openClosed(0, 1));
-  const double momentum = reader.real("momentum", 0.9, Range{0, 1, false, true});
+  const double ratio = reader.real("ratio", kDgcDefaultRatio, Range::openClosed(0, 1));
+  const double momentum = reader.real("momentum", kDgcDefaultMomentum, Range{0, 1, false, true});
   const double sample = reader.real("sample", 0.01, Range::openClosed(0, 1));
   const uint64_t seed = reader.seed("seed", 0);
+  const int64_t warmup = reader.integer("warmup_steps", kDgcDefaultWarmupSteps, Range::closed(0, 1000000));
   GC_RETURN_IF_ERROR(reader.finish());
-  return initialized(std::make_unique<GpuDgcCodec>(ratio, static_cast<float>(momentum), sample, seed));
+  return initialized(
+      std::make_unique<GpuDgcCodec>(ratio, static_cast<float>(momentum), sample, seed, static_cast<uint64_t>(warmup)));
 }
 
 }  // namespace gcagent::compress::cuda

@@ -32,7 +32,23 @@ struct SelectState {
   unsigned long long greater;  // keys above the prefix
   unsigned long long equal;    // keys equal to the selected one, after the last pass
   unsigned long long count;    // countAtLeast's result
+  unsigned long long plan[4];  // dgc with a warm-up: this encode's counts (Count::planned)
   unsigned long long hist[256];
+};
+
+// A count the host passes, or one a kernel planned into SelectState::plan before (dgc's
+// warm-up counts follow the encodes the slice's device state has recorded).
+struct Count {
+  unsigned long long value = 0;
+  int planned = -1;  // >= 0: st->plan[planned] instead of value
+
+  __host__ __device__ Count(unsigned long long v) : value(v) {}
+  static Count plannedAt(int i) {
+    Count c(0);
+    c.planned = i;
+    return c;
+  }
+  __device__ unsigned long long of(const SelectState* st) const { return planned < 0 ? value : st->plan[planned]; }
 };
 
 inline constexpr size_t kTile = 4096;          // elements per tile of the ordered compaction
@@ -58,11 +74,11 @@ __global__ inline void selectReset(SelectState* st) {
   st->settled = 0;
 }
 
-__global__ inline void radixStart(SelectState* st, unsigned long long rank) {
+__global__ inline void radixStart(SelectState* st, Count rank) {
   if (!st->active) return;
   st->prefix = 0;
   st->mask = 0;
-  st->rank = rank;
+  st->rank = rank.of(st);
   st->greater = 0;
   for (int b = 0; b < 256; ++b) st->hist[b] = 0;
 }
@@ -129,9 +145,9 @@ __global__ inline void takeAllAtCut(SelectState* st) {
 }
 
 // DGC: lower the cut by `factor` while fewer than `enough` reach it.
-__global__ inline void relaxStep(SelectState* st, unsigned long long enough, float factor) {
+__global__ inline void relaxStep(SelectState* st, Count enough, float factor) {
   if (st->settled) return;
-  if (st->cut != 0 && st->count < enough) {
+  if (st->cut != 0 && st->count < enough.of(st)) {
     st->cut = sparse::scaledKey(st->cut, factor);
   } else {
     st->settled = 1;
@@ -140,8 +156,8 @@ __global__ inline void relaxStep(SelectState* st, unsigned long long enough, flo
 }
 
 // Whether the exact top-k must replace "everything at or above the cut".
-__global__ inline void decideExact(SelectState* st, unsigned long long most) {
-  st->active = st->count > most ? 1u : 0u;
+__global__ inline void decideExact(SelectState* st, Count most) {
+  st->active = st->count > most.of(st) ? 1u : 0u;
 }
 
 // ---- ties: the index of the rank-th key equal to the cut.

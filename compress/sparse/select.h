@@ -48,13 +48,7 @@ inline Status checkAtMost(std::string_view codec, size_t n, size_t have, size_t 
   return {};
 }
 
-// max(1, ceil(fraction * n)), 0 for an empty slice. The product's rounding error is forgiven,
-// so 0.07 of 100 is 7 and (1 - 0.99) of 100 is 1, as whoever wrote the config means.
-inline size_t countFor(double fraction, size_t n) {
-  if (n == 0) return 0;
-  const double count = std::ceil(fraction * static_cast<double>(n) * (1 - 1e-9));
-  return std::clamp(static_cast<size_t>(count), size_t{1}, n);
-}
+// countFor(fraction, n): compress/sparse/sparse_math.h (dgc's GPU warm-up computes it on the device).
 
 // How many elements a sampled threshold draws: a `fraction` of n, at least kMinSamples,
 // at most n.

@@ -3,6 +3,8 @@
 // the same bits on CPU and GPU, so a receiver on either regenerates what a sender drew.
 #pragma once
 
+#include <cmath>
+
 #include "compress/hd.h"
 #include "compress/random_math.h"
 
@@ -14,6 +16,16 @@ GC_HD uint32_t magnitudeKey(float x) { return bitsOf(x) & 0x7fffffffu; }
 
 // The key of the magnitude `key` stands for, times `factor` (DGC lowers its threshold so).
 GC_HD uint32_t scaledKey(uint32_t key, float factor) { return magnitudeKey(floatOf(key) * factor); }
+
+// max(1, ceil(fraction * n)), 0 for an empty slice. The product's rounding error is forgiven,
+// so 0.07 of 100 is 7 and (1 - 0.99) of 100 is 1, as whoever wrote the config means. Products
+// alone (nothing for nvcc to fuse), so the device counts as the host does.
+GC_HD size_t countFor(double fraction, size_t n) {
+  if (n == 0) return 0;
+  const double count = ceil(fraction * static_cast<double>(n) * (1 - 1e-9));
+  const size_t c = static_cast<size_t>(count);
+  return c < 1 ? 1 : (c > n ? n : c);
+}
 
 // 64 random bits mapped onto [0, bound) by the high half of their product with bound
 // (Lemire 2019): no division, bias below bound / 2^64.

@@ -31,7 +31,7 @@ TEST(CodecReferenceTest, DgcNamesTheMomentumToSetOnTheOptimizer) {
   const auto params = codecParams(codecNamed("dgc"));
   const auto it = std::find_if(params.begin(), params.end(), [](const ParamInfo& p) { return p.key == "momentum"; });
   ASSERT_NE(it, params.end());
-  EXPECT_EQ(it->default_text, "0.9");
+  EXPECT_EQ(it->default_text, "0");
   EXPECT_EQ(it->range, "[0, 1)");
   EXPECT_NE(it->help.find("optimizer's momentum to 0"), std::string::npos) << it->help;
 }

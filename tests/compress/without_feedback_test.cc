@@ -79,7 +79,7 @@ TEST_P(WithoutFeedbackTest, RefusesANonBoolean) {
 INSTANTIATE_TEST_SUITE_P(
     Codecs, WithoutFeedbackTest,
     ::testing::Values(Case{"2bit", {{"threshold", "0.5"}}}, Case{"1bit", {}}, Case{"onebit", {}},
-                      Case{"topk", {{"ratio", "0.1"}}}, Case{"dgc", {{"ratio", "0.1"}}},
+                      Case{"topk", {{"ratio", "0.1"}}}, Case{"dgc", {{"ratio", "0.1"}, {"warmup_steps", "0"}}},
                       Case{"threshold", {{"drop", "0.9"}}}),
     [](const auto& info) { return info.param.codec == "2bit" ? std::string("mx2bit")
                                   : info.param.codec == "1bit" ? std::string("mx1bit")

@@ -141,8 +141,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qsgd", {{"bucket", "100"}, {"error_feedback", "true"}, {"levels", "4"}, {"seed", "3"}}},
                       Case{"topk", {}}, Case{"topk", {{"ratio", "0.3"}}}, Case{"threshold", {}},
                       Case{"threshold", {{"drop", "0.5"}, {"sample", "0.01"}, {"seed", "5"}}},
-                      Case{"dgc", {}},
-                      Case{"dgc", {{"momentum", "0"}, {"ratio", "0.05"}, {"sample", "0.001"}, {"seed", "9"}}},
+                      Case{"dgc", {}},  // warming up: counts planned on the device
+                      Case{"dgc", {{"momentum", "0.9"}, {"warmup_steps", "0"}}},
+                      Case{"dgc", {{"momentum", "0"}, {"ratio", "0.05"}, {"sample", "0.001"}, {"seed", "9"},
+                                   {"warmup_steps", "0"}}},
+                      // Warm-up over, then at ratio: steps 0, 1, 2 keep 25%, 5%, 1%.
+                      Case{"dgc", {{"momentum", "0.9"}, {"ratio", "0.01"}, {"warmup_steps", "2"}}},
                       Case{"randomk", {}},
                       Case{"randomk", {{"error_feedback", "false"}, {"ratio", "0.2"}, {"seed", "11"}}}),
     caseName);

@@ -111,15 +111,19 @@ def momentum_warnings():
         net = small_net()
         kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="dgc")))
         trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kv,
-                                compression_params={"type": "dgc", "ratio": "0.1"})
+                                compression_params={"type": "dgc", "ratio": "0.1", "momentum": "0.9"})
         train(net, trainer, 3)
         # Either momentum alone is quiet.
         quiet = gcagent.mxnet.KVStore(kv._reducer)
         quiet.set_gradient_compression({"type": "dgc", "momentum": "0"})
         quiet.set_optimizer(mx.optimizer.SGD(momentum=0.9))
         quiet = gcagent.mxnet.KVStore(kv._reducer)
-        quiet.set_gradient_compression({"type": "dgc"})
+        quiet.set_gradient_compression({"type": "dgc", "momentum": "0.9"})
         quiet.set_optimizer(mx.optimizer.SGD())
+        # dgc's default momentum is 0: quiet with the optimizer's.
+        quiet = gcagent.mxnet.KVStore(kv._reducer)
+        quiet.set_gradient_compression({"type": "dgc"})
+        quiet.set_optimizer(mx.optimizer.SGD(momentum=0.9))
     return [str(w.message) for w in seen if "gcagent" in str(w.message)]
 
 

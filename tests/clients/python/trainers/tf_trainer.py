@@ -136,7 +136,7 @@ def metric_average():
 
 def momentum_warnings():
     client = gcagent.Client(job="dgc")
-    dgc = gcagent.Reducer(client, codec="dgc")
+    dgc = gcagent.Reducer(client, codec="dgc", params={"momentum": "0.9"})
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9), dgc)

@@ -219,14 +219,15 @@ def momentum_warnings():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         model = mlp()
-        reducer = gcagent.Reducer(gcagent.Client(job="dgc"), codec="dgc", params={"ratio": "0.1"})
+        reducer = gcagent.Reducer(gcagent.Client(job="dgc"), codec="dgc", params={"ratio": "0.1", "momentum": "0.9"})
         opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), reducer)
         for it in range(1, 4):
             step(model, it)
             opt.step()
         model = ddp(mlp())
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
-        state = gcagent.torch.State(gcagent.Client(job="dgc-ddp"), codec="dgc", optimizer=optimizer)
+        state = gcagent.torch.State(gcagent.Client(job="dgc-ddp"), codec="dgc", params={"momentum": "0.9"},
+                                    optimizer=optimizer)
         model.register_comm_hook(state, gcagent.torch.hook)
         for it in range(1, 6):
             step(model, it)
@@ -235,6 +236,9 @@ def momentum_warnings():
         quiet = gcagent.Reducer(reducer.client, codec="dgc", params={"momentum": "0"})
         gcagent.torch.DistributedOptimizer(torch.optim.SGD(mlp().parameters(), lr=0.01, momentum=0.9), quiet)
         gcagent.torch.DistributedOptimizer(torch.optim.SGD(mlp().parameters(), lr=0.01), reducer)
+        # dgc's default momentum is 0: quiet with the optimizer's.
+        gcagent.torch.DistributedOptimizer(torch.optim.SGD(mlp().parameters(), lr=0.01, momentum=0.9),
+                                           gcagent.Reducer(reducer.client, codec="dgc"))
     return {"warnings": [str(w.message) for w in seen if "gcagent" in str(w.message)],
             "ddp_agent_buckets": state.agent_buckets}
 
