@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -249,6 +250,7 @@ class Trainer {
   }
 
   std::vector<int> fds;
+  int fd() const { return fd_; }
 
  private:
   void readExactly(std::span<std::byte> out) {
@@ -511,6 +513,88 @@ TEST_F(DeviceSessionTest, AgentWithoutADevicePathSaysWhy) {
   EXPECT_EQ(refused.status().message(),
             "the trainer's tensors live on GPU-01020304-0506-0708-090a-0b0c0d0e0f10, but this agent has no GPU "
             "(cannot load libcuda.so.1: it is not installed); declare host tensors instead");
+}
+
+
+// A trainer process that gave its agent up as frozen connects again while its old connection
+// is still open: the new connection takes the rank over, the step waiting on the old one
+// fails, the old connection is closed, and the job goes on with no leave (no job notice).
+TEST_F(DeviceSessionTest, TheSameProcessConnectingAgainTakesItsRankOverAndTheJobGoesOn) {
+  Agent agent(socket_, /*coded=*/true);
+  auto declare = [](Trainer& t) {
+    t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
+    t.expect<protocol::DeclaredDevice>(t.receive());
+  };
+  Trainer a(socket_);
+  Trainer old(socket_);
+  a.join("again", 0, 2);
+  old.join("again", 1, 2);
+  declare(a);
+  declare(old);
+  a.send({3, protocol::Submit{1, {1}}});  // waits for local rank 1
+  Trainer again(socket_);                  // this process, as the old connection's is
+  again.join("again", 1, 2);
+  const auto reply = a.receive();
+  EXPECT_EQ(reply.request_id, 3u);
+  const auto error = a.expect<protocol::Error>(reply);
+  EXPECT_NE(error.message.find("local rank 1 of job 'again' connected again"), std::string::npos) << error.message;
+  char byte;
+  EXPECT_EQ(::recv(old.fd(), &byte, 1, 0), 0) << "the old connection is closed";
+  declare(again);
+  a.send({4, protocol::Submit{2, {1, 2}}});
+  again.send({4, protocol::Submit{2, {1, 2}}});
+  for (Trainer* t : {&a, &again}) {
+    std::set<uint64_t> done;
+    for (int k = 0; k < 2; ++k) {
+      const auto complete = t->expect<protocol::Complete>(t->receive());
+      EXPECT_EQ(complete.iteration, 2u);
+      done.insert(complete.keys.begin(), complete.keys.end());
+    }
+    EXPECT_EQ(done, (std::set<uint64_t>{1, 2}));
+  }
+  const ServerCounters counters = agent.counters();
+  EXPECT_EQ(counters.trainers_reconnected, 1u);
+  EXPECT_EQ(counters.trainers_connected, 2u);
+}
+
+// Another process claiming a rank that is connected is refused, naming the holder.
+TEST_F(DeviceSessionTest, AnotherProcessClaimingAConnectedRankIsRefusedNamingTheHolder) {
+  Agent agent(socket_);
+  Trainer holder(socket_);
+  holder.join("held", 0, 1);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // raw calls only: the child of a threaded process
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+    const auto frame = protocol::encode({1, protocol::Hello{"held", 0, 1, static_cast<uint32_t>(::getpid())}});
+    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) ::_exit(2);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+      if (::write(pipe_fds[1], buf, static_cast<size_t>(n)) != n) ::_exit(3);
+      if (std::string_view(buf, static_cast<size_t>(n)).find("place") != std::string_view::npos) break;
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(got.find(strCat("job 'held': local rank 0 is already connected (trainer 1, pid ", ::getpid(),
+                            "); only that process may connect again in its place")),
+            std::string::npos)
+      << got;
+  EXPECT_EQ(agent.counters().trainers_reconnected, 0u);
 }
 
 }  // namespace

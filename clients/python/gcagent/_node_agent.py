@@ -81,7 +81,7 @@ class NodeAgent:
     """One agent for this node's trainers."""
 
     def __init__(self, binary: str, socket_path: str, log_path: Path, node_rank: int, peers: Sequence[str],
-                 listen: Optional[str], config: Optional[str], options: Sequence[str]):
+                 listen: Optional[str], config: Optional[str], options: Sequence[str], metrics_port: int = 0):
         self.socket_path = socket_path
         self.log_path = Path(log_path)
         self.command: List[str] = [binary]
@@ -91,7 +91,9 @@ class NodeAgent:
         # metrics (two nodes on one host must not share 9464) and segments named per launcher.
         self.shm_prefix = f"gcarun{os.getpid()}"
         self.command += ["--agent.socket", socket_path, "--agent.node_rank", str(node_rank),
-                         "--metrics.listen", "127.0.0.1:0", "--agent.shm_prefix", self.shm_prefix]
+                         "--metrics.listen", f"127.0.0.1:{metrics_port}", "--agent.shm_prefix", self.shm_prefix]
+        # Known before the agent runs when the port is: trainers may start beside it.
+        self.metrics: Optional[str] = f"127.0.0.1:{metrics_port}" if metrics_port else None
         if len(peers) > 1:
             self.command += ["--transport.peers", ",".join(peers), "--transport.listen", listen]
         for option in options:
@@ -101,8 +103,9 @@ class NodeAgent:
             self.command.append(f"--{key.lstrip('-')}={value}")
             if key.lstrip("-") == "agent.shm_prefix":
                 self.shm_prefix = value
+            if key.lstrip("-") == "metrics.listen":
+                self.metrics = None  # the user's: read from the log once the agent runs
         self.proc: Optional[subprocess.Popen] = None
-        self.metrics: Optional[str] = None
 
     def start(self):
         with open(self.log_path, "ab") as log:
@@ -139,7 +142,7 @@ class NodeAgent:
                 raise GcagentError(ERR_TIMEOUT, f"gcagent-run: the agent made no control socket within {timeout:g} s; "
                                                 f"last lines of {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.05)
-        self.metrics = self.log_value("metrics on ")
+        self.metrics = self.log_value("metrics on ") or self.metrics
         return self.metrics
 
     def health(self) -> dict:

@@ -160,7 +160,7 @@ class Launch:
                        LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(n), GROUP_RANK=str(a.node_rank),
                        GROUP_WORLD_SIZE=str(a.nnodes), MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
                        GCAGENT_SOCKET=self.agent.socket_path, GCAGENT_LOCAL_RANK=str(local),
-                       GCAGENT_LOCAL_SIZE=str(n))
+                       GCAGENT_LOCAL_SIZE=str(n), GCAGENT_WAIT_FOR_AGENT="1")
             if a.job:
                 env["GCAGENT_JOB"] = a.job
             if metrics:
@@ -238,10 +238,19 @@ class Launch:
             binary = find_agent(a.agent)
             peers, listen, master_addr, master_port = self.agree()
             self.agent = NodeAgent(binary, str(self.run_dir / "control.sock"), self.log_dir / f"agent{a.node_rank}.log",
-                                   a.node_rank, peers, listen, a.agent_config, a.agent_option)
+                                   a.node_rank, peers, listen, a.agent_config, a.agent_option,
+                                   metrics_port=free_port("127.0.0.1"))
             self.agent.start()
+            # After a rendezvous every node's agent starts within moments of the others: the
+            # trainers import their framework (seconds) meanwhile, their clients waiting for the
+            # socket (GCAGENT_WAIT_FOR_AGENT). From a --hosts list the other nodes may start
+            # much later, longer than a client waits: the trainers start once the agent is ready.
+            early = not a.hosts
+            if early:
+                self.start_trainers(master_addr, master_port, self.agent.metrics)
             metrics = self.agent.wait_ready(a.rdzv_timeout)
-            self.start_trainers(master_addr, master_port, metrics)
+            if not early:
+                self.start_trainers(master_addr, master_port, metrics)
             self.supervising = True
             status = self.supervise()
         except GcagentError as e:
@@ -259,6 +268,7 @@ class Launch:
         are ignored meanwhile: the stop is bounded (SIGKILL after a grace period)."""
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
+        self.stop_trainers()  # any still running: the agent failed at start
         agent_died = self.agent is not None and self.agent.poll() not in (None, 0)
         agent_status = self.agent.stop() if self.agent else 0
         if self.agent:
