@@ -80,3 +80,23 @@ def test_troubleshooting_quotes_the_real_messages(tmp_path):
     assert "gcagent: control socket /nonexistent-gcagent/control.sock: No such file or directory" in socket_message
     assert "gcagent: control socket /run/gcagent/control.sock: No such file or directory" in guide
     busy.close()
+
+
+def test_the_readmes_codec_table_names_every_parameter_and_default():
+    """Each codec's row in README.md's codec table names every parameter `--list-codecs` gives
+    it with that default (error_feedback may be said once, below the table, where it is true)."""
+    listing = subprocess.run([str(AGENT), "--list-codecs"], check=True, capture_output=True, text=True).stdout
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| name | what | parameters (default"):]
+    table = table[:table.index("\n\n")]
+    codec = None
+    for line in listing.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0]:
+            codec = cells[0].split("`")[1]
+        name, default = cells[1].strip("`"), cells[3].strip("`")
+        if not name or (name == "error_feedback" and default == "true"):
+            continue
+        row = next((r for r in table.splitlines() if f"`{codec}`" in r.split("|")[1]), None)
+        assert row is not None, f"README.md's codec table has no row for {codec}"
+        assert f"`{name}` ({default}" in row, f"README.md's {codec} row lacks `{name}` ({default}): {row}"
