@@ -293,6 +293,12 @@ std::vector<protocol::TensorDecl> tensors() {
   return {{1, 1000, protocol::DType::kFloat32, 0, "none", {}}, {2, 70, protocol::DType::kFloat32, -1, "none", {}}};
 }
 
+// Declares tensors() on the agent's GPU and takes the offer.
+void declare(Trainer& t) {
+  t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
+  t.expect<protocol::DeclaredDevice>(t.receive());
+}
+
 void deviceTrainerGetsItsSlotsAndTheAverageInThem(const std::string& socket_, bool coded) {
   Agent agent(socket_, coded);
   Trainer t(socket_);
@@ -377,10 +383,6 @@ TEST_F(DeviceSessionTest, TwoDeviceTrainersOnOneGpuAverageThroughTheCoder) {
 
 TEST_F(DeviceSessionTest, ATrainerLeavingFailsItsJobOnTheCoderAndTheAgentGoesOn) {
   Agent agent(socket_, /*coded=*/true);
-  auto declare = [](Trainer& t) {
-    t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
-    t.expect<protocol::DeclaredDevice>(t.receive());
-  };
   Trainer a(socket_);
   {
     Trainer b(socket_);
@@ -521,10 +523,6 @@ TEST_F(DeviceSessionTest, AgentWithoutADevicePathSaysWhy) {
 // fails, the old connection is closed, and the job goes on with no leave (no job notice).
 TEST_F(DeviceSessionTest, TheSameProcessConnectingAgainTakesItsRankOverAndTheJobGoesOn) {
   Agent agent(socket_, /*coded=*/true);
-  auto declare = [](Trainer& t) {
-    t.send({2, protocol::DeclareDevice{kAgentGpu, tensors()}});
-    t.expect<protocol::DeclaredDevice>(t.receive());
-  };
   Trainer a(socket_);
   Trainer old(socket_);
   a.join("again", 0, 2);
