@@ -138,6 +138,7 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.on_peer_loss = config.transport_on_peer_loss == "shrink" ? OnPeerLoss::kShrink : OnPeerLoss::kFail;
   o.shrink_grace = config.transport_shrink_grace;
   o.min_nodes = static_cast<uint32_t>(config.transport_min_nodes);
+  o.quorum = config.transport_quorum == "none" ? Quorum::kNone : Quorum::kMajority;
   o.default_codec = {config.compress_codec, std::move(params)};
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
   GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
@@ -247,7 +248,8 @@ Status Agent::run() {
   EngineOptions engine_options = impl_->engine_options;
   engine_options.host_stream = std::make_shared<HostStream>(io);
   engine_options.on_membership = [&server_ptr](const MembershipView& view) {
-    if (server_ptr != nullptr) server_ptr->onMembership(view.epoch, static_cast<uint32_t>(view.members.size()));
+    if (server_ptr != nullptr)
+      server_ptr->onMembership({view.epoch, static_cast<uint32_t>(view.members.size()), view.members, view.joined});
   };
   ReductionEngine engine(*transport, std::move(engine_options),
                          [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {

@@ -43,6 +43,8 @@
     "seconds a lost peer may stay away before the job goes on without it (transport.on_peer_loss = shrink)") \
   X(transport, min_nodes, Integer, "1", 1, 65536, "",                                          \
     "fewest nodes a shrink leaves: a node cut off from the rest waits for them instead of training on its own") \
+  X(transport, quorum, Text, "majority", 0, 0, "majority|none",                               \
+    "who must agree to a new membership under shrink: majority (more than half of the last agreed one, so no two parts of a partition both go on) or none (the leader alone: a minority may go on, and the part that loses at the heal is taken in anew)") \
   X(transport, net_devices, Text, "auto", 0, 0, "",                                             \
     "network devices UCX may use (UCX_NET_DEVICES syntax); auto: the one holding this agent's address in transport.peers, plus RDMA ports; all: every device") \
   X(transport, data_ports, Text, "", 0, 0, "",                                                  \

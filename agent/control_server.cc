@@ -132,6 +132,9 @@ void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key,
   std::shared_ptr<LocalJob> job = jobs_.find(job_id);
   if (!job) return;
   if (job->inFlight > 0) --job->inFlight;
+  // Trainers that connect from now on hold the weights loaded after the first step completed
+  // under a membership that took nodes in: they are told no joiners.
+  if (status.ok()) membership_.joined.clear();
   notify(*job, iteration, key, status);
 }
 
@@ -147,10 +150,10 @@ void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const St
   jobs_.fail(job->id, why);
 }
 
-void ControlServer::onMembership(uint32_t epoch, uint32_t node_count) {
-  membership_ = {epoch, node_count};
+void ControlServer::onMembership(shm::protocol::Membership membership) {
+  membership_ = std::move(membership);
   for (auto& [raw, session] : sessions_)
-    if (session->job()) session->send({0, shm::protocol::Membership{epoch, node_count}});
+    if (session->job()) session->send({0, membership_});
 }
 
 void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) {

@@ -86,7 +86,7 @@ class ControlServer : public JobPart {
   void onJobLost(uint64_t job, uint64_t last_completed, const Status& why);
   // The job's nodes changed (agent/membership.h): every trainer hears the new node count,
   // and those that connect later hear it after their welcome.
-  void onMembership(uint32_t epoch, uint32_t node_count);
+  void onMembership(shm::protocol::Membership membership);
 
   const ServerCounters& counters() const { return counters_; }
 

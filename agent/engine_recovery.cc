@@ -196,6 +196,7 @@ Status ReductionEngine::unreachableMember() const {
     return Status::unavailable(strCat("this node is not in the job's membership, ", membership_.view().describe(),
                                       ": it takes part again once the nodes take it back (at the next membership "
                                       "change, within a second or so of its links coming up)"));
+  GC_RETURN_IF_ERROR(membership_.problem());
   for (transport::Rank r : membership_.view().members)
     if (r != self && !transport_.peerUp(r))
       return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
@@ -204,19 +205,38 @@ Status ReductionEngine::unreachableMember() const {
 
 void ReductionEngine::tellView(transport::Rank to) {
   const MembershipView& view = membership_.view();
-  if (to == transport_.rank() || view.epoch == 0 || view_told_[to] == view.epoch || !transport_.peerUp(to)) return;
-  if (transport_.send(to, encodeMembershipNotice(view), {}, nullptr).ok()) view_told_[to] = view.epoch;
+  if (to == transport_.rank() || view.epoch == 0 || view_told_[to] == view.id() || !transport_.peerUp(to)) return;
+  MembershipNotice install;
+  install.kind = MembershipNotice::Kind::kInstall;
+  install.slot = view.id();
+  install.view = view;
+  if (transport_.send(to, encodeMembershipNotice(install), {}, nullptr).ok()) view_told_[to] = view.id();
+}
+
+void ReductionEngine::sendNotices(const std::vector<Membership::Outgoing>& notices) {
+  for (const auto& [to, notice] : notices) {
+    if (!transport_.peerUp(to)) continue;
+    (void)transport_.send(to, encodeMembershipNotice(notice), {}, nullptr);
+    if (notice.kind == MembershipNotice::Kind::kInstall) view_told_[to] = notice.view->id();
+  }
+}
+
+void ReductionEngine::react(Membership::Reaction reaction, const std::string& why) {
+  sendNotices(reaction.send);
+  if (reaction.install) adoptView(*reaction.install, why);
 }
 
 void ReductionEngine::reviewMembership() {
-  if (auto proposed = membership_.propose(options_.now()))
-    adoptView(*proposed, strCat("proposed here, as the lowest member up"));
+  sendNotices(membership_.rejoinNotices());  // until the leader takes this node in anew
+  react(membership_.review(options_.now()), "agreed by a majority of the nodes, proposed here as the lowest member up");
 }
 
 void ReductionEngine::onMembershipNotice(const transport::Message& m) {
-  auto view = parseMembershipNotice(m.header, transport_.size());
-  if (!view.ok()) return reject(m, view.status());
-  adoptView(*view, strCat("heard from rank ", m.from));
+  auto notice = parseMembershipNotice(m.header, transport_.size());
+  if (!notice.ok()) return reject(m, notice.status());
+  react(membership_.onNotice(m.from, *notice), notice->kind == MembershipNotice::Kind::kInstall
+                                                   ? strCat("heard from rank ", m.from)
+                                                   : strCat("agreed by a majority of the nodes, proposed here"));
 }
 
 void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
@@ -228,15 +248,19 @@ void ReductionEngine::adoptView(const MembershipView& view, const std::string& w
     for (const auto& [key, k] : js->keys)
       for (uint32_t s = 0; s < k.slice_count; ++s)
         if (before.contains(self) && (k.ring() || ownerOf(key, s) == self)) owned.emplace_back(job, key, s, k.ring());
-  if (!membership_.adopt(view)) return;
+  if (!membership_.install(view)) return;
   // Passed on before any slice sent under it, to every peer that can hear it.
   for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
   const bool shrunk = view.members.size() < before.members.size();
   stats_->recovery(shrunk ? metrics::Stats::kShrunk : metrics::Stats::kGrown).Increment();
   stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(view.members.size()));
   stats_->gauge(metrics::Id::membership_epoch, {}).Set(static_cast<double>(view.epoch));
-  GC_LOG(kWarn, "agent", "membership: ", before.describe(), " -> ", view.describe(), " (", why, "); ",
-         view.contains(self) ? "this node's trainers now average over the new membership" : "this node waits to be taken back");
+  const Status problem = membership_.problem();
+  const std::string joined = view.joined.empty() ? "" : strCat("; nodes taken in anew load node ", *view.root(), "'s weights");
+  GC_LOG(kWarn, "agent", "membership: ", before.describe(), " -> ", view.describe(), " (", why, ")", joined, "; ",
+         !view.contains(self) ? "this node waits to be taken back"
+         : !problem.ok()      ? problem.message()
+                              : "this node's trainers now average over the new membership");
   // What is in flight was sliced for the old owners: it fails everywhere, and every job
   // then goes on from its nodes' frontier (job_alignment.h).
   const Status changed = Status::unavailable(strCat("the job's nodes changed to ", view.describe(),
@@ -251,6 +275,7 @@ void ReductionEngine::adoptView(const MembershipView& view, const std::string& w
   for (auto& [job, js] : jobs_)
     for (transport::Rank r = 0; r < transport_.size(); ++r)
       if (r != self) announce(job, *js, r);
+  sendNotices(membership_.rejoinNotices());  // a node that trained apart asks to be taken in anew
   if (options_.on_membership) options_.on_membership(view);
 }
 

@@ -31,7 +31,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
       stash_(options_.stash_budget_bytes),
       stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
       membership_(transport_.size(), transport_.rank(), options_.on_peer_loss, options_.shrink_grace,
-                  options_.min_nodes),
+                  options_.min_nodes, options_.quorum),
       view_told_(transport_.size()),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
                 options_.refit_interval, options_.link_gbps}),
@@ -258,7 +258,7 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   const uint32_t fp = final ? (compressed ? k->pull_fp : rawResultFingerprint())
                             : (compressed ? k->push_fp : rawContributionFingerprint());
   SliceMessage h{kind,         s.job,        s.key, s.iteration, s.slice, k->slice_count, k->spec.elements, fp,
-                 contributors, membership_.view().epoch, k->topology};
+                 contributors, membership_.view().epoch, k->topology, membership_.view().proposer};
   const auto header = encodeSliceHeader(h);
   // A parameter server's owner sends the result to every node; a ring hop, its sum to the
   // next; under allgather every node made the result itself.
@@ -308,6 +308,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.work.buffers.clear();
   k.work.keepalive.reset();  // the coder's queued work and the sends in flight hold their own
   if (status.ok()) {
+    membership_.stepCompleted();
     ++counters_.keys_completed;
     stats_->tensorsReduced().Increment();
     stats_->reduction(k.size_class).Observe(secondsBetween(k.started, options_.now()));
@@ -353,7 +354,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     }
     if (!flow.share_to.empty()) {
       SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
-                     k->contributors, membership_.view().epoch, k->topology};
+                     k->contributors, membership_.view().epoch, k->topology, membership_.view().proposer};
       const auto header = encodeSliceHeader(h);
       countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), static_cast<uint32_t>(flow.share_to.size()));
       for (uint32_t to : flow.share_to) {
@@ -399,12 +400,13 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (!parsed.ok()) return reject(m, parsed.status());
   const SliceMessage& h = *parsed;
   // Sent under another membership: ownership and the set of contributors differ. A peer
-  // passes a view on before any slice under it (membership.h), so this one is older.
-  if (h.view != membership_.view().epoch) {
+  // passes a view on before any slice under it (membership.h), so this one is older, or
+  // (transport.quorum = none) of a view that lost.
+  if (ViewId{h.view, h.view_proposer} != membership_.view().id()) {
     ++counters_.stale_slices;
     stats_->staleSlices(/*results=*/h.kind == SliceKind::kResult).Increment();
     GC_LOG(kDebug, "agent", "rank ", m.from, ": slice of tensor ", h.key, " sent under membership epoch ", h.view,
-           " dropped: this node is at ", membership_.view().describe());
+           " (proposed by node ", h.view_proposer, ") dropped: this node is at ", membership_.view().describe());
     return tellView(m.from);
   }
   if (!membership_.isMember(m.from))

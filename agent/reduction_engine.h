@@ -94,6 +94,8 @@ struct EngineOptions {
   OnPeerLoss on_peer_loss = OnPeerLoss::kFail;
   double shrink_grace = 30;
   uint32_t min_nodes = 1;  // a shrink leaves at least this many (transport.min_nodes)
+  // Who must vote for a new view (transport.quorum): a majority of the installed one, or none.
+  Quorum quorum = Quorum::kMajority;
   // Told each membership change this node adopts (the trainers hear the new node count).
   std::function<void(const MembershipView&)> on_membership;
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
@@ -251,6 +253,8 @@ class ReductionEngine : public JobPart {
   void adoptView(const MembershipView& view, const std::string& why);
   // Sends `to` the current view, unless it heard it from here already.
   void tellView(transport::Rank to);
+  void sendNotices(const std::vector<Membership::Outgoing>& notices);
+  void react(Membership::Reaction reaction, const std::string& why);
   // Why reduce() cannot start now: this node is outside the view, or a member is down.
   Status unreachableMember() const;
   // Where the job goes on here: the lowest iteration in flight, else the one after the last
@@ -276,7 +280,7 @@ class ReductionEngine : public JobPart {
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
   Membership membership_;
-  std::vector<std::optional<uint32_t>> view_told_;  // by rank: the epoch it last heard from here
+  std::vector<std::optional<ViewId>> view_told_;  // by rank: the view it last heard of from here
   scheduler::Planner planner_;
   std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients

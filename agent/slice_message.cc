@@ -6,7 +6,7 @@
 namespace gcagent::agent {
 namespace {
 constexpr uint32_t kMagic = 0x53414347;  // "GCAS"
-constexpr uint16_t kVersion = 2;  // 2: the view epoch
+constexpr uint16_t kVersion = 3;  // 2: the view epoch; 3: its proposer
 }  // namespace
 
 std::vector<std::byte> encodeSliceHeader(const SliceMessage& m) {
@@ -24,6 +24,7 @@ std::vector<std::byte> encodeSliceHeader(const SliceMessage& m) {
   w.put(m.codec_fingerprint);
   w.put(m.contributors);
   w.put(m.view);
+  w.put(m.view_proposer);
   return w.take();
 }
 
@@ -48,6 +49,7 @@ Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes) {
   r.get(m.codec_fingerprint);
   r.get(m.contributors);
   r.get(m.view);
+  r.get(m.view_proposer);
   if (magic != kMagic) return Status::invalidArgument(strCat("slice header: bad magic 0x", std::hex, magic));
   if (version != kVersion) return Status::invalidArgument(strCat("slice header: version ", version, ", expected ", kVersion));
   if (kind != 1 && kind != 2) return Status::invalidArgument(strCat("slice header: unknown kind ", int{kind}));

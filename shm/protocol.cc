@@ -1,5 +1,6 @@
 #include "shm/protocol.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "common/byte_io.h"
@@ -87,6 +88,10 @@ struct BodyWriter {
   void operator()(const Membership& m) {
     w.put(m.epoch);
     w.put(m.node_count);
+    if (m.members.empty()) return;  // the form before the member list
+    for (uint32_t r : m.members) w.put(r);
+    w.put(static_cast<uint32_t>(m.joined.size()));
+    for (uint32_t r : m.joined) w.put(r);
   }
 };
 
@@ -302,6 +307,26 @@ Membership parseMembership(BodyParser& p) {
   m.epoch = p.get<uint32_t>();
   m.node_count = p.get<uint32_t>();
   if (p.ok() && m.node_count == 0) p.invalid("zero nodes");
+  if (!p.ok() || p.remaining() == 0) return m;  // an agent before the member list
+  if (m.node_count > kMaxNodes) {
+    p.invalid(strCat(m.node_count, " nodes, more than ", kMaxNodes));
+    return m;
+  }
+  auto ranks = [&](uint32_t count, const char* what) {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < count && p.ok(); ++i) {
+      out.push_back(p.get<uint32_t>());
+      if (p.ok() && i > 0 && out[i] <= out[i - 1]) p.invalid(strCat(what, " ranks not ascending"));
+    }
+    return out;
+  };
+  m.members = ranks(m.node_count, "member");
+  const uint32_t joined = p.get<uint32_t>();
+  if (p.ok() && joined > m.node_count) p.invalid(strCat(joined, " joined nodes of ", m.node_count));
+  if (p.ok()) m.joined = ranks(joined, "joined");
+  for (uint32_t r : m.joined)
+    if (p.ok() && !std::binary_search(m.members.begin(), m.members.end(), r))
+      p.invalid(strCat("joined node ", r, " is no member"));
   return m;
 }
 

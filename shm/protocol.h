@@ -35,6 +35,7 @@ inline constexpr size_t kMaxLocalSize = 1024;
 inline constexpr uint64_t kMaxElements = uint64_t{1} << 40;
 inline constexpr size_t kMaxErrorMessage = 4096;
 inline constexpr size_t kMaxSegmentName = 255;
+inline constexpr uint32_t kMaxNodes = 65536;
 
 enum class MessageType : uint16_t {
   kHello = 1,     // trainer -> agent: join a job as one local rank
@@ -161,10 +162,15 @@ struct Pong {
 };
 
 // The nodes the job's reductions run on changed (agent/membership.h): averages divide by the
-// trainers of node_count nodes from the next completion on.
+// trainers of node_count nodes from the next completion on. Members and joined (added in
+// version 1 at the end of the body; an older agent sends neither): the node ranks, and those
+// whose trainers load the weights of the lowest other member after the first step they
+// complete under this membership (agent/membership_view.h).
 struct Membership {
   uint32_t epoch = 0;
   uint32_t node_count = 0;
+  std::vector<uint32_t> members;
+  std::vector<uint32_t> joined;
   bool operator==(const Membership&) const = default;
 };
 

@@ -253,6 +253,19 @@ GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client) {
   return client == nullptr ? 0 : client->impl->welcome().node_count;
 }
 
+GCAGENT_API uint32_t gcagent_result_nodes(const gcagent_client* client, uint32_t* ranks, uint32_t capacity) {
+  if (client == nullptr) return 0;
+  const std::vector<uint32_t> nodes = client->impl->resultNodes();
+  for (uint32_t i = 0; ranks != nullptr && i < capacity && i < nodes.size(); ++i) ranks[i] = nodes[i];
+  return static_cast<uint32_t>(nodes.size());
+}
+
+GCAGENT_API int64_t gcagent_resync_root(const gcagent_client* client) {
+  if (client == nullptr) return -1;
+  const auto root = client->impl->resyncRoot();
+  return root ? static_cast<int64_t>(*root) : -1;
+}
+
 GCAGENT_API void gcagent_close(gcagent_client* client) { delete client; }
 
 }  // extern "C"

@@ -154,6 +154,24 @@ Outcome Client::handle(protocol::Message&& message) {
       return success();
   }
   if (auto* complete = std::get_if<protocol::Complete>(&message.body)) {
+    // Completions come after the membership they were made under was told, and before the
+    // next one: the view they averaged over is the one told last.
+    // The first step completed under a membership that took nodes in is followed by the
+    // reload; it stays said for every key of that step.
+    if (completed_epoch_ != view_.epoch) {
+      resync_root_.reset();
+      resync_iteration_ = complete->iteration;
+      if (!view_.joined.empty())
+        for (uint32_t r : view_.members)
+          if (!std::binary_search(view_.joined.begin(), view_.joined.end(), r)) {
+            resync_root_ = r;
+            break;
+          }
+    } else if (complete->iteration != resync_iteration_) {
+      resync_root_.reset();
+    }
+    completed_epoch_ = view_.epoch;
+    completed_view_ = view_;
     for (uint64_t key : complete->keys) {
       auto it = slots_.find(key);
       // Anything else is a late or repeated completion of a submit that has already ended.
@@ -166,6 +184,7 @@ Outcome Client::handle(protocol::Message&& message) {
   }
   if (auto* membership = std::get_if<protocol::Membership>(&message.body)) {
     welcome_.node_count = membership->node_count;  // averages divide by these nodes' trainers now
+    view_ = std::move(*membership);
     return success();
   }
   if (auto* error = std::get_if<protocol::Error>(&message.body)) {
@@ -423,6 +442,14 @@ Outcome Client::wait(uint64_t iteration, std::span<const uint64_t> keys, int tim
     if (!r.ok()) return breakWith(std::move(r));
     GCAGENT_CLIENT_RETURN_IF_FAILED(handle(std::move(message)));
   }
+}
+
+std::vector<uint32_t> Client::resultNodes() const {
+  if (!completed_epoch_) return {};
+  if (!completed_view_.members.empty()) return completed_view_.members;
+  std::vector<uint32_t> all(completed_view_.node_count != 0 ? completed_view_.node_count : welcome_.node_count);
+  for (uint32_t r = 0; r < all.size(); ++r) all[r] = r;
+  return all;
 }
 
 }  // namespace gcagent::client

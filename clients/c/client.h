@@ -61,6 +61,11 @@ class Client {
   static constexpr int kDefaultLivenessMs = 10'000;
 
   const shm::protocol::Welcome& welcome() const { return welcome_; }
+  // The node ranks the latest completed result averaged over (every node until the agent
+  // told a membership change), and the node whose weights every trainer loads after it: set
+  // for the first completion under a membership that took nodes in (agent/membership_view.h).
+  std::vector<uint32_t> resultNodes() const;
+  std::optional<uint32_t> resyncRoot() const { return resync_root_; }
 
  private:
   enum class KeyState { kIdle, kPending, kComplete, kFailed };
@@ -95,6 +100,11 @@ class Client {
 
   ControlChannel channel_;
   shm::protocol::Welcome welcome_;
+  shm::protocol::Membership view_;            // as last told (epoch 0 and no ranks: every node)
+  shm::protocol::Membership completed_view_;  // the one the latest completion was made under
+  std::optional<uint32_t> completed_epoch_;   // its epoch, once a completion came
+  std::optional<uint32_t> resync_root_;
+  uint64_t resync_iteration_ = 0;  // the step resync_root_ follows
   uint32_t next_request_id_ = 1;
   int reply_timeout_ms_ = kDefaultReplyTimeoutMs;
   Outcome broken_;  // the failure that made the connection unusable, if any

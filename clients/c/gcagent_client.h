@@ -23,7 +23,8 @@
  *
  * ABI: the library is libgcagent_client.so.1 and exports only the gcagent_* symbols, versioned
  * GCAGENT_CLIENT_1 (ABI version 1), GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls below)
- * and GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags). A shim compiled against
+ * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags) and GCAGENT_CLIENT_4 (ABI
+ * version 4 added gcagent_result_nodes and gcagent_resync_root). A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
  * Numeric values of gcagent_status never change.
@@ -41,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 3
+#define GCAGENT_CLIENT_ABI_VERSION 4
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -164,6 +165,20 @@ GCAGENT_API const char* gcagent_last_error(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client);
+
+/* (ABI version 4) The node ranks, ascending, whose trainers the latest completed result was
+ * averaged over: the job's membership it was made under (every node until a change under
+ * transport.on_peer_loss = "shrink"). Writes at most `capacity` ranks; returns how many there
+ * are (0 before any completion or for a null client). */
+GCAGENT_API uint32_t gcagent_result_nodes(const gcagent_client* client, uint32_t* ranks, uint32_t capacity);
+
+/* (ABI version 4) After a wait that completed a step: the node rank whose trainers hold the
+ * weights every trainer must load now, or -1. It is set for the first step this trainer
+ * completes under a membership that took nodes in (a node back after it was left behind, or
+ * one that trained apart under transport.quorum = "none"), on every member's trainers for the
+ * same step: they then broadcast from that node's local rank 0 trainer (gcagent.torch's
+ * sync_parameters does), as DDP broadcasts at its start. -1 for every other step. */
+GCAGENT_API int64_t gcagent_resync_root(const gcagent_client* client);
 
 /* ---- GPU tensors (ABI version 2) ---- */
 

@@ -209,18 +209,32 @@ TEST(ProtocolTest, PingAndPongAreBareHeaders) {
   }
 }
 
-TEST(ProtocolTest, MembershipCarriesEpochAndNodeCount) {
-  // Type 12: u32 epoch, u32 node count, little-endian; zero nodes is refused.
-  const auto frame = encode({0, Membership{3, 2}});
-  ASSERT_EQ(frame.size(), kHeaderBytes + 8);
-  EXPECT_EQ(static_cast<int>(frame[6]), 12);
-  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes]), 3);
-  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 4]), 2);
-  auto back = roundTrip(frame);
+TEST(ProtocolTest, MembershipCarriesEpochNodeCountMembersAndJoiners) {
+  // Type 12: u32 epoch, u32 node count, little-endian; zero nodes is refused. Then (added
+  // later, absent from an older agent's) u32 ranks[node count], u32 joined count, u32 ranks.
+  const auto old_form = encode({0, Membership{3, 2, {}, {}}});
+  ASSERT_EQ(old_form.size(), kHeaderBytes + 8);
+  EXPECT_EQ(static_cast<int>(old_form[6]), 12);
+  EXPECT_EQ(static_cast<int>(old_form[kHeaderBytes]), 3);
+  EXPECT_EQ(static_cast<int>(old_form[kHeaderBytes + 4]), 2);
+  auto back = roundTrip(old_form);
   ASSERT_TRUE(back.ok()) << back.status().toString();
-  EXPECT_EQ(back->body, (Body{Membership{3, 2}}));
+  EXPECT_EQ(back->body, (Body{Membership{3, 2, {}, {}}}));
   EXPECT_EQ(messageTypeName(MessageType::kMembership), "membership");
-  EXPECT_THAT(roundTrip(encode({0, Membership{3, 0}})).status().message(), HasSubstr("zero nodes"));
+  EXPECT_THAT(roundTrip(encode({0, Membership{3, 0, {}, {}}})).status().message(), HasSubstr("zero nodes"));
+
+  const auto frame = encode({0, Membership{4, 2, {1, 3}, {3}}});
+  ASSERT_EQ(frame.size(), kHeaderBytes + 8 + 8 + 4 + 4);
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 8]), 1);
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 12]), 3);
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 16]), 1);  // one joiner
+  EXPECT_EQ(static_cast<int>(frame[kHeaderBytes + 20]), 3);
+  back = roundTrip(frame);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(back->body, (Body{Membership{4, 2, {1, 3}, {3}}}));
+  EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {3, 1}, {}}})).status().message(), HasSubstr("member ranks not ascending"));
+  EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {1, 3}, {2}}})).status().message(), HasSubstr("joined node 2 is no member"));
+  EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {1, 3}, {1, 2, 3}}})).status().message(), HasSubstr("3 joined nodes of 2"));
 }
 
 TEST(ProtocolTest, HugeCountsAreRejectedBeforeAllocating) {
