@@ -116,6 +116,23 @@ class Namespaces:
     def prefix(self, rank):
         return ["ip", "netns", "exec", self.names[rank]]
 
+    # A MAC no interface has: a node that sends to it sends into the void, and nothing says so.
+    VOID_MAC = "02:00:00:00:00:01"
+
+    def partition(self, a, b, cut=True):
+        """Cuts (or heals) every link between the nodes in `a` and those in `b`, silently, as a
+        failed switch port or a firewall's DROP does: each side's address for the other
+        resolves to a MAC nobody has, so frames go nowhere and no error comes back; TCP only
+        retransmits. (The kernel here has neither netem nor iptables.)"""
+        for x, y in [(x, y) for x in a for y in b] + [(y, x) for x in a for y in b]:
+            dev = f"gca{self.tag}v{x}"
+            if cut:
+                self._ip("-n", self.names[x], "neigh", "replace", self.addresses[y], "lladdr", self.VOID_MAC, "dev",
+                         dev, "nud", "permanent")
+            else:
+                subprocess.run(["ip", "-n", self.names[x], "neigh", "del", self.addresses[y], "dev", dev],
+                               capture_output=True)
+
     def shape(self, rate):
         """Limits every node's link to `rate` (tc syntax, e.g. "100mbit") both ways: a token
         bucket on each veth end (the kernel has no netem, so no delay is added)."""

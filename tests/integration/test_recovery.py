@@ -173,7 +173,7 @@ def test_a_trainer_whose_agent_freezes_hears_it_at_the_liveness_timeout(tmp_path
 
 def steps_on(trainers, i, nodes):
     """Steps trainer i completed while the job ran on `nodes` nodes."""
-    return len(re.findall(rf"^iteration=\d+ .* nodes={nodes}$", trainers.output(i), re.M))
+    return len(re.findall(rf"^iteration=\d+ .* nodes={nodes} members=", trainers.output(i), re.M))
 
 
 def wait_steps_on(trainers, indices, nodes, count, timeout=180):

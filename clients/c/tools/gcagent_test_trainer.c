@@ -44,10 +44,10 @@
  * takes a while. Nodes may then sum steps of different numbers (the agents realign the
  * job after a loss), so the values do not depend on the step, except element 0 of every
  * tensor, which holds the step number: every key of a step must show the same element 0 (a
- * step's tensors were summed together), and the other elements the exact average. It
- * averages over the node count the agent reports at each step (a job that shrank averages
- * over fewer nodes: the lowest ranks, as a test that loses the last node sets up), and its
- * report lines end in "nodes=N".
+ * step's tensors were summed together), and the other elements the exact average over the
+ * trainers of the nodes the agent names for the step (gcagent_result_nodes: a job that shrank
+ * averages over its members only), and its report lines end in "nodes=N members=A,B,..."
+ * and, on the step after which trainers load a node's weights, "resync_root=R".
  *
  * Exit status: 0 success, 1 wrong values (first mismatches printed), 2 a gcagent call failed
  * (gcagent_last_error printed), 3 bad command line or model file.
@@ -99,6 +99,8 @@ static float value(uint64_t seed, uint64_t i) {
   const int64_t q = (int64_t)(mix(seed + i * 0x9e3779b97f4a7c15ULL) >> 53) - 1024; /* [-1024, 1024) */
   return (float)q / 16384.0f;
 }
+
+#define MAX_NODES 1024
 
 static double now_ms(void);
 
@@ -373,11 +375,22 @@ int main(int argc, char** argv) {
     sum_ms += ms;
     min_ms = ms < min_ms ? ms : min_ms;
     max_ms = ms > max_ms ? ms : max_ms;
-    /* A job that shrinks or grows averages over the nodes it runs on now. */
-    const uint32_t averaged = keep_going ? gcagent_node_count(c) * local_size : world_size;
+    /* A job that shrinks or grows averages over the trainers of the nodes the agent says this
+     * result was made under: world rank node * local_size + local rank. */
+    uint32_t nodes[MAX_NODES];
+    uint32_t node_count = 0;
+    if (keep_going) {
+      node_count = gcagent_result_nodes(c, nodes, MAX_NODES);
+      if (node_count == 0 || node_count > MAX_NODES) die(2, "the agent named no nodes for a completed step", NULL);
+    }
+    const uint32_t averaged = keep_going ? node_count * local_size : world_size;
     if (report) {
       printf("iteration=%" PRIu64 " ms=%.3f MB/s=%.1f", it, ms, (double)total_bytes / 1e3 / (ms > 0 ? ms : 1e-6));
-      if (keep_going) printf(" nodes=%" PRIu32, gcagent_node_count(c));
+      if (keep_going) {
+        printf(" nodes=%" PRIu32 " members=", node_count);
+        for (uint32_t n = 0; n < node_count; ++n) printf("%s%" PRIu32, n ? "," : "", nodes[n]);
+        if (gcagent_resync_root(c) >= 0) printf(" resync_root=%" PRId64, gcagent_resync_root(c));
+      }
       printf("\n");
       fflush(stdout);
     }
@@ -392,7 +405,10 @@ int main(int argc, char** argv) {
                 g_prog, it, t, (double)buf[0], (double)gcagent_buffer(c, 0)[0]);
       for (uint64_t e = keep_going ? 1 : 0; e < elements[t]; ++e) {
         double sum = 0;
-        for (uint32_t w = 0; w < averaged; ++w) sum += value(seed_of(w, keep_going ? 0 : it, t), e);
+        for (uint32_t w = 0; w < averaged; ++w) {
+          const uint32_t rank = keep_going ? nodes[w / local_size] * local_size + w % local_size : w;
+          sum += value(seed_of(rank, keep_going ? 0 : it, t), e);
+        }
         const float expected = (float)(sum / averaged);
         const double tolerance = bound + FLT_EPSILON * fabs(expected);
         if (fabs((double)buf[e] - expected) <= tolerance) continue; /* false for NaN: reported */

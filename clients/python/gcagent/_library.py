@@ -9,6 +9,7 @@ LIB_NAME = "libgcagent_client.so.1"
 BUNDLED_DIR = Path(__file__).resolve().parent / "_bundled"
 ABI_VERSION = 1         # the oldest library this package works with (host tensors)
 DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
+MEMBERSHIP_ABI_VERSION = 4  # gcagent_result_nodes and gcagent_resync_root
 
 
 class Tensor(ctypes.Structure):
@@ -73,6 +74,11 @@ def _declare(lib, version):
             "gcagent_device_buffer": (u64, [client_p, u64]),
             "gcagent_submit_device": (ctypes.c_int, [client_p, u64, keys_p, sz, stream_p]),
             "gcagent_wait_device": (ctypes.c_int, [client_p, u64, keys_p, sz, ctypes.c_int, stream_p]),
+        })
+    if version >= MEMBERSHIP_ABI_VERSION:
+        sigs.update({
+            "gcagent_result_nodes": (u32, [client_p, ctypes.POINTER(u32), u32]),
+            "gcagent_resync_root": (ctypes.c_int64, [client_p]),
         })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

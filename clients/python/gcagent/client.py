@@ -133,6 +133,28 @@ class Client:
     def world_size(self) -> int:
         return self.node_count * self.local_size
 
+    @property
+    def result_nodes(self) -> List[int]:
+        """The node ranks whose trainers the latest completed step was averaged over: the
+        job's membership it was made under ([] before any step completed; every node with a
+        library older than C ABI 4)."""
+        if getattr(self._lib, "abi_version", 1) < _library.MEMBERSHIP_ABI_VERSION:
+            return list(range(self.node_count))
+        ranks = (ctypes.c_uint32 * 65536)()
+        count = self._lib.gcagent_result_nodes(self._handle, ranks, len(ranks))
+        return list(ranks[:count])
+
+    @property
+    def resync_root(self) -> Optional[int]:
+        """After a completed step: the node whose trainers hold the weights every trainer must
+        load now, or None. Set on every member's trainers for the first step they complete
+        under a membership that took nodes in (a node back after it was left behind), as the
+        step after which they load them (gcagent.torch.sync_parameters does)."""
+        if getattr(self._lib, "abi_version", 1) < _library.MEMBERSHIP_ABI_VERSION:
+            return None
+        root = self._lib.gcagent_resync_root(self._handle)
+        return None if root < 0 else int(root)
+
     def _check(self, rc: int, what: str):
         if rc != OK:
             detail = self._lib.gcagent_last_error(self._handle).decode()

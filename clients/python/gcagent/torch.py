@@ -35,10 +35,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcagent.client import (ERR_IO, Client, GcagentError, Reducer, TensorSpec, codec_from_env,  # noqa: F401
-                            default_reducer, local_rank, local_size, rank, size, warn_dgc_momentum)
+from gcagent.client import (BROADCAST_KEY_BASE, ERR_IO, Client, GcagentError, Reducer, TensorSpec,  # noqa: F401
+                            codec_from_env, default_reducer, local_rank, local_size, rank, size, warn_dgc_momentum)
 
 RECONNECT_TIMEOUT_MS = 2000  # a step waits no longer for an agent that is coming back
+_MODEL_KEY = BROADCAST_KEY_BASE - 1  # State.sync_parameters' key: apart from buckets and broadcasts
 
 
 class _DeviceSlot:
@@ -95,6 +96,8 @@ class State:
         self.agent_buckets = 0      # buckets reduced through the agent
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
         self.reconnects = 0         # connections made anew after the agent closed one
+        self.resyncs = 0            # times sync_parameters loaded another node's weights
+        self._model_elements = 0    # the model's key, declared beside the buckets once used
         self._lost = None           # the error that lost the connection, until it is made anew
         self._queue = queue.Queue()
         self._pending = []
@@ -184,14 +187,69 @@ class State:
         self.declared = dict(buckets)
 
     def _declare_on(self, client, buckets):
-        """Declares one tensor per bucket on `client`; returns its slots."""
+        """Declares one tensor per bucket on `client`, and the model's key once sync_parameters
+        used it; returns their slots."""
         specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params) for i, n in sorted(buckets.items())]
+        if self._model_elements:
+            specs.append(TensorSpec(_MODEL_KEY, self._model_elements, 1, "none", {"reduce.result": "sum"}))
+        keys = {s.key: s.elements for s in specs}
         if self.device is not None:
             client.declare_device(specs, client.gpu_uuid(self.device.index))
-            return {i: torch.as_tensor(_DeviceSlot(client.device_buffer(i), n), device=self.device)
-                    for i, n in buckets.items()}
+            return {k: torch.as_tensor(_DeviceSlot(client.device_buffer(k), n), device=self.device)
+                    for k, n in keys.items()}
         client.declare(specs)
-        return {i: client.buffer(i) for i in buckets}
+        return {k: client.buffer(k) for k in keys}
+
+    def sync_parameters(self, module) -> bool:
+        """Call after every step, failed or not. When the step just completed was the first under a
+        membership that took nodes in (a node back after transport.on_peer_loss = "shrink" left
+        it behind, or one that trained apart), every trainer of the members loads the weights
+        of the node that kept training: the module's parameters and floating-point buffers are
+        broadcast from that node's local rank 0 trainer through the agent, bit for bit, on a
+        key of their own (uncompressed, summed: every other trainer adds -0.0). The same step
+        on every member's trainers, so they all call it together; True when it loaded them.
+        Optimizer state (momentum) stays each trainer's own."""
+        root = self.client.resync_root
+        if root is None or not self.declared:
+            return False
+        tensors = [t for t in list(module.parameters()) + list(module.buffers()) if t.is_floating_point()]
+        elements = sum(t.numel() for t in tensors)
+        self._drain()
+        if elements != self._model_elements:
+            self._model_elements = elements
+            with self._lock:
+                self._slots = self._declare_on(self.client, self.declared)
+        step, self.step = self.step, self.step + 1  # a step number of its own, on every node alike
+        mine = self.client.world_rank == root * self.client.local_size
+        slot = self._slots[_MODEL_KEY]
+        with torch.no_grad(), self._lock:
+            flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors]) if mine else None
+            if self.device is not None:
+                stream = torch.cuda.current_stream(self.device)
+                if mine:
+                    slot.copy_(flat)
+                else:
+                    slot.fill_(-0.0)
+                self.client.submit_device(step, [_MODEL_KEY], stream.cuda_stream)
+                done = self.client.wait_device(step, [_MODEL_KEY], int(self.timeout_s * 1000), stream.cuda_stream)
+                loaded = slot.clone()
+            else:
+                values = torch.from_numpy(slot)
+                if mine:
+                    values.copy_(flat)
+                else:
+                    values.fill_(-0.0)
+                self.client.submit(step, [_MODEL_KEY])
+                done = self.client.wait(step, [_MODEL_KEY], int(self.timeout_s * 1000))
+                loaded = values.clone()
+            if not done:
+                raise GcagentError(3, f"gcagent: the weights of node {root} did not arrive within {self.timeout_s} s")
+            offset = 0
+            for t in tensors:
+                t.copy_(loaded[offset:offset + t.numel()].reshape(t.shape).to(t.dtype))
+                offset += t.numel()
+        self.resyncs += 1
+        return True
 
     def _reconnect(self):
         """A new connection with the buckets declared again, or, while the agent does not
@@ -275,6 +333,12 @@ class State:
                 self._note_loss(e)
                 fut.set_exception(e)
         self._pending = still
+
+
+def sync_parameters(state: State, module) -> bool:
+    """state.sync_parameters(module): after each optimizer step, loads the weights of the node
+    that kept training when the job's membership took nodes in (see State.sync_parameters)."""
+    return state.sync_parameters(module)
 
 
 def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

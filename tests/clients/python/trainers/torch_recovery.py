@@ -10,6 +10,7 @@ Prints "step=I ok" or "step=I failed: MESSAGE" per step, and last "report: {json
 steps that failed and the test accuracy of its model."""
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -65,14 +66,18 @@ def main():
         except gcagent.GcagentError as e:
             failed += 1
             print(f"step={step} failed: {e}", flush=True)
+        root = state.client.resync_root
+        if gcagent.torch.sync_parameters(state, model.module):  # a node taken (back) in: one model again
+            print(f"step={step} loaded the weights of node {root}", flush=True)
         print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
         left = a.pace_ms / 1e3 - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
     with torch.no_grad():
         accuracy = float((model.module(xte).argmax(dim=1) == yte).float().mean()) * 100
-    print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy, "reconnects": state.reconnects}),
-          flush=True)
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.module.parameters())).hexdigest()
+    print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy, "reconnects": state.reconnects,
+                                   "resyncs": state.resyncs, "model": digest}), flush=True)
     os._exit(0)  # the process group's teardown would wait for peers that may have left
 
 

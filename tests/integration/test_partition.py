@@ -1,0 +1,180 @@
+"""Network partitions under transport.on_peer_loss = shrink, end to end: four agents in
+network namespaces, one exact-checking resilient trainer per node (gcagent_test_trainer
+--keep-going checks every completed step against the mean over exactly the nodes the agent
+names for it, and exits 1 on a wrong value), links cut silently (frames to a MAC nobody has)
+and healed. With the default transport.quorum = majority:
+
+- 2 | 2: neither half holds a majority of the four: both stop, their steps fail saying the job
+  has no quorum, no membership changes, and the whole cluster goes on after the heal;
+- 3 | 1: the three go on as a membership of their own, the one fails with the quorum error,
+  and after the heal it is taken back as a joiner (every trainer is told to load node 0's
+  weights after the same step);
+- a partition in the middle of a membership change (the node left behind comes back while
+  the others split 2 | 2): at most one side ever completes a step;
+- a partition healed before transport.shrink_grace: nothing changes.
+
+In every case no trainer sees a wrong value. Each test prints the steps completed per half
+while partitioned and the errors the minority saw (pytest -s shows them)."""
+
+import re
+import time
+
+import pytest
+
+from cluster import Cluster, Namespaces
+from test_dataplane import stop_clean
+from test_faults import FLAGS, Trainers
+from test_recovery import AGAIN, assert_no_bad_messages, assert_steps_complete_again, metric, wait_steps_on
+
+RESILIENT = ["--keep-going", "--timeout-ms", "60000"]
+SHRINK = FLAGS + ["--transport.on_peer_loss", "shrink", "--transport.shrink_grace", "1"]
+NO_QUORUM = "the job has no quorum"
+
+
+@pytest.fixture
+def namespaces():
+    ok, why = Namespaces.available()
+    if not ok:
+        pytest.skip(f"skipping the partition tests: {why}")
+    with Namespaces(4) as ns:
+        yield ns
+
+
+def successes(text):
+    return re.findall(r"^iteration=\d+ .*$", text, re.M)
+
+
+class Window:
+    """What each trainer printed from now on."""
+
+    def __init__(self, trainers):
+        self.trainers = trainers
+        self.start = [len(trainers.output(i)) for i in range(len(trainers.procs))]
+
+    def text(self, i):
+        return self.trainers.output(i)[self.start[i]:]
+
+    def steps(self, i):
+        return len(successes(self.text(i)))
+
+    def errors(self, i, numbered=True):
+        """The distinct errors of failed steps (numbers written N unless `numbered`)."""
+        found = re.findall(r"^failed iteration=\d+: (.*)$", self.text(i), re.M)
+        if not numbered:  # the agent's words, without the client's "... tensor N iteration N:" before them
+            found = [re.sub(r"\d+", "N", re.sub(r"^.*? iteration \d+: ", "", m)) for m in found]
+        return sorted(set(found))
+
+
+def wait_until_all_say(trainers, indices, text, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if all(text in trainers.output(i) for i in indices):
+            return
+        for i in indices:
+            assert trainers.procs[i].poll() is None, f"trainer {i} exited:\n{trainers.output(i)[-1500:]}"
+        time.sleep(0.05)
+    raise AssertionError(f"not every trainer said {text!r}:\n" +
+                         "\n".join(f"trainer {i}: {trainers.output(i)[-600:]}" for i in indices))
+
+
+def report(name, halves, window):
+    for half in halves:
+        print(f"{name}: half {half}: steps completed while partitioned {[window.steps(i) for i in half]}; "
+              f"errors {[window.errors(i, numbered=False) for i in half]}")
+
+
+def assert_running(trainers):
+    for i, p in enumerate(trainers.procs):
+        assert p.poll() is None, f"trainer {i} exited {p.returncode} (1: a wrong value):\n{trainers.output(i)[-1500:]}"
+
+
+def test_a_two_two_partition_stops_both_halves_until_it_heals(tmp_path, namespaces):
+    ns = namespaces
+    with Cluster(tmp_path, 4, SHRINK, namespaces=ns) as c:
+        trainers = Trainers(c, 1, "p22", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        ns.partition([0, 1], [2, 3])
+        wait_until_all_say(trainers, range(4), NO_QUORUM)
+        quiet = Window(trainers)  # every node knows: no step may complete from here on
+        time.sleep(4.0)  # well past the grace period and a retry of any proposal
+        report("2|2", [[0, 1], [2, 3]], quiet)
+        for i in range(4):
+            assert quiet.steps(i) == 0, quiet.text(i)[-800:]
+            assert any("this node reaches 2 of the 4 nodes of epoch 0" in e for e in quiet.errors(i)), quiet.errors(i)
+        ns.partition([0, 1], [2, 3], cut=False)
+        assert_steps_complete_again(trainers)
+        assert_running(trainers)
+        for r in range(4):
+            assert "membership:" not in c.log(r), c.log(r)[-2000:]
+        assert_no_bad_messages(c, ns)
+        trainers.kill()
+        stop_clean(c)
+
+
+def test_a_three_one_partition_lets_the_three_go_on_and_takes_the_one_back(tmp_path, namespaces):
+    ns = namespaces
+    with Cluster(tmp_path, 4, SHRINK, namespaces=ns) as c:
+        trainers = Trainers(c, 1, "p31", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        window = Window(trainers)
+        ns.partition([0, 1, 2], [3])
+        wait_steps_on(trainers, [0, 1, 2], 3, AGAIN)
+        wait_until_all_say(trainers, [3], NO_QUORUM)
+        report("3|1", [[0, 1, 2], [3]], window)
+        assert "members=0,1,2" in window.text(0)
+        assert any("this node reaches 1 of the 4 nodes of epoch 0" in e for e in window.errors(3)), window.errors(3)
+        minority = window.text(3)
+        assert not successes(minority[minority.index(NO_QUORUM):]), minority[-800:]
+        ns.partition([0, 1, 2], [3], cut=False)
+        wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
+        assert_running(trainers)
+        for i in range(4):
+            # Taken back as a joiner: every trainer is told, after one step, to load node 0's weights.
+            assert len(re.findall(r"resync_root=0$", trainers.output(i), re.M)) == 1, trainers.output(i)[-1500:]
+            assert metric(c, i, "gcagent_membership_epoch", "", ns) == 2
+        assert "-> epoch 1 (nodes 0, 1, 2) (agreed by a majority" in c.log(0), c.log(0)[-2000:]
+        assert_no_bad_messages(c, ns)
+        trainers.kill()
+        stop_clean(c)
+
+
+def test_a_partition_during_a_membership_change_never_lets_both_sides_train(tmp_path, namespaces):
+    """Node 3 is left behind; the moment it comes back (the leader about to take it in), the
+    cluster splits {0, 1} | {2, 3}. Whichever view the change reached, {2, 3} cannot go on,
+    and after the heal all four do."""
+    ns = namespaces
+    with Cluster(tmp_path, 4, SHRINK, namespaces=ns) as c:
+        trainers = Trainers(c, 1, "pchange", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        ns.partition([0, 1, 2], [3])
+        wait_steps_on(trainers, [0, 1, 2], 3, 3)
+        ns.partition([0, 1, 2], [3], cut=False)
+        ns.partition([0, 1], [2, 3])
+        window = Window(trainers)
+        time.sleep(12.0)  # the peer timeout, the grace period and retries, several times over
+        report("change", [[0, 1], [2, 3]], window)
+        assert window.steps(2) == 0 and window.steps(3) == 0, (window.text(2)[-800:], window.text(3)[-800:])
+        ns.partition([0, 1], [2, 3], cut=False)
+        wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
+        assert_running(trainers)
+        assert_no_bad_messages(c, ns)
+        trainers.kill()
+        stop_clean(c)
+
+
+def test_a_partition_healed_within_the_grace_period_changes_nothing(tmp_path, namespaces):
+    ns = namespaces
+    flags = FLAGS + ["--transport.on_peer_loss", "shrink", "--transport.shrink_grace", "60"]
+    with Cluster(tmp_path, 4, flags, namespaces=ns) as c:
+        trainers = Trainers(c, 1, "pgrace", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        ns.partition([0, 1, 2], [3])
+        wait_until_all_say(trainers, [0], "peer rank 3")
+        ns.partition([0, 1, 2], [3], cut=False)
+        assert_steps_complete_again(trainers)
+        assert_running(trainers)
+        for r in range(4):
+            assert "membership:" not in c.log(r), c.log(r)[-2000:]
+        assert_no_bad_messages(c, ns)
+        trainers.kill()
+        stop_clean(c)
