@@ -140,8 +140,9 @@ class Client:
         library older than C ABI 4)."""
         if getattr(self._lib, "abi_version", 1) < _library.MEMBERSHIP_ABI_VERSION:
             return list(range(self.node_count))
-        ranks = (ctypes.c_uint32 * 65536)()
-        count = self._lib.gcagent_result_nodes(self._handle, ranks, len(ranks))
+        count = self._lib.gcagent_result_nodes(self._handle, None, 0)
+        ranks = (ctypes.c_uint32 * max(count, 1))()
+        count = min(count, self._lib.gcagent_result_nodes(self._handle, ranks, count))
         return list(ranks[:count])
 
     @property
