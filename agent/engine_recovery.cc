@@ -192,10 +192,13 @@ std::optional<ReductionEngine::AwayMember> ReductionEngine::lostMember() const {
 
 Status ReductionEngine::unreachableMember() const {
   const transport::Rank self = transport_.rank();
-  if (!membership_.isMember(self))
+  if (!membership_.isMember(self)) {
+    const std::string& apart = membership_.trainedApart();
     return Status::unavailable(strCat("this node is not in the job's membership, ", membership_.view().describe(),
+                                      apart.empty() ? "" : strCat(" (", apart, ")"),
                                       ": it takes part again once the nodes take it back (at the next membership "
                                       "change, within a second or so of its links coming up)"));
+  }
   GC_RETURN_IF_ERROR(membership_.problem());
   for (transport::Rank r : membership_.view().members)
     if (r != self && !transport_.peerUp(r))

@@ -222,14 +222,17 @@ bool Membership::install(const MembershipView& v) {
   // cluster that trained apart: a member that trained here and is no joiner there holds
   // another model, and must be taken in anew.
   const bool apart = quorum_ == Quorum::kNone && v.parentId() != view_.id() && completed_ && isMember(self_) &&
-                     v.contains(self_) && !v.joins(self_);
+                     !v.joins(self_);
   if (apart) {
-    lost_ = true;
+    lost_ = v.contains(self_);  // a member must ask; a non-member is taken in anew anyway
     lost_why_ = strCat("this node trained under ", view_.describe(), " (proposed by node ", view_.proposer,
                        "), a membership that lost to ", v.describe(), " (proposed by node ", v.proposer,
                        ") once the nodes heard each other (transport.quorum = none let both go on); its trainers' "
                        "steps fail until the nodes take it in anew, and then load the others' weights");
-  } else if (!v.contains(self_) || v.joins(self_)) {
+  } else if (v.joins(self_)) {
+    lost_ = false;
+    lost_why_.clear();
+  } else if (!v.contains(self_)) {
     lost_ = false;
   }
   view_ = v;

@@ -60,6 +60,8 @@ class Membership {
   // trained under a view that lost and waits to be taken in anew.
   bool takesPart() const { return isMember(self_) && !lost_; }
   uint32_t size() const { return static_cast<uint32_t>(view_.members.size()); }
+  // Why this node trained apart (transport.quorum = none), until a view takes it in anew; "".
+  const std::string& trainedApart() const { return lost_why_; }
   // The owner of a tensor's slice: round robin over the members (scheduler::ownerOf).
   uint32_t ownerOf(uint64_t key, uint32_t slice) const;
 

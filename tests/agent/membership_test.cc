@@ -345,9 +345,14 @@ TEST_F(MembershipTest, QuorumNoneLetsBothHalvesGoOnAndTakesTheLoserInAnew) {
   for (uint32_t r : {2u, 3u}) {
     EXPECT_EQ(net[r].view(), view(1, 0, 0, {0, 1})) << "the lower proposer wins a tie";
     EXPECT_FALSE(net[r].takesPart());
+    EXPECT_THAT(net[r].trainedApart(), HasSubstr("this node trained under epoch 1 (nodes 2, 3) (proposed by node 2)"));
   }
+  EXPECT_EQ(net[0].trainedApart(), "");
   net.review();
-  for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(net[r].view(), view(2, 0, 0, {0, 1, 2, 3}, {2, 3})) << r;
+  for (uint32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(net[r].view(), view(2, 0, 0, {0, 1, 2, 3}, {2, 3})) << r;
+    EXPECT_EQ(net[r].trainedApart(), "") << r;
+  }
 }
 
 TEST_F(MembershipTest, QuorumNoneAMemberThatTrainedApartAsksToBeTakenInAnew) {
