@@ -11,7 +11,7 @@
 #include "agent/gpu_coders.h"
 #include "agent/host_stream.h"
 #include "agent/io.h"
-#include "agent/job_notice.h"
+#include "agent/peer_frame.h"
 #include "agent/privileges.h"
 #include "agent/progress_line.h"
 #include "agent/reduction_engine.h"
@@ -267,7 +267,7 @@ Status Agent::run() {
   // Every peer hears when a trainer of a job leaves here, so its trainers of that job fail
   // at once instead of waiting for a contribution that will never come.
   server_options.on_trainer_left = [&transport, &engine](uint64_t job, uint64_t last_completed, const Status& why) {
-    const auto header = encodeJobNotice({job, engine.wireIteration(job, last_completed),
+    const auto header = encodePeerFrame(JobNotice{job, engine.wireIteration(job, last_completed),
                                          strCat("node ", transport->rank(), ": ", why.message())});
     for (transport::Rank r = 0; r < transport->size(); ++r)
       if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
@@ -281,16 +281,18 @@ Status Agent::run() {
   ControlServer server(io, engine, server_options);
   server_ptr = &server;
 
-  transport->setHandlers([&engine, &server, &stats](const transport::Message& m) {
-                           if (!isJobNotice(m.header)) return engine.onMessage(m);
-                           auto notice = parseJobNotice(m.header);
-                           if (!notice.ok()) {
-                             GC_LOG(kWarn, "agent", "rank ", m.from, ": ", notice.status().message());
+  transport->setHandlers([&engine, &server, &stats, &transport](const transport::Message& m) {
+                           // Job notices are the control side's; every other frame the engine's.
+                           if (peerFrameKind(m.header) != FrameKind::kJobNotice) return engine.onMessage(m);
+                           auto parsed = parsePeerFrame(m.header, transport->size());
+                           if (!parsed.ok()) {
+                             GC_LOG(kWarn, "agent", "rank ", m.from, ": ", parsed.status().message());
                              stats.error(metrics::ErrorKind::kBadMessage).Increment();
                              return;
                            }
-                           server.onJobLost(notice->job, engine.trainerIteration(notice->job, notice->last_completed),
-                                            Status::unavailable(strCat("the job cannot go on: ", notice->reason)));
+                           const auto& notice = std::get<JobNotice>(*parsed);
+                           server.onJobLost(notice.job, engine.trainerIteration(notice.job, notice.last_completed),
+                                            Status::unavailable(strCat("the job cannot go on: ", notice.reason)));
                          },
                          [&engine, &stats, &transport](transport::Rank peer, transport::PeerEvent event,
                                                        const Status& why) {

@@ -5,8 +5,7 @@
 #include <tuple>
 
 #include "agent/engine_state.h"
-#include "agent/job_notice.h"
-#include "agent/slice_message.h"
+#include "agent/peer_frame.h"
 #include "common/log.h"
 #include "common/str_cat.h"
 
@@ -73,7 +72,7 @@ void ReductionEngine::announce(uint64_t job, JobState& js, transport::Rank to) {
   const uint64_t next = frontierOf(js);
   if (next == 0 || next <= js.announced[to] || !transport_.peerUp(to)) return;
   js.announced[to] = next;
-  (void)transport_.send(to, encodeRealignNotice({job, next}), {}, nullptr);
+  (void)transport_.send(to, encodePeerFrame(RealignNotice{job, next}), {}, nullptr);
 }
 
 void ReductionEngine::realign(uint64_t job, JobState& js, uint64_t next, const std::string& why) {
@@ -96,16 +95,14 @@ void ReductionEngine::realign(uint64_t job, JobState& js, uint64_t next, const s
          "); this node's trainers go on from their iteration ", next - js.align.offset());
 }
 
-void ReductionEngine::onRealign(const transport::Message& m) {
-  auto notice = parseRealignNotice(m.header);
-  if (!notice.ok()) return reject(m, notice.status());
-  auto j = jobs_.find(notice->job);
+void ReductionEngine::onRealign(const transport::Message& m, const RealignNotice& notice) {
+  auto j = jobs_.find(notice.job);
   if (j == jobs_.end()) {  // the job is not declared here yet: its first step starts there
-    auto& early = early_realign_[notice->job];
-    early = std::max(early, notice->next);
+    auto& early = early_realign_[notice.job];
+    early = std::max(early, notice.next);
     return;
   }
-  realign(notice->job, *j->second, notice->next, strCat("rank ", m.from, " goes on at iteration ", notice->next));
+  realign(notice.job, *j->second, notice.next, strCat("rank ", m.from, " goes on at iteration ", notice.next));
 }
 
 void ReductionEngine::staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js) {
@@ -213,13 +210,13 @@ void ReductionEngine::tellView(transport::Rank to) {
   install.kind = MembershipNotice::Kind::kInstall;
   install.slot = view.id();
   install.view = view;
-  if (transport_.send(to, encodeMembershipNotice(install), {}, nullptr).ok()) view_told_[to] = view.id();
+  if (transport_.send(to, encodePeerFrame(install), {}, nullptr).ok()) view_told_[to] = view.id();
 }
 
 void ReductionEngine::sendNotices(const std::vector<Membership::Outgoing>& notices) {
   for (const auto& [to, notice] : notices) {
     if (!transport_.peerUp(to)) continue;
-    (void)transport_.send(to, encodeMembershipNotice(notice), {}, nullptr);
+    (void)transport_.send(to, encodePeerFrame(notice), {}, nullptr);
     if (notice.kind == MembershipNotice::Kind::kInstall) view_told_[to] = notice.view->id();
   }
 }
@@ -234,10 +231,8 @@ void ReductionEngine::reviewMembership() {
   react(membership_.review(options_.now()), "agreed by a majority of the nodes, proposed here as the lowest member up");
 }
 
-void ReductionEngine::onMembershipNotice(const transport::Message& m) {
-  auto notice = parseMembershipNotice(m.header, transport_.size());
-  if (!notice.ok()) return reject(m, notice.status());
-  react(membership_.onNotice(m.from, *notice), notice->kind == MembershipNotice::Kind::kInstall
+void ReductionEngine::onMembershipNotice(const transport::Message& m, const MembershipNotice& notice) {
+  react(membership_.onNotice(m.from, notice), notice.kind == MembershipNotice::Kind::kInstall
                                                    ? strCat("heard from rank ", m.from)
                                                    : strCat("agreed by a majority of the nodes, proposed here"));
 }

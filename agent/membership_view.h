@@ -11,10 +11,12 @@
 #pragma once
 
 #include <compare>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/status.h"
@@ -56,15 +58,13 @@ struct Ballot {
   auto operator<=>(const Ballot&) const = default;
 };
 
-// Every notice between agents about views, in the transport's header field:
-//   u32 magic "GCAM" | u16 version | u8 kind | u8 has view | u32 slot epoch | u32 slot proposer
-//   | u32 ballot round | u32 ballot node | u32 accepted round | u32 accepted node
-//   [| u32 epoch | u32 proposer | u32 parent | u16 members | u16 joined | u32 ranks[members + joined]]
-// The slot is the installed view a proposal follows. Install carries the agreed view; Prepare
-// and Accept are the leader's two rounds (Accept with its view), Promise and Accepted their
-// answers (a Promise with the view its sender accepted before, under `accepted`), Refuse says
-// a greater ballot was promised, and Rejoin asks the leader of the slot's view to take the
-// sender in anew (it trained under a view that lost, transport.quorum = none).
+// Every notice between agents about views, a peer frame (agent/peer_frame.h) of the fields
+// frameFields lists. The slot is the installed view a proposal follows. Install carries the
+// agreed view; Prepare and Accept are the leader's two rounds (Accept with its view), Promise
+// and Accepted their answers (a Promise with the view its sender accepted before, under
+// `accepted`), Refuse says a greater ballot was promised, and Rejoin asks the leader of the
+// slot's view to take the sender in anew (it trained under a view that lost, transport.quorum
+// = none).
 struct MembershipNotice {
   enum class Kind : uint8_t { kInstall = 1, kPrepare, kPromise, kAccept, kAccepted, kRefuse, kRejoin };
   Kind kind = Kind::kInstall;
@@ -76,10 +76,30 @@ struct MembershipNotice {
 };
 std::string_view noticeKindName(MembershipNotice::Kind kind);
 
-std::vector<std::byte> encodeMembershipNotice(const MembershipNotice& notice);
-bool isMembershipNotice(std::span<const std::byte> header);
-// Checks the kind, that the kinds that need a view carry one, and the view's ranks: ascending,
-// below `world`, at least one member, joined ones among the members.
-Result<MembershipNotice> parseMembershipNotice(std::span<const std::byte> header, uint32_t world);
+// The fields in wire order (agent/peer_frame.h).
+template <class M, class F>
+  requires std::same_as<std::remove_const_t<M>, MembershipView>
+void frameFields(M& v, F& f) {
+  f.num(v.epoch);
+  f.num(v.proposer);
+  f.num(v.parent);
+  f.ranks(v.members);
+  f.ranks(v.joined);
+}
+template <class M, class F>
+  requires std::same_as<std::remove_const_t<M>, MembershipNotice>
+void frameFields(M& n, F& f) {
+  f.num(n.kind);
+  f.num(n.slot.epoch);
+  f.num(n.slot.proposer);
+  f.num(n.ballot.round);
+  f.num(n.ballot.node);
+  f.num(n.accepted.round);
+  f.num(n.accepted.node);
+  f.optional(n.view);
+}
+// The kind known, a view where the kind needs one, and the view's ranks: ascending, below
+// `world`, at least one member, joined ones among the members.
+Status checkFrame(const MembershipNotice& notice, uint32_t world);
 
 }  // namespace gcagent::agent

@@ -13,6 +13,7 @@
 #include "agent/silent_codec_watch.h"
 #include "agent/slice_protocol.h"
 #include "agent/slice_math.h"
+#include "agent/peer_frame.h"
 #include "agent/slice_message.h"
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -259,7 +260,7 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
                             : (compressed ? k->push_fp : rawContributionFingerprint());
   SliceMessage h{kind,         s.job,        s.key, s.iteration, s.slice, k->slice_count, k->spec.elements, fp,
                  contributors, membership_.view().epoch, k->topology, membership_.view().proposer};
-  const auto header = encodeSliceHeader(h);
+  const auto header = encodePeerFrame(h);
   // A parameter server's owner sends the result to every node; a ring hop, its sum to the
   // next; under allgather every node made the result itself.
   const std::vector<uint32_t> to = flowOf(*k, s.slice).sum_to;
@@ -355,7 +356,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     if (!flow.share_to.empty()) {
       SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                      k->contributors, membership_.view().epoch, k->topology, membership_.view().proposer};
-      const auto header = encodeSliceHeader(h);
+      const auto header = encodePeerFrame(h);
       countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), static_cast<uint32_t>(flow.share_to.size()));
       for (uint32_t to : flow.share_to) {
         lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header,
@@ -394,11 +395,14 @@ void ReductionEngine::reject(const transport::Message& m, const Status& why) {
 }
 
 void ReductionEngine::onMessage(const transport::Message& m) {
-  if (isRealignNotice(m.header)) return onRealign(m);
-  if (isMembershipNotice(m.header)) return onMembershipNotice(m);
-  auto parsed = parseSliceHeader(m.header);
+  auto parsed = parsePeerFrame(m.header, transport_.size());
   if (!parsed.ok()) return reject(m, parsed.status());
-  const SliceMessage& h = *parsed;
+  if (const auto* notice = std::get_if<RealignNotice>(&*parsed)) return onRealign(m, *notice);
+  if (const auto* notice = std::get_if<MembershipNotice>(&*parsed)) return onMembershipNotice(m, *notice);
+  const auto* slice = std::get_if<SliceMessage>(&*parsed);
+  if (slice == nullptr)  // a job notice: the control side's (agent.cc routes them there)
+    return reject(m, Status::invalidArgument("a job notice reached the reduction engine"));
+  const SliceMessage& h = *slice;
   // Sent under another membership: ownership and the set of contributors differ. A peer
   // passes a view on before any slice under it (membership.h), so this one is older, or
   // (transport.quorum = none) of a view that lost.

@@ -39,6 +39,7 @@
 
 #include "agent/early_slice_stash.h"
 #include "agent/job_alignment.h"
+#include "agent/job_notice.h"
 #include "agent/job_part.h"
 #include "agent/local_coder.h"
 #include "agent/membership.h"
@@ -247,9 +248,9 @@ class ReductionEngine : public JobPart {
   void staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js);
   // Gives up the job's iterations below `next` here (job_alignment.h).
   void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
-  void onRealign(const transport::Message& m);
+  void onRealign(const transport::Message& m, const RealignNotice& notice);
   // A view heard from a peer, or proposed here: adopted when newer (membership.h).
-  void onMembershipNotice(const transport::Message& m);
+  void onMembershipNotice(const transport::Message& m, const MembershipNotice& notice);
   void adoptView(const MembershipView& view, const std::string& why);
   // Sends `to` the current view, unless it heard it from here already.
   void tellView(transport::Rank to);

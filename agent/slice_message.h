@@ -1,9 +1,5 @@
-// The header of every slice that travels between agents, in the transport's header field:
-//   u32 magic "GCAS" | u16 version | u8 kind | u8 topology
-//   u64 job | u64 key | u64 iteration | u32 slice | u32 slice_count
-//   u64 tensor elements | u32 codec fingerprint | u32 contributors | u32 view epoch
-//   | u32 view proposer
-// A contribution carries one node's locally reduced slice to the slice's owner; a result
+// The header of every slice that travels between agents, a peer frame (agent/peer_frame.h)
+// of the fields frameFields lists. A contribution carries one node's locally reduced slice to the slice's owner; a result
 // carries the owner's sum of every node back. Under the ring topology a contribution is a
 // partial sum passed to the next node, and a result is passed on round the ring; under
 // allgather a contribution goes to every node and no result travels (agent/slice_flow.h).
@@ -13,9 +9,11 @@
 // otherwise.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "agent/reduction_policy.h"
@@ -41,10 +39,24 @@ struct SliceMessage {
   bool operator==(const SliceMessage&) const = default;
 };
 
-inline constexpr size_t kSliceHeaderBytes = 64;
-
-std::vector<std::byte> encodeSliceHeader(const SliceMessage& m);
-// Checks magic, version, kind, and the internal consistency of the fields.
-Result<SliceMessage> parseSliceHeader(std::span<const std::byte> bytes);
+// Its fields in wire order (agent/peer_frame.h).
+template <class M, class F>
+  requires std::same_as<std::remove_const_t<M>, SliceMessage>
+void frameFields(M& m, F& f) {
+  f.num(m.kind);
+  f.num(m.topology);
+  f.num(m.job);
+  f.num(m.key);
+  f.num(m.iteration);
+  f.num(m.slice);
+  f.num(m.slice_count);
+  f.num(m.tensor_elements);
+  f.num(m.codec_fingerprint);
+  f.num(m.contributors);
+  f.num(m.view);
+  f.num(m.view_proposer);
+}
+// The kind and topology known, the slice within the count, the sizes consistent.
+Status checkFrame(const SliceMessage& m, uint32_t world);
 
 }  // namespace gcagent::agent

@@ -11,7 +11,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$REPO_DIR}" CCACHE_NOHASHDIR="${CCACHE_
 BUILD_DIR="${GCAGENT_FUZZ_BUILD_DIR:-$REPO_DIR/build/fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-10}"
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(control_protocol slice_header codec_decode config_loader handshake)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(control_protocol peer_frame codec_decode config_loader handshake)
 
 CLANGXX="$(command -v clang++ || true)"
 if [ -z "$CLANGXX" ]; then

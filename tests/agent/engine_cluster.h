@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agent/reduction_engine.h"
-#include "agent/slice_message.h"
+#include "agent/peer_frame.h"
 #include "tests/agent/host_coders.h"
 #include "transport/loopback/loopback.h"
 
@@ -75,9 +75,10 @@ class Cluster {
           }));
       ReductionEngine* e = engines_.back().get();
       transports_[r]->setHandlers(
-          [this, e, r](const transport::Message& m) {
-            if (auto h = parseSliceHeader(m.header); h.ok())
-              (h->kind == SliceKind::kContribution ? contributions_ : results_)[r].push_back(h->key);
+          [this, e, r, nodes](const transport::Message& m) {
+            if (auto f = parsePeerFrame(m.header, nodes); f.ok())
+              if (const auto* h = std::get_if<SliceMessage>(&*f))
+                (h->kind == SliceKind::kContribution ? contributions_ : results_)[r].push_back(h->key);
             e->onMessage(m);
           },
           nullptr);

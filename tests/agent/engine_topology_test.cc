@@ -446,7 +446,7 @@ TEST(EngineAllgather, ResultsAreRefused) {
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {"none", {}}, {}}}).ok());
   SliceMessage h{SliceKind::kResult, job, 5, 1, 0, 4, 4000, 0, 1, 0, Topology::kAllgather};
   std::vector<float> payload(1000, 1.0f);
-  c.engine(1).onMessage({0, encodeSliceHeader(h), std::as_bytes(std::span(payload))});
+  c.engine(1).onMessage({0, encodePeerFrame(h), std::as_bytes(std::span(payload))});
   EXPECT_EQ(c.engine(1).counters().bad_messages, 1u);
   const auto last = c.engine(1).stats().health().snapshot().last_error;
   ASSERT_TRUE(last.has_value());

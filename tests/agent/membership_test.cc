@@ -1,7 +1,7 @@
 // Membership views: who proposes (the lowest member up), what (members gone past the grace
 // period out, nodes back in, joiners), how nodes agree (a majority of the installed view
-// votes, single-decree Paxos per view), what a partition does to each part, and the notice's
-// wire format. The agreement runs between Membership objects over a small in-test network
+// votes, single-decree Paxos per view) and what a partition does to each part (the notices'
+// wire format: peer_frame_test.cc). The agreement runs between Membership objects over a small in-test network
 // whose links the tests cut and heal.
 #include "agent/membership.h"
 
@@ -381,51 +381,6 @@ TEST_F(MembershipTest, QuorumNoneAMemberThatTrainedApartAsksToBeTakenInAnew) {
   ASSERT_TRUE(m.install(*anew.install));
   EXPECT_TRUE(m.takesPart());
   EXPECT_TRUE(m.problem().ok());
-}
-
-TEST(MembershipNoticeTest, RoundTripsWithItsGoldenBytesAndRefusesBadOnes) {
-  MembershipNotice install{Kind::kInstall, {7, 2}, {}, {}, view(7, 2, 1, {0, 2}, {2})};
-  const auto bytes = encodeMembershipNotice(install);
-  ASSERT_EQ(bytes.size(), 32u + 16u + 12u);
-  EXPECT_EQ(static_cast<char>(bytes[0]), 'G');
-  EXPECT_EQ(static_cast<char>(bytes[3]), 'M');
-  EXPECT_EQ(static_cast<int>(bytes[4]), 2);   // version
-  EXPECT_EQ(static_cast<int>(bytes[6]), 1);   // kind: install
-  EXPECT_EQ(static_cast<int>(bytes[7]), 1);   // carries a view
-  EXPECT_EQ(static_cast<int>(bytes[32]), 7);  // the view's epoch
-  EXPECT_EQ(static_cast<int>(bytes[44]), 2);  // member count
-  EXPECT_EQ(static_cast<int>(bytes[46]), 1);  // joined count
-  EXPECT_EQ(static_cast<int>(bytes[52]), 2);  // second member
-  EXPECT_EQ(static_cast<int>(bytes[56]), 2);  // the joiner
-  EXPECT_TRUE(isMembershipNotice(bytes));
-  auto back = parseMembershipNotice(bytes, 3);
-  ASSERT_TRUE(back.ok()) << back.status().toString();
-  EXPECT_EQ(*back, install);
-  MembershipNotice prepare{Kind::kPrepare, {3, 0}, {9, 1}, {}, std::nullopt};
-  auto prepared = parseMembershipNotice(encodeMembershipNotice(prepare), 3);
-  ASSERT_TRUE(prepared.ok());
-  EXPECT_EQ(*prepared, prepare);
-
-  EXPECT_THAT(parseMembershipNotice(bytes, 2).status().message(), HasSubstr("member rank 2 of 2 nodes"));
-  auto bad = [](MembershipView v) {
-    return parseMembershipNotice(encodeMembershipNotice({Kind::kInstall, {}, {}, {}, std::move(v)}), 3)
-        .status()
-        .message();
-  };
-  EXPECT_THAT(bad(view(1, 0, 0, {2, 0})), HasSubstr("member ranks not ascending"));
-  EXPECT_THAT(bad(view(1, 0, 0, {})), HasSubstr("no members"));
-  EXPECT_THAT(bad(view(1, 0, 0, {0}, {1})), HasSubstr("joined rank 1 is no member"));
-  EXPECT_THAT(bad(view(1, 5, 0, {0})), HasSubstr("proposer 5 of 3 nodes"));
-  EXPECT_THAT(parseMembershipNotice(encodeMembershipNotice({Kind::kAccept, {}, {}, {}, std::nullopt}), 3)
-                  .status()
-                  .message(),
-              HasSubstr("accept without a view"));
-  auto cut = bytes;
-  cut.pop_back();
-  EXPECT_THAT(parseMembershipNotice(cut, 3).status().message(), HasSubstr("59 bytes for 2 members and 1 joined"));
-  auto kind = bytes;
-  kind[6] = std::byte{9};
-  EXPECT_THAT(parseMembershipNotice(kind, 3).status().message(), HasSubstr("unknown kind 9"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/peer_frame.h"
 #include "common/str_cat.h"
 #include "transport/loopback/loopback.h"
 
@@ -11,13 +12,13 @@ namespace {
 
 Outgoing contributionOf(uint64_t key, std::shared_ptr<std::vector<std::byte>> bytes) {
   SliceMessage h{SliceKind::kContribution, 1, key, 1, 0, 1, 4, 0, 1};
-  return {SliceKind::kContribution, 1, key, 1, 0, encodeSliceHeader(h), {bytes, *bytes}};
+  return {SliceKind::kContribution, 1, key, 1, 0, encodePeerFrame(h), {bytes, *bytes}};
 }
 
 TEST(PeerLanesTest, AOneSliceWindowSendsTheMostUrgentQueuedSliceNextAndDropsUnwantedOnes) {
   auto transports = transport::makeLoopbackGroup(2);
   std::vector<uint64_t> arrived;
-  transports[1]->setHandlers([&](const transport::Message& m) { arrived.push_back(parseSliceHeader(m.header)->key); },
+  transports[1]->setHandlers([&](const transport::Message& m) { arrived.push_back(std::get<SliceMessage>(*parsePeerFrame(m.header, 2)).key); },
                              nullptr);
   for (auto& t : transports) ASSERT_TRUE(t->connect({}).ok());
   auto stats = std::make_shared<metrics::Stats>();

@@ -614,25 +614,5 @@ TEST(ReductionEngineTest, NodesThatDisagreeOnTheAggregationAreRejected) {
   EXPECT_NE(why.find("(aggregation mxnet)"), std::string::npos) << why;
 }
 
-TEST(SliceMessageTest, RoundTripsAndValidates) {
-  SliceMessage m{SliceKind::kResult, 1, 2, 3, 4, 5, 100, 0xabcdef, 6, 7, Topology::kPs, 8};
-  auto bytes = encodeSliceHeader(m);
-  ASSERT_EQ(bytes.size(), kSliceHeaderBytes);
-  EXPECT_EQ(static_cast<int>(bytes[4]), 3) << "version 3: with the view's epoch and proposer";
-  EXPECT_EQ(static_cast<int>(bytes[56]), 7) << "the view epoch";
-  EXPECT_EQ(static_cast<int>(bytes[60]), 8) << "the view's proposer, last";
-  auto back = parseSliceHeader(bytes);
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(*back, m);
-  m.slice = 5;
-  EXPECT_EQ(parseSliceHeader(encodeSliceHeader(m)).status().message(), "slice header: slice 5 of 5");
-  m.slice = 0;
-  m.contributors = 0;
-  EXPECT_EQ(parseSliceHeader(encodeSliceHeader(m)).status().message(), "slice header: zero contributors");
-  bytes[0] = std::byte{0};
-  EXPECT_EQ(parseSliceHeader(bytes).status().message(), "slice header: bad magic 0x53414300");
-  EXPECT_EQ(parseSliceHeader(std::span(bytes).first(10)).status().message(), "slice header: 10 bytes, expected 64");
-}
-
 }  // namespace
 }  // namespace gcagent::agent
