@@ -88,6 +88,18 @@ def assert_running(trainers):
         assert p.poll() is None, f"trainer {i} exited {p.returncode} (1: a wrong value):\n{trainers.output(i)[-1500:]}"
 
 
+def assert_whole_again_unchanged(c, trainers, ns):
+    """After the heal: every trainer completes steps again, none saw a wrong value, no
+    membership ever changed, no peer message was refused; then everything stops cleanly."""
+    assert_steps_complete_again(trainers)
+    assert_running(trainers)
+    for r in range(4):
+        assert "membership:" not in c.log(r), c.log(r)[-2000:]
+    assert_no_bad_messages(c, ns)
+    trainers.kill()
+    stop_clean(c)
+
+
 def test_a_two_two_partition_stops_both_halves_until_it_heals(tmp_path, namespaces):
     ns = namespaces
     with Cluster(tmp_path, 4, SHRINK, namespaces=ns) as c:
@@ -102,13 +114,7 @@ def test_a_two_two_partition_stops_both_halves_until_it_heals(tmp_path, namespac
             assert quiet.steps(i) == 0, quiet.text(i)[-800:]
             assert any("this node reaches 2 of the 4 nodes of epoch 0" in e for e in quiet.errors(i)), quiet.errors(i)
         ns.partition([0, 1], [2, 3], cut=False)
-        assert_steps_complete_again(trainers)
-        assert_running(trainers)
-        for r in range(4):
-            assert "membership:" not in c.log(r), c.log(r)[-2000:]
-        assert_no_bad_messages(c, ns)
-        trainers.kill()
-        stop_clean(c)
+        assert_whole_again_unchanged(c, trainers, ns)
 
 
 def test_a_three_one_partition_lets_the_three_go_on_and_takes_the_one_back(tmp_path, namespaces):
@@ -171,10 +177,4 @@ def test_a_partition_healed_within_the_grace_period_changes_nothing(tmp_path, na
         ns.partition([0, 1, 2], [3])
         wait_until_all_say(trainers, [0], "peer rank 3")
         ns.partition([0, 1, 2], [3], cut=False)
-        assert_steps_complete_again(trainers)
-        assert_running(trainers)
-        for r in range(4):
-            assert "membership:" not in c.log(r), c.log(r)[-2000:]
-        assert_no_bad_messages(c, ns)
-        trainers.kill()
-        stop_clean(c)
+        assert_whole_again_unchanged(c, trainers, ns)
