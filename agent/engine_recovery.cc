@@ -239,13 +239,15 @@ void ReductionEngine::onMembershipNotice(const transport::Message& m, const Memb
 
 void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
   const MembershipView before = membership_.view();
-  // Slices owned here until now, and every slice of a ring: each hop's place may change.
+  // Slices owned here until now, and every slice whose hop may move (TopologyTraits).
   std::vector<std::tuple<uint64_t, uint64_t, uint32_t, bool>> owned;
   const transport::Rank self = transport_.rank();
   for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys)
+    for (const auto& [key, k] : js->keys) {
+      const bool hops = traitsOf(k.topology).hops;
       for (uint32_t s = 0; s < k.slice_count; ++s)
-        if (before.contains(self) && (k.ring() || ownerOf(key, s) == self)) owned.emplace_back(job, key, s, k.ring());
+        if (before.contains(self) && (hops || ownerOf(key, s) == self)) owned.emplace_back(job, key, s, hops);
+    }
   if (!membership_.install(view)) return;
   // Passed on before any slice sent under it, to every peer that can hear it.
   for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
@@ -268,8 +270,8 @@ void ReductionEngine::adoptView(const MembershipView& view, const std::string& w
   owner_->setMembers(view.members);
   // Result residuals of slices that moved away go; the new owner starts from zero, and those
   // of a departed node went with it (DESIGN.md, "Recovery").
-  for (const auto& [job, key, s, ring] : owned)
-    if (ring || !view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
+  for (const auto& [job, key, s, hops] : owned)
+    if (hops || !view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
   for (auto& [job, js] : jobs_)
     for (transport::Rank r = 0; r < transport_.size(); ++r)
       if (r != self) announce(job, *js, r);

@@ -47,14 +47,14 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
-        // Under allgather a node may finish before its own shares have left, and its trainers
-        // may even leave: the peers still need them.
+        // A node may finish before its own shares have left (TopologyTraits), and its
+        // trainers may even leave: the peers still need them.
         if (auto d = departed_shares_.find({o.job, o.key}); d != departed_shares_.end() && d->second == o.iteration)
           return true;
         KeyState* k = findKey(o.job, o.key);
         if (k == nullptr) return false;
         return (k->active && k->iteration == o.iteration) ||
-               (k->allgather() && k->last_ok && k->last_iteration == o.iteration);
+               (traitsOf(k->topology).shares_outlive_step && k->last_ok && k->last_iteration == o.iteration);
       },
       [this](const Outgoing& o, const Status& why) {
         KeyState* k = findKey(o.job, o.key);
@@ -137,7 +137,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
       if (old->second.active) return Status::failedPrecondition(strCat("tensor ", t.key, " is being reduced"));
       if (old->second.sameWire(k)) {
         k.completed_once = old->second.completed_once;
-        k.last_ok = old->second.last_ok;  // its allgather shares may still wait in the lanes
+        k.last_ok = old->second.last_ok;  // its shares may still wait in the lanes (TopologyTraits)
         k.last_iteration = old->second.last_iteration;
         k.last_trainer_iteration = old->second.last_trainer_iteration;
         k.coder = old->second.coder;
@@ -170,7 +170,7 @@ void ReductionEngine::dropJob(uint64_t job) {
   for (LocalCoder* c : coders) c->forgetJob(job);
   owner_->forgetJob(job);
   for (const auto& [key, k] : j->second->keys)
-    if (k.allgather() && k.last_ok) departed_shares_[{job, key}] = k.last_iteration;
+    if (traitsOf(k.topology).shares_outlive_step && k.last_ok) departed_shares_[{job, key}] = k.last_iteration;
   jobs_.erase(j);
 }
 
@@ -429,7 +429,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (it == js.keys.end()) return stash(strCat("tensor ", h.key, " of job ", h.job).c_str());
   KeyState& k = it->second;
   std::optional<RingHop> hop;
-  if (k.ring()) hop = hopOf(h.key, h.slice);
+  if (traitsOf(k.topology).hops) hop = hopOf(h.key, h.slice);
   auto checked = checkSlice(h, k, ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;

@@ -48,4 +48,8 @@ SliceFlow sliceFlowOf(Topology topology, bool own_share_encoded, std::span<const
   return f;
 }
 
+TopologyTraits traitsOf(Topology topology) {
+  return {topology == Topology::kAllgather, topology == Topology::kRing};
+}
+
 }  // namespace gcagent::agent

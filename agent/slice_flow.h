@@ -28,6 +28,17 @@ struct SliceFlow {
   std::vector<uint32_t> result_forward;  // where a result received here is passed on
 };
 
+// What a topology asks of the engine beyond one slice's flow.
+struct TopologyTraits {
+  // A node completes a step once it merged every share, before its own shares have all left
+  // (allgather): its lanes must still send them, even after its trainers left.
+  bool shares_outlive_step = false;
+  // A slice's flow depends on this node's place in the ring, not only on the slice's owner
+  // (ring): every slice's hop moves when the members change.
+  bool hops = false;
+};
+TopologyTraits traitsOf(Topology topology);
+
 // `members`: ascending ranks, `owner` and `self` among them. `own_share_encoded`: the mxnet
 // policy with a compressed tensor, whose owner encodes its own share like every other node.
 SliceFlow sliceFlowOf(Topology topology, bool own_share_encoded, std::span<const uint32_t> members, uint32_t owner,

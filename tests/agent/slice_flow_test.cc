@@ -64,5 +64,14 @@ TEST(SliceFlow, AfterAShrinkOnlyMembersTakePart) {
   EXPECT_EQ(sliceFlowOf(Topology::kRing, false, members, 3, 0).share_to, Ranks{2}) << "0 starts: after owner 3";
 }
 
+TEST(SliceFlow, TopologyTraitsSayWhatATopologyAsksBeyondOneSlice) {
+  EXPECT_FALSE(traitsOf(Topology::kPs).shares_outlive_step);
+  EXPECT_FALSE(traitsOf(Topology::kPs).hops);
+  EXPECT_TRUE(traitsOf(Topology::kRing).hops);
+  EXPECT_FALSE(traitsOf(Topology::kRing).shares_outlive_step);
+  EXPECT_TRUE(traitsOf(Topology::kAllgather).shares_outlive_step);
+  EXPECT_FALSE(traitsOf(Topology::kAllgather).hops);
+}
+
 }  // namespace
 }  // namespace gcagent::agent
