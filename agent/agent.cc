@@ -7,14 +7,14 @@
 #include <thread>
 #include <csignal>
 
-#include "agent/control_server.h"
-#include "agent/gpu_coders.h"
-#include "agent/host_stream.h"
+#include "agent/control/control_server.h"
+#include "agent/coding/gpu_coders.h"
+#include "agent/coding/host_stream.h"
 #include "agent/io.h"
-#include "agent/peer_frame.h"
+#include "agent/wire/peer_frame.h"
 #include "agent/privileges.h"
-#include "agent/progress_line.h"
-#include "agent/reduction_engine.h"
+#include "agent/engine/progress_line.h"
+#include "agent/engine/reduction_engine.h"
 #include "common/build_config.h"
 #include "common/log.h"
 #include "common/str_cat.h"

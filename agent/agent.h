@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "agent/config.h"
+#include "agent/config/config.h"
 #include "common/status.h"
 
 namespace gcagent::agent {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "agent/agent.h"
-#include "agent/config.h"
+#include "agent/config/config.h"
 #include "common/build_config.h"
 #include "compress/codec_reference.h"
 #include "metrics/stats.h"

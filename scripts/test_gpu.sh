@@ -17,7 +17,7 @@ run() {
 }
 
 for test in compress/cuda/compress_gpu_test shm/cuda/shm_cuda_test clients/cuda/client_device_test \
-            agent/cuda/device_path_cuda_test agent/cuda/cuda_coder_device_test; do
+            agent/coding/cuda/device_path_cuda_test agent/coding/cuda/cuda_coder_device_test; do
   if [ -x "$build/tests/$test" ]; then run "$build/tests/$test" --gtest_brief=1; fi
 done
 

@@ -161,11 +161,11 @@ struct Pong {
   bool operator==(const Pong&) const = default;
 };
 
-// The nodes the job's reductions run on changed (agent/membership.h): averages divide by the
+// The nodes the job's reductions run on changed (agent/membership/membership.h): averages divide by the
 // trainers of node_count nodes from the next completion on. Members and joined (added in
 // version 1 at the end of the body; an older agent sends neither): the node ranks, and those
 // whose trainers load the weights of the lowest other member after the first step they
-// complete under this membership (agent/membership_view.h).
+// complete under this membership (agent/membership/membership_view.h).
 struct Membership {
   uint32_t epoch = 0;
   uint32_t node_count = 0;

@@ -70,7 +70,7 @@ HOOKS = {f"hook-{c}": c for c in CODECS}
 CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
-# the same under another topology (agent/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...
+# the same under another topology (agent/engine/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...
 SCHEDULING.update({f"{k}-{t}": v + ["--scheduler.topology", t]
                    for k, v in list(SCHEDULING.items()) for t in ("ring", "allgather", "auto")})
 

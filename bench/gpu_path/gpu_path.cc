@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/cuda/cuda_coder_device.h"
-#include "agent/host_coder_device.h"
-#include "agent/local_coder.h"
+#include "agent/coding/cuda/cuda_coder_device.h"
+#include "agent/coding/host_coder_device.h"
+#include "agent/coding/local_coder.h"
 #include "compress/cuda/gpu_codec.h"
 
 namespace gcagent::agent {

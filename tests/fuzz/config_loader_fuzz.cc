@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "agent/config.h"
+#include "agent/config/config.h"
 
 using namespace gcagent::agent;
 

@@ -1,11 +1,11 @@
 // libFuzzer target: a peer's message header through the one parser of every frame between
-// agents (agent/peer_frame.h: slices, job, realign and membership notices); what parses must
+// agents (agent/wire/peer_frame.h: slices, job, realign and membership notices); what parses must
 // encode to the same bytes and parse back to the same message.
 #include <cstdint>
 #include <cstdlib>
 #include <span>
 
-#include "agent/peer_frame.h"
+#include "agent/wire/peer_frame.h"
 
 using namespace gcagent::agent;
 

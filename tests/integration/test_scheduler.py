@@ -30,7 +30,7 @@ def run_backward_pass(tmp_path, ns, extra):
 
 def test_backward_pass_over_a_throttled_link_is_exact_with_a_small_window(tmp_path):
     # The order P3 gives is checked where it is a function of the submissions alone
-    # (tests/agent/reduction_engine_test.cc, HighPriorityLayerSubmittedLastCompletesFirst);
+    # (tests/agent/engine/reduction_engine_test.cc, HighPriorityLayerSubmittedLastCompletesFirst);
     # how much sooner layer 0 arrives over a shaped link is a timing, measured by
     # bench/scheduler_bench.py. Here: real agents over a shaped link with a two-slice window,
     # every layer exact and reported, whichever order the clock gave.

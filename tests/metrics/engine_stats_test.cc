@@ -4,8 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include "agent/reduction_engine.h"
-#include "tests/agent/host_coders.h"
+#include "agent/engine/reduction_engine.h"
+#include "tests/agent/coding/host_coders.h"
 #include "metrics/read.h"
 #include "metrics/stats.h"
 #include "transport/loopback/loopback.h"

@@ -1,0 +1,136 @@
+// The trainers' side of the agent: a Unix stream socket speaking the control protocol
+// (shm/protocol.h), one shared-memory segment per trainer, and the bookkeeping that turns
+// the submissions of a job's local trainers into one reduction per key and iteration.
+// Its parts: trainer_connection.h (a trainer's frames and deadlines), trainer_session.h
+// (its requests and slots), local_job.h (a job's members, joining and counting) and
+// device_staging.h (device slots copied in before a reduction on the host).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "agent/coding/device_path.h"
+#include "agent/io.h"
+#include "agent/control/job_registry.h"
+#include "agent/control/local_job.h"
+#include "agent/engine/reduction_engine.h"
+#include "agent/control/trainer_connection.h"
+#include "common/retry_delay.h"
+#include "common/status.h"
+#include "shm/protocol.h"
+
+namespace gcagent::agent {
+
+class TrainerSession;
+
+struct ServerOptions {
+  std::string socket_path;
+  std::string shm_prefix = "gcagent";
+  mode_t mode = 0600;  // of the socket and the segments
+  std::optional<gid_t> group;  // group of the socket and the segments (with mode 0660)
+  uint32_t node_rank = 0;
+  uint32_t node_count = 1;
+  // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
+  // job's last iteration this node completed and the reason.
+  std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
+  // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io) at start().
+  std::shared_ptr<DevicePath> device_path;
+  // What a stranger on the socket can hold: connections beyond max_connections are closed
+  // at once; a connection that says no hello within hello_timeout, or announces a frame
+  // and does not finish its body within body_timeout, is closed. Before its hello a
+  // connection may announce at most kUnidentifiedBodyBytes (trainer_connection.h).
+  size_t max_connections = 256;
+  std::chrono::milliseconds hello_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};
+  // The socket stopped (false: accept failed, e.g. out of descriptors) or resumed (true)
+  // accepting trainers.
+  std::function<void(bool accepting)> on_accepting;
+};
+
+struct ServerCounters {
+  uint64_t trainers_connected = 0;
+  uint64_t bad_messages = 0;
+  uint64_t iterations_completed = 0;  // (job, iteration) pairs whose every key completed
+  uint64_t device_refused = 0;        // device declarations this agent could not serve
+  uint64_t connections_refused = 0;   // over max_connections
+  uint64_t accept_errors = 0;         // failed accepts (each retried after a delay)
+  uint64_t sessions_timed_out = 0;    // no hello, or a frame body that did not arrive in time
+  uint64_t trainers_reconnected = 0;  // a trainer process's new connection in place of its old one
+};
+
+class ControlServer : public JobPart {
+ public:
+  ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options);
+  ~ControlServer();
+
+  // Binds the socket (replacing a stale file) and starts accepting trainers.
+  Status start();
+  // Fails all work in flight with `why`, disconnects every trainer, removes the socket.
+  void stop(const Status& why);
+
+  // The engine's completion callback.
+  void onReduced(uint64_t job, uint64_t iteration, uint64_t key, const Status& status);
+
+  // A trainer of `job` on another node left after that node completed `last_completed`:
+  // fails this node's work on later iterations of the job and refuses new submissions of
+  // them, for as long as the job lives here.
+  void onJobLost(uint64_t job, uint64_t last_completed, const Status& why);
+  // The job's nodes changed (agent/membership/membership.h): every trainer hears the new node count,
+  // and those that connect later hear it after their welcome.
+  void onMembership(shm::protocol::Membership membership);
+
+  const ServerCounters& counters() const { return counters_; }
+
+  // JobPart: a job's trainers waiting on it are told why; a job gone retires its metrics.
+  void failJob(uint64_t job, const Status& why) override;
+  void dropJob(uint64_t job) override;
+
+ private:
+  friend class TrainerSession;
+
+  void accept();
+  void acceptFailed(const boost::system::error_code& ec);
+  void badMessage(const Status& why);
+  void timedOut(uint32_t trainer, std::string_view what);
+  void deviceRefused(const Status& why);
+  void sessionClosed(TrainerSession* session);
+  // `now` is the same trainer process as `old`, connected again: it takes old's place in the
+  // job (the job goes on, no peer hears of a leave), what old submitted is given up on every
+  // node, and old is closed.
+  void replaceMember(const std::shared_ptr<LocalJob>& job, TrainerSession& old, TrainerSession& now);
+  // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
+  // the host, or on the host after staging the device slots.
+  void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);
+  // Tells the job's trainers that submitted (iteration, key) how it ended.
+  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status);
+  // Fails every (iteration, key) of the job still waiting for local trainers with `why`.
+  void failPending(LocalJob& job, const Status& why);
+
+  asio::io_context& io_;
+  ReductionEngine& engine_;
+  ServerOptions options_;
+  asio::local::stream_protocol::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  RetryDelay accept_delay_;
+  bool refusing_ = false;  // over max_connections: logged once per streak
+  std::shared_ptr<DevicePath> device_path_;
+  std::map<TrainerSession*, std::shared_ptr<TrainerSession>> sessions_;
+  // The last membership change the trainers heard (none: every node). The welcome keeps the
+  // configured node count, which node ranks are below; this message follows it.
+  shm::protocol::Membership membership_;
+  JobRegistry jobs_;  // this server's trainers first, then the engine
+  uint32_t next_trainer_id_ = 1;
+  bool stopping_ = false;
+  ServerCounters counters_;
+};
+
+}  // namespace gcagent::agent

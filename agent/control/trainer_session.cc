@@ -1,0 +1,243 @@
+#include "agent/control/trainer_session.h"
+
+#include <variant>
+
+#include "agent/control/control_server.h"
+#include "agent/engine/reduction_engine.h"
+#include "agent/engine/reduction_policy.h"
+#include "common/gpu_uuid.h"
+#include "common/log.h"
+#include "common/str_cat.h"
+#include "shm/segment.h"
+
+namespace gcagent::agent {
+
+namespace protocol = shm::protocol;
+
+TrainerSession::TrainerSession(ControlServer& server, asio::local::stream_protocol::socket socket, uint32_t id)
+    : TrainerConnection(std::move(socket), id, {server.options_.hello_timeout, server.options_.body_timeout}),
+      server_(server) {}
+
+std::optional<uint32_t> TrainerSession::takeSubmit(uint64_t iteration, uint64_t key) {
+  auto it = submits_.find({iteration, key});
+  if (it == submits_.end()) return std::nullopt;
+  uint32_t request = it->second;
+  submits_.erase(it);
+  return request;
+}
+
+void TrainerSession::badMessage(const Status& why) { server_.badMessage(why); }
+
+void TrainerSession::timedOut(std::string_view what) { server_.timedOut(id(), what); }
+
+void TrainerSession::onClosing() {
+  if (segment_) segment_->unlink();  // mapped on while a send still reads it, but gone from /dev/shm
+}
+
+void TrainerSession::onClosed() { server_.sessionClosed(this); }
+
+void TrainerSession::dispatch(const protocol::Message& m) {
+  Status s;
+  if (auto* hello = std::get_if<protocol::Hello>(&m.body)) s = onHello(m.request_id, *hello);
+  else if (auto* declare = std::get_if<protocol::Declare>(&m.body)) s = onDeclare(m.request_id, *declare);
+  else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) s = onDeclareDevice(m.request_id, *device);
+  else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
+  else if (std::holds_alternative<protocol::Ping>(m.body)) return send({m.request_id, protocol::Pong{}});
+  else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
+                                          "' is not one a trainer sends"));
+  if (!s.ok()) {
+    server_.badMessage(s);
+    GC_LOG(kWarn, "control", "trainer ", id(), ": ", s.message());
+    sendError(m.request_id, s);
+  }
+}
+
+Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
+  if (job_) return Status::failedPrecondition(strCat("trainer already joined job '", job_->name, "'"));
+  Status error;
+  auto job = server_.jobs_.findOrCreate(h.job, h.local_size, &error);
+  if (!job) return error;
+  TrainerSession* held = job->members[h.local_rank];
+  // The process that holds the rank connecting again (its client gave up on this agent as
+  // frozen and could not tell it so): the new connection takes the old one's place. Any
+  // other process is a second trainer claiming the rank.
+  if (held != nullptr && (peerPid() <= 0 || held->peerPid() != peerPid()))
+    return Status::failedPrecondition(strCat("job '", h.job, "': local rank ", h.local_rank, " is already connected (",
+                                             "trainer ", held->id(), held->peerPid() > 0 ? strCat(", pid ", held->peerPid()) : "",
+                                             "); only that process may connect again in its place"));
+  job_ = job;
+  local_rank_ = h.local_rank;
+  if (held != nullptr) {
+    GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") is local rank ", h.local_rank, " of job '", h.job,
+           "' again, in place of trainer ", held->id(), " (the same process); that connection is closed");
+    server_.replaceMember(job, *held, *this);
+  } else {
+    job->members[h.local_rank] = this;
+    server_.engine_.stats().job(job->name).trainers->Increment();
+    GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
+           h.local_rank, " of ", h.local_size);
+  }
+  send({request, protocol::Welcome{id(), server_.options_.node_rank, server_.options_.node_count}});
+  if (server_.membership_.epoch != 0) send({0, server_.membership_});  // the nodes changed since the start
+  return {};
+}
+
+Status TrainerSession::declareTensors(const std::vector<protocol::TensorDecl>& tensors) {
+  LocalJob& job = *job_;
+  if (tensors == job.tensors) return {};
+  if (!job.pending.empty() || job.inFlight != 0)
+    return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) {
+    compress::Params params(t.params.begin(), t.params.end());
+    auto policy = takeReductionPolicy(params);  // what is left is the codec's
+    if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
+    specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
+  }
+  GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
+  job.tensors = tensors;
+  ++job.generation;
+  GC_LOG(kInfo, "control", "job '", job.name, "': ", tensors.size(), " tensors declared (generation ",
+         job.generation, ")");
+  return {};
+}
+
+void TrainerSession::forgetSlots() {
+  if (segment_) segment_->unlink();  // a re-declaration replaces the old segment under the same name
+  segment_.reset();                  // (sends in flight may pin the old mapping a while)
+  device_.reset();
+  slots_.clear();
+}
+
+Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
+  if (!job_) return Status::failedPrecondition("declare before hello");
+  if (staging_count_ != 0)
+    return Status::failedPrecondition("declare while device gradients are still being copied in");
+  std::vector<uint64_t> bytes;
+  for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
+  shm::SlotLayout layout = shm::layoutSlots(bytes);
+  // The new segment first: a declare refused for want of memory (a full /dev/shm) leaves
+  // the previous declaration, its segment and its slots in force. The old name goes (the
+  // new segment takes it); its mapping stays until the old slots are forgotten.
+  if (segment_) segment_->unlink();
+  auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id()), layout.total_bytes,
+                                      server_.options_.mode, peerUid(), server_.options_.group);
+  if (!segment.ok()) return segment.status();
+  GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+  forgetSlots();
+  segment_ = std::make_shared<shm::Segment>(std::move(segment).value());
+  for (size_t i = 0; i < d.tensors.size(); ++i)
+    slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
+                                d.tensors[i].elements, i};
+  generation_ = job_->generation;
+  send({request, protocol::Declared{segment_->name(), layout.total_bytes, layout.offsets}});
+  return {};
+}
+
+Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::DeclareDevice& d) {
+  if (!job_) return Status::failedPrecondition("declare before hello");
+  if (staging_count_ != 0)
+    return Status::failedPrecondition("declare while device gradients are still being copied in");
+  std::vector<uint64_t> bytes;
+  for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
+  // The GPU check comes first: a refused trainer must not disturb the job's declaration.
+  auto device = server_.device_path_->allocate(d.gpu, bytes);
+  if (!device.ok()) {
+    // Not a malformed message: this agent cannot serve that GPU. Counted apart.
+    server_.deviceRefused(device.status());
+    GC_LOG(kWarn, "control", "trainer ", id(), ": device declare refused: ", device.status().message());
+    sendError(request, device.status());
+    return {};
+  }
+  GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+  forgetSlots();
+  device_ = std::move(device).value();
+  for (size_t i = 0; i < d.tensors.size(); ++i)
+    slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i};
+  generation_ = job_->generation;
+  GC_LOG(kInfo, "control", "trainer ", id(), ": ", d.tensors.size(), " device tensors on ", gpuUuidText(d.gpu));
+  send({request, device_->offer()}, device_->fd());
+  return {};
+}
+
+void TrainerSession::complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded) {
+  auto it = slots_.find(key);
+  if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
+  auto self = shared_from_this();
+  DeviceSlots* device = device_.get();
+  auto reply = [this, self, device, request, iteration, key](const Status& st) {
+    if (closed() || device_.get() != device) return;
+    if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
+    GC_LOG(kWarn, "control", "trainer ", id(), ": ", st.message());
+    sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ", iteration, ": ", st.message())));
+  };
+  if (coded) return server_.device_path_->signalDone(*device_, std::move(reply));
+  server_.engine_.stats().gpuCopy(false).Increment(static_cast<double>(it->second.elements * sizeof(float)));
+  server_.device_path_->stageOut(*device_, it->second.index, it->second.elements, std::move(reply));
+}
+
+void TrainerSession::stageIn(size_t index, uint64_t elements, DevicePath::Done done) {
+  if (closed() || !device_) return done(Status::unavailable(strCat("trainer ", id(), " left")));
+  ++staging_count_;
+  server_.engine_.stats().gpuCopy(true).Increment(static_cast<double>(elements * sizeof(float)));
+  auto self = shared_from_this();
+  server_.device_path_->stageIn(*device_, index, elements, [this, self, done = std::move(done)](const Status& st) {
+    --staging_count_;
+    done(st);
+  });
+}
+
+Status TrainerSession::onSubmit(uint32_t request, const protocol::Submit& s) {
+  if (!job_ || (!segment_ && !device_)) return Status::failedPrecondition("submit before declare");
+  LocalJob& job = *job_;
+  if (!job.lost.ok() && s.iteration > job.lost_after)
+    return Status(job.lost.code(), strCat("iteration ", s.iteration, " cannot complete: ", job.lost.message()));
+  if (generation_ != job.generation)
+    return Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
+  for (uint64_t key : s.keys) {
+    if (slots_.count(key) == 0) return Status::invalidArgument(strCat("tensor ", key, " is not declared"));
+    auto last = last_iteration_.find(key);
+    if (last != last_iteration_.end() && s.iteration <= last->second)
+      return Status::invalidArgument(strCat("tensor ", key, ": iteration ", s.iteration,
+                                            " was already submitted or is older than iteration ", last->second));
+  }
+  for (uint64_t key : s.keys) {
+    last_iteration_[key] = s.iteration;
+    submits_[{s.iteration, key}] = request;
+    if (device_) {
+      // The gradient is on the GPU: whatever reads it next (the coder or a staging copy)
+      // waits for the trainer's ready event.
+      if (Status ready = server_.device_path_->awaitReady(*device_); !ready.ok()) {
+        takeSubmit(s.iteration, key);
+        GC_LOG(kWarn, "control", "trainer ", id(), ": ", ready.message());
+        sendError(request, Status(ready.code(), strCat("tensor ", key, " iteration ", s.iteration, ": ",
+                                                       ready.message())));
+        continue;
+      }
+    }
+    contribute(s.iteration, key);
+  }
+  return {};
+}
+
+void TrainerSession::contribute(uint64_t iteration, uint64_t key) {
+  const Slot& slot = slots_[key];
+  Contribution mine;
+  mine.host = slot.data;
+  mine.device = device_ ? device_->deviceBuffer(slot.index) : nullptr;
+  mine.coder = device_ ? device_->coder() : nullptr;
+  mine.session = std::static_pointer_cast<TrainerSession>(shared_from_this());
+  mine.pin = device_ ? std::shared_ptr<const void>(device_) : std::shared_ptr<const void>(segment_);
+  mine.index = slot.index;
+  mine.elements = slot.elements;
+  Joined joined = job_->contribute(local_rank_, iteration, key, std::move(mine));
+  for (uint64_t passed : joined.given_up)
+    server_.notify(*job_, passed, key, Status::unavailable(strCat("local rank ", local_rank_, " moved on to iteration ",
+                                                                  iteration, " (local trainers realign)")));
+  if (joined.behind)
+    return server_.notify(*job_, iteration, key, Status::unavailable("another local trainer of the job is past this "
+                                                                     "iteration (local trainers realign)"));
+  if (joined.ready) server_.reduce(job_, iteration, key, std::move(*joined.ready));
+}
+
+}  // namespace gcagent::agent

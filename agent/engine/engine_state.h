@@ -1,0 +1,47 @@
+// The engine's per-job and per-tensor state, shared by the files that implement
+// ReductionEngine (reduction_engine.cc: the reduction; engine_metrics.cc: its metrics;
+// engine_recovery.cc: losses, realignment and membership). Not part of its interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/engine/reduction_engine.h"
+#include "agent/coding/silent_codec_watch.h"
+
+namespace gcagent::agent {
+
+// A declared tensor: its route, and this node's reduction of it.
+struct ReductionEngine::KeyState : TensorRoute {
+  explicit KeyState(TensorRoute route) : TensorRoute(std::move(route)) {}
+  SteadyTime started;
+  // This node's reduction in flight.
+  bool active = false;
+  uint64_t iteration = 0;          // on the wire (job_alignment.h)
+  uint64_t trainer_iteration = 0;  // as the trainers number it
+  std::vector<float*> outputs;
+  uint32_t slices_left = 0;
+  uint32_t contributors = 0;
+  bool completed_once = false;
+  bool last_ok = false;  // the last iteration finished here completed (not failed)
+  uint64_t last_iteration = 0;  // last iteration this node finished or failed, on the wire
+  uint64_t last_trainer_iteration = 0;
+  // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.
+  std::shared_ptr<LocalCoder> coder;
+  KeyWork work;  // what the coder is told, while active
+  SilentCodecWatch silent;  // the push codec sending nothing but zeros
+};
+
+struct ReductionEngine::JobState {
+  std::unordered_map<uint64_t, KeyState> keys;
+  JobAlignment align;
+  std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here
+  // For stalledJobs(): since when every reduction failed, and the last failure.
+  std::optional<SteadyTime> failing_since;
+  SteadyTime last_failure{};
+};
+
+}  // namespace gcagent::agent

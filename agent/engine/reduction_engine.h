@@ -1,0 +1,297 @@
+// The agent's reduction across nodes. Each slice of a tensor has an owner agent (round
+// robin from a hash of the key, as P3 places slices on servers). Every other node encodes
+// its locally reduced slice with its own residual and sends it to the owner; the owner
+// decodes and sums every contribution in fp32, in rank order, and sends the sum to every
+// node; each node, the owner included, decodes that one result, so every trainer everywhere
+// sees the same bytes, and divides it once by the number of trainers (or keeps the sum).
+// How the owner treats its own share and the result is the tensor's aggregation policy
+// (agent/engine/reduction_policy.h): bidirectional (its share exact, the sum re-encoded with the
+// owner's residual) or mxnet (its share encoded like every other, the sum sent as is).
+//
+// Iterations are synchronous per key: a key reduces one iteration at a time on a node, and
+// owners keep contributions of different iterations apart. The engine runs on the thread
+// that owns the transport; the node's side (local sum, encode, result decode) runs on a
+// LocalCoder, the host's on a HostStream thread in priority order, a GPU's on its stream.
+//
+// Sending follows P3: every slice bound for a peer waits in that peer's priority queue
+// (the tensor's priority, FIFO among equals) and leaves when the peer's credit window
+// (inflight_per_peer slices, optionally inflight_bytes) has room, so a high-priority
+// tensor submitted late overtakes the low-priority slices still queued. Whether a
+// tensor travels compressed is the planner's decision (scheduler/planner.h); every slice
+// names its codec, and a slice sent uncompressed carries its residual along.
+//
+// Under the ring topology (CaSync-Ring) a slice's owner is where its ring ends instead: the
+// partial sum is made hop by hop by the same owner side (each hop merging its
+// predecessor's partial with its own share), and the owner's result is forwarded round the
+// ring as received (ring_hop.h). Each node then sends to its successor only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/engine/early_slice_stash.h"
+#include "agent/engine/job_alignment.h"
+#include "agent/wire/job_notice.h"
+#include "agent/engine/job_part.h"
+#include "agent/coding/local_coder.h"
+#include "agent/membership/membership.h"
+#include "agent/engine/owner_side.h"
+#include "agent/engine/peer_lanes.h"
+#include "agent/coding/residual_sampler.h"
+#include "agent/engine/ring_hop.h"
+#include "agent/engine/slice_flow.h"
+#include "agent/engine/tensor_route.h"
+#include "agent/engine/reduction_policy.h"
+#include "common/clock.h"
+#include "common/default_init.h"
+#include "common/status.h"
+#include "compress/codec.h"
+#include "metrics/stats.h"
+#include "scheduler/planner.h"
+#include "scheduler/slicing.h"
+#include "transport/transport.h"
+
+namespace gcagent::agent {
+
+class HostStream;
+struct SliceMessage;
+
+
+struct EngineOptions {
+  uint64_t slice_elements = 40000;
+  compress::CodecSpec default_codec{"none", {}};
+  uint64_t min_elements = 0;        // selection kSize: smaller tensors travel uncompressed
+  scheduler::Selection selection = scheduler::Selection::kSize;
+  double refit_interval = 5.0;       // seconds between re-fits of the auto planner's model
+  double link_gbps = 1.0;            // the links' speed the reference model prices
+  uint32_t inflight_per_peer = 10;   // slices handed to the transport per peer
+  uint64_t inflight_bytes = 0;       // and their bytes; 0: no byte limit
+  bool prioritize = true;            // P3; false: every tensor at one priority (a FIFO baseline)
+  // How a tensor's slices travel unless it chose (reduce.topology): a sharded parameter
+  // server, or CaSync-Ring (scheduler.topology; agent/engine/reduction_policy.h).
+  Topology topology = Topology::kPs;
+  std::string result_codec = "same";  // codec of the owner's result: "same" or a codec name
+  // What the residuals kept on the host may take: the node's (of host gradients), and apart
+  // the owner's (of the results it re-encodes). A GPU's coder has its own.
+  size_t residual_budget_bytes = SIZE_MAX;
+  // Where the host's codec work runs (the node's side of host gradients, and every owner's
+  // merge and result encoding): a thread of its own, most urgent tensor first. Required.
+  std::shared_ptr<HostStream> host_stream;
+  size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
+  // A reduction not complete after this many seconds fails, and its iteration is given up on
+  // every node (transport.reduction_timeout); 0: no deadline.
+  double reduction_timeout = 60;
+  // What a lost peer does to the job (agent/membership/membership.h): kFail fails reductions until it is
+  // back; kShrink also goes on without it once it has been away `shrink_grace` seconds, and
+  // takes it back when its link is up again (transport.on_peer_loss, transport.shrink_grace).
+  OnPeerLoss on_peer_loss = OnPeerLoss::kFail;
+  double shrink_grace = 30;
+  uint32_t min_nodes = 1;  // a shrink leaves at least this many (transport.min_nodes)
+  // Who must vote for a new view (transport.quorum): a majority of the installed one, or none.
+  Quorum quorum = Quorum::kMajority;
+  // Told each membership change this node adopts (the trainers hear the new node count).
+  std::function<void(const MembershipView&)> on_membership;
+  // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
+  // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
+  // per slice, slower than the CPU on an H100 (bench/gpu_path/h100.txt).
+  std::vector<std::string> gpu_staged_codecs = {"topk", "dgc", "threshold"};
+  compress::CodecEnv codec_env;
+  // Where the engine counts bytes, times and errors; null: a private, unexported set.
+  std::shared_ptr<metrics::Stats> stats;
+  // The clock of the planner's re-fits, the link timings and the reduction times.
+  SteadyNow now = steadyNow;
+};
+
+struct EngineCounters {
+  uint64_t raw_bytes_sent = 0;   // fp32 bytes of the slices sent
+  uint64_t wire_bytes_sent = 0;  // their encoded bytes
+  uint64_t raw_bytes_received = 0;
+  uint64_t wire_bytes_received = 0;
+  uint64_t keys_completed = 0;
+  uint64_t bad_messages = 0;
+  uint64_t stale_slices = 0;  // of iterations given up (after a loss or a realignment), dropped
+  uint64_t realignments = 0;  // times a job gave iterations up to continue with its peers
+};
+
+class ReductionEngine : public JobPart {
+ public:
+  // Called once per (job, iteration, key) reduce(): ok when the buffers hold the result.
+  using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&)>;
+
+  ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete);
+  ~ReductionEngine();
+
+  // Declares (or re-declares) a job's tensors; builds their codecs. Keys whose size or
+  // codec changed lose their residuals. Slices that arrived early are replayed.
+  Status declareJob(uint64_t job, const std::vector<TensorSpec>& tensors);
+  void dropJob(uint64_t job) override;
+
+  // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
+  // gradient (elements floats each), in local rank order; they receive the result (the
+  // average or the sum, per the tensor's policy) in place. The node's side of the reduction
+  // (local sum, encoding with this node's residuals, decoding the results) runs on `coder`
+  // when the buffers are in its device's memory, else on the host coder.
+  // `keepalive` owns host buffers' memory (the trainers' segments): uncompressed slices are
+  // sent straight from it, so it is held until the coder's work and the transport are done
+  // with them, even past the reduction's end. Null: the caller keeps the buffers mapped at
+  // least that long.
+  Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
+                std::shared_ptr<LocalCoder> coder = nullptr, std::shared_ptr<const void> keepalive = nullptr);
+
+  void onMessage(const transport::Message& message);
+  // Fails every reduction in flight: they need every peer. Until the peer is back, reduce()
+  // fails at once, naming it.
+  // `shut_down`: it said so (a goodbye), rather than falling silent or failing.
+  void onPeerDown(transport::Rank peer, const Status& why, bool shut_down = false);
+  // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
+  void onPeerUp(transport::Rank peer);
+  // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
+  // on every node, and forgets the shares dropped jobs owed once they are sent. Call it every
+  // second or so.
+  void expireReductions();
+  // The view's leader proposes a membership change when a member stayed away past the grace
+  // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
+  void reviewMembership();
+  const MembershipView& membership() const { return membership_.view(); }
+  // A member away so long that the job cannot go on without it: longer than
+  // reduction_timeout under kFail, than shrink_grace plus reduction_timeout under kShrink
+  // (it should have been left behind by then; min_nodes kept it). The status names it, how
+  // long and why; none while every member is up or within that time, or with no deadline.
+  struct AwayMember {
+    uint32_t rank;
+    double seconds;  // since its link went down
+    bool shut_down;  // it said goodbye
+    std::string why;
+  };
+  std::optional<AwayMember> lostMember() const;
+  // The members whose links are down now, longest away first.
+  std::vector<AwayMember> awayMembers() const;
+  // Jobs that cannot make progress: reductions kept failing and none completed for a whole
+  // reduction_timeout while the trainers were still trying.
+  size_t stalledJobs() const;
+  // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
+  void failJob(uint64_t job, const Status& why) override;
+  // Fails this node's reductions of the job in flight and tells every peer the job's new
+  // frontier, so they give that iteration up at once rather than at the reduction timeout.
+  void giveUp(uint64_t job, const Status& why);
+
+  // A job's iterations as its trainers here number them, and as the job's nodes agree on them
+  // (job_alignment.h): they differ after a realignment. Notices between agents speak wire.
+  uint64_t wireIteration(uint64_t job, uint64_t trainer_iteration) const;
+  uint64_t trainerIteration(uint64_t job, uint64_t wire_iteration) const;
+
+  const EngineCounters& counters() const { return counters_; }
+  // Slices waiting in the send queue of a peer (not yet handed to the transport).
+  size_t queuedSlices(transport::Rank peer) const;
+  // Whether a declared tensor currently travels compressed, and in how many partitions.
+  Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
+  // The topology a declared tensor travels by (auto resolved).
+  Result<Topology> topologyOf(uint64_t job, uint64_t key) const;
+  // Whether a declared tensor's gradients on a GPU reduce through the GPU's LocalCoder, or
+  // are staged through host memory (its codec is in gpu_staged_codecs). A node on its own
+  // only averages, on the GPU whatever the codec.
+  bool codesOnDevice(uint64_t job, uint64_t key) const;
+  // Slices owned here that wait for contributions (all jobs).
+  size_t pendingAccumulators() const;
+  // Allgather tensors of dropped jobs whose shares the lanes may still hold (released by
+  // expireReductions() once the lanes are empty).
+  size_t departedShares() const { return departed_shares_.size(); }
+  // Sets the gauges that are cheaper to compute when read than to keep current (queue
+  // depth per peer). Call it on the engine's thread.
+  void refreshStats();
+  metrics::Stats& stats() { return *stats_; }
+  scheduler::Planner& planner() { return planner_; }
+  uint32_t ownerOf(uint64_t key, uint32_t slice) const;
+
+ private:
+  struct KeyState;
+  struct JobState;
+
+  KeyState* findKey(uint64_t job, uint64_t key);
+  // The owner side's sum of a slice. The whole sum, the result, is sent to every node (ps) or
+  // to the successor (ring) and decoded here; a ring hop's partial sum goes to the successor.
+  void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
+                bool final);
+  // This node's place in the ring of a slice (ring_hop.h), under the current membership.
+  RingHop hopOf(uint64_t key, uint32_t slice) const;
+  // Where a slice's share, sum and result go from this node (slice_flow.h), under the
+  // current membership; `own_share_encoded`: mxnet with the tensor compressed.
+  SliceFlow flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded = false) const;
+  // `encoded_owner`, when set, keeps `encoded` valid past this call (no staging copy).
+  void applyResult(uint64_t job, KeyState& k, uint32_t slice, uint64_t iteration, uint32_t contributors,
+                   std::span<const std::byte> encoded, bool compressed, std::shared_ptr<const void> encoded_owner);
+  void completeKey(uint64_t job, KeyState& k, const Status& status);
+  // The coder's side of a reduction: its encodings are in, or a result was decoded.
+  void onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
+                 Result<KeyEncodings> encoded);
+  // The coder's results are decoded (or, on a node on its own, the sum is in every buffer).
+  void onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
+  // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
+  // a host coder's encodings.
+  void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
+  // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
+  void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
+  void updatePlanGauges();
+  void updateCostGauges();
+  void reject(const transport::Message& m, const Status& why);
+  void badMessage(std::string_view why);
+  // A slice of an iteration given up here: counted as stale, not as a bad message, and its
+  // sender hears where the job goes on.
+  void staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js);
+  // Gives up the job's iterations below `next` here (job_alignment.h).
+  void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
+  void onRealign(const transport::Message& m, const RealignNotice& notice);
+  // A view heard from a peer, or proposed here: adopted when newer (membership.h).
+  void onMembershipNotice(const transport::Message& m, const MembershipNotice& notice);
+  void adoptView(const MembershipView& view, const std::string& why);
+  // Sends `to` the current view, unless it heard it from here already.
+  void tellView(transport::Rank to);
+  void sendNotices(const std::vector<Membership::Outgoing>& notices);
+  void react(Membership::Reaction reaction, const std::string& why);
+  // Why reduce() cannot start now: this node is outside the view, or a member is down.
+  Status unreachableMember() const;
+  // Where the job goes on here: the lowest iteration in flight, else the one after the last
+  // any key finished (completed or failed); what this node announces it gives up below.
+  uint64_t frontierOf(const JobState& js) const;
+  // Sends `to` the job's frontier, unless it heard it already.
+  void announce(uint64_t job, JobState& js, transport::Rank to);
+  void recordOutcome(JobState& js, bool ok);
+  void releaseDepartedShares();
+
+  transport::Transport& transport_;
+  EngineOptions options_;
+  CompleteFn on_complete_;
+  std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
+  EarlySliceStash stash_;
+  std::unordered_map<uint64_t, uint64_t> early_realign_;  // job -> next, heard before it was declared
+  // (job, key) -> the iteration an allgather tensor of a dropped job last completed here: its
+  // shares may still wait in the lanes, and the peers need them (a node can finish first).
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> departed_shares_;
+  std::vector<std::string> down_why_;  // by rank: why a peer that is down went
+  std::vector<bool> shut_down_;        // by rank: it said goodbye when it went
+  EngineCounters counters_;
+  std::shared_ptr<metrics::Stats> stats_;
+  std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
+  Membership membership_;
+  std::vector<std::optional<ViewId>> view_told_;  // by rank: the view it last heard of from here
+  scheduler::Planner planner_;
+  std::unique_ptr<PeerLanes> lanes_;
+  std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients
+  std::unique_ptr<OwnerSide> owner_;       // the slices this node owns
+  ResidualSampler sampler_;
+  // Send completions may run after the engine is gone; they reach it through this.
+  std::shared_ptr<ReductionEngine*> alive_;
+};
+
+// Identifies a job on the wire: a hash of its name, equal on every node.
+uint64_t jobIdOf(std::string_view name);
+
+}  // namespace gcagent::agent

@@ -1,0 +1,216 @@
+// Recovery in the reduction engine: reductions that need a lost peer fail at once, a job's
+// nodes realign after a loss (job_alignment.h) and complete whole steps together again,
+// deadlines end reductions that wait for nothing, and slices of given-up iterations are
+// counted as stale, not as bad messages.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "agent/engine/reduction_engine.h"
+#include "tests/agent/engine/engine_cluster.h"
+#include "tests/common/epoch_clock.h"
+
+namespace gcagent::agent {
+namespace {
+
+constexpr uint64_t kKeys[] = {10, 11};
+
+EngineOptions options(SteadyNow now = steadyNow) {
+  EngineOptions o;
+  o.slice_elements = 1000;
+  o.reduction_timeout = 30;
+  o.now = std::move(now);
+  return o;
+}
+
+// Node r's gradient of key k in trainer step s: its rank and step in every element, so a
+// result shows which steps were summed.
+struct Step {
+  std::vector<std::vector<float>> buffers;  // by key
+  Step(uint32_t r, uint64_t step) {
+    for (uint64_t k : kKeys) buffers.emplace_back(3000, static_cast<float>(1000 * (r + 1) + step + k));
+  }
+};
+
+class Recovery : public ::testing::Test {
+ protected:
+  explicit Recovery(EngineOptions o = options()) : c_(2, std::move(o)) {
+    for (uint32_t r = 0; r < 2; ++r) EXPECT_TRUE(c_.engine(r).declareJob(job_, {{10, 3000, 0, {}, {}}, {11, 3000, -1, {}, {}}}).ok());
+  }
+
+  // Submits every key of node r's trainer step; returns the errors reduce() gave at once.
+  std::vector<Status> submit(uint32_t r, uint64_t step, Step& s) {
+    std::vector<Status> refused;
+    for (size_t i = 0; i < std::size(kKeys); ++i)
+      if (Status st = c_.engine(r).reduce(job_, step, kKeys[i], {s.buffers[i].data()}); !st.ok()) refused.push_back(st);
+    return refused;
+  }
+
+  // Node r's reports, taken.
+  std::vector<Done> reports(uint32_t r) { return std::exchange(c_.done(r), {}); }
+
+  void lose() {
+    c_.cut(0, 1, true);
+    c_.engine(0).onPeerDown(1, Status::deadlineExceeded("nothing heard"));
+    c_.engine(1).onPeerDown(0, Status::deadlineExceeded("nothing heard"));
+  }
+  void restore() {
+    c_.cut(0, 1, false);
+    c_.engine(0).onPeerUp(1);
+    c_.engine(1).onPeerUp(0);
+  }
+
+  const uint64_t job_ = jobIdOf("recovery");
+  Cluster c_;
+};
+
+void expectCompleted(const std::vector<Done>& done, uint64_t step) {
+  ASSERT_EQ(done.size(), std::size(kKeys));
+  for (const Done& d : done) {
+    EXPECT_TRUE(d.status.ok()) << d.status.toString();
+    EXPECT_EQ(d.iteration, step);
+  }
+}
+
+TEST_F(Recovery, AReductionThatNeedsALostPeerFailsAtOnceNamingIt) {
+  Step s(0, 1);
+  lose();
+  const auto refused = submit(0, 1, s);
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_EQ(refused[0].message(), "peer rank 1 is down: nothing heard");
+  EXPECT_EQ(c_.engine(0).queuedSlices(1), 0u);
+}
+
+TEST_F(Recovery, AfterALossTheNodeBehindJumpsToThePeersIterationAndStepsCompleteWhole) {
+  Step a1(0, 1), b1(1, 1);
+  submit(0, 1, a1);
+  submit(1, 1, b1);
+  c_.pump();
+  expectCompleted(reports(0), 1);
+  expectCompleted(reports(1), 1);
+
+  // Node 1 freezes in step 2; node 0 loses it and its trainers fail steps 2..9 at once.
+  Step b2(1, 2);
+  submit(1, 2, b2);
+  lose();
+  EXPECT_EQ(reports(1).size(), 2u);  // failed: the peer is lost
+  for (uint64_t step = 2; step <= 9; ++step) {
+    Step a(0, step);
+    EXPECT_EQ(submit(0, step, a).size(), 2u) << step;
+  }
+  restore();  // each side says where it goes on: node 0 at 10, node 1 at 3
+  c_.pump();
+  // Node 1's next step (3) lands on node 0's 10: both sum the same pair of steps.
+  Step a10(0, 10), b3(1, 3);
+  ASSERT_TRUE(submit(1, 3, b3).empty());
+  ASSERT_TRUE(submit(0, 10, a10).empty());
+  c_.pump();
+  expectCompleted(reports(0), 10);
+  expectCompleted(reports(1), 3);
+  for (size_t i = 0; i < std::size(kKeys); ++i) {
+    const float want = (Step(0, 10).buffers[i][0] + Step(1, 3).buffers[i][0]) / 2;
+    EXPECT_EQ(a10.buffers[i], std::vector<float>(3000, want));
+    EXPECT_EQ(b3.buffers[i], a10.buffers[i]);
+  }
+  EXPECT_EQ(c_.engine(1).counters().realignments, 1u);
+  EXPECT_EQ(c_.engine(0).counters().realignments, 0u) << "the node ahead gives nothing up";
+  EXPECT_EQ(c_.engine(0).counters().bad_messages + c_.engine(1).counters().bad_messages, 0u);
+}
+
+TEST_F(Recovery, AStepSentBeforeTheNewsFailsWholeAndTheNextOneMatches) {
+  Step a1(0, 1), b1(1, 1);
+  submit(0, 1, a1);
+  submit(1, 1, b1);
+  c_.pump();
+  reports(0), reports(1);
+  lose();
+  for (uint64_t step = 2; step <= 5; ++step) {
+    Step a(0, step);
+    submit(0, step, a);
+  }
+  // Node 1's trainer submits step 2 before node 0's notice arrives: its contributions reach a
+  // node that gave iteration 2 up (stale), and the notice fails the step on node 1.
+  c_.cut(0, 1, false);
+  c_.engine(0).onPeerUp(1);
+  Step b2(1, 2);
+  ASSERT_TRUE(submit(1, 2, b2).empty());
+  c_.settleCoders();  // its contributions leave
+  c_.engine(1).onPeerUp(0);
+  c_.pump();
+  auto failed = reports(1);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const Done& d : failed) {
+    EXPECT_EQ(d.iteration, 2u);
+    EXPECT_EQ(d.status.message(),
+              "iteration given up to realign with the other nodes: rank 0 goes on at iteration 6");
+  }
+  EXPECT_GT(c_.engine(0).counters().stale_slices, 0u);
+  EXPECT_EQ(c_.engine(0).counters().bad_messages, 0u) << "late slices of a given-up iteration are not hostile";
+  Step a6(0, 6), b3(1, 3);
+  ASSERT_TRUE(submit(0, 6, a6).empty());
+  ASSERT_TRUE(submit(1, 3, b3).empty());
+  c_.pump();
+  expectCompleted(reports(0), 6);
+  expectCompleted(reports(1), 3);
+  EXPECT_EQ(a6.buffers, b3.buffers);
+}
+
+class Deadline : public Recovery {
+ protected:
+  Deadline() : Recovery(options(clock_.now())) {}
+  static inline testing::EpochClock clock_{std::chrono::seconds(100)};
+};
+
+TEST_F(Deadline, AReductionPastItsDeadlineFailsAndItsIterationIsGivenUpEverywhere) {
+  // Node 0 sends its step 1; node 1's trainer does not submit it in time (it hangs in its own
+  // code, or starts late).
+  Step a1(0, 1);
+  submit(0, 1, a1);
+  c_.pump();
+  c_.engine(0).expireReductions();
+  EXPECT_TRUE(reports(0).empty()) << "not yet due";
+  clock_.jump(std::chrono::seconds(31));
+  c_.engine(0).expireReductions();
+  auto failed = reports(0);
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(failed[0].status.message(), "iteration given up to realign with the other nodes: not reduced within 30 s "
+                                        "(transport.reduction_timeout)");
+  c_.pump();
+  // Node 1's trainer comes back with its first step: it lands on node 0's next one, 2.
+  Step a2(0, 2), b1(1, 1);
+  ASSERT_TRUE(submit(1, 1, b1).empty());
+  ASSERT_TRUE(submit(0, 2, a2).empty());
+  c_.pump();
+  expectCompleted(reports(0), 2);
+  expectCompleted(reports(1), 1);
+  EXPECT_EQ(a2.buffers, b1.buffers);
+}
+
+TEST_F(Deadline, AJobWhoseReductionsKeepFailingIsStalled) {
+  lose();
+  for (uint64_t step = 1; step <= 3; ++step) {
+    Step a(0, step);
+    submit(0, step, a);
+  }
+  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u) << "failing for less than a reduction timeout";
+  clock_.jump(std::chrono::seconds(31));
+  Step a(0, 4);
+  submit(0, 4, a);
+  EXPECT_EQ(c_.engine(0).stalledJobs(), 1u);
+  clock_.jump(std::chrono::seconds(31));
+  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u) << "its trainers stopped trying: idle, not stalled";
+  restore();
+  c_.pump();
+  // Node 1 started nothing yet: its first step lands where node 0 goes on.
+  Step a5(0, 5), b1(1, 1);
+  ASSERT_TRUE(submit(0, 5, a5).empty());
+  ASSERT_TRUE(submit(1, 1, b1).empty());
+  c_.pump();
+  expectCompleted(reports(0), 5);
+  expectCompleted(reports(1), 1);
+  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u);
+}
+
+}  // namespace
+}  // namespace gcagent::agent

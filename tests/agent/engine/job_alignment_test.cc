@@ -1,0 +1,56 @@
+#include "agent/engine/job_alignment.h"
+
+#include <gtest/gtest.h>
+
+namespace gcagent::agent {
+namespace {
+
+TEST(JobAlignmentTest, WithoutALossTrainerAndWireIterationsAreTheSame) {
+  JobAlignment a;
+  EXPECT_EQ(*a.start(1), 1u);
+  EXPECT_EQ(*a.start(2), 2u);
+  // A peer one step ahead (it finished iteration 2 first) is no news to a node that started it.
+  EXPECT_TRUE(a.adopt(3));
+  EXPECT_EQ(a.offset(), 0u);
+  EXPECT_EQ(*a.start(3), 3u);
+}
+
+TEST(JobAlignmentTest, ANodeBehindMapsItsNextStepOntoThePeersIteration) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(93).ok());  // the step a frozen agent was in
+  EXPECT_TRUE(a.adopt(700));      // the peers failed steps at once meanwhile, and wait at 700
+  EXPECT_FALSE(a.adopt(650)) << "older news";
+  EXPECT_EQ(a.offset(), 606u);
+  EXPECT_EQ(*a.start(94), 700u);
+  EXPECT_EQ(*a.start(95), 701u);
+}
+
+TEST(JobAlignmentTest, KeysOfTheStepInFlightFailSoTheNextStepStaysWhole) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(94).ok());  // one key of step 94 was submitted before the news
+  ASSERT_TRUE(a.adopt(700));
+  // Its other keys would land on 700 beside a key the peers never got: the step is given up.
+  auto late = a.start(94);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().message(),
+            "iteration 94 was given up to realign with the other nodes; the job goes on from this node's iteration 95");
+  EXPECT_EQ(*a.start(95), 700u);
+}
+
+TEST(JobAlignmentTest, ANodeAheadKeepsItsNumbering) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(700).ok());
+  EXPECT_TRUE(a.adopt(95));  // a peer that was behind says where it is: it catches up, not this node
+  EXPECT_EQ(a.offset(), 0u);
+  EXPECT_EQ(*a.start(701), 701u);
+}
+
+TEST(JobAlignmentTest, ANodeThatStartedNothingStartsAtTheAgreedIteration) {
+  JobAlignment a;  // a restarted agent's job
+  EXPECT_TRUE(a.adopt(40));
+  EXPECT_EQ(*a.start(3), 40u);
+  EXPECT_EQ(*a.start(4), 41u);
+}
+
+}  // namespace
+}  // namespace gcagent::agent
