@@ -19,6 +19,11 @@ reconnected to at the start of a later step, when the State made its own client:
 connection with the same buckets declared, so a training loop that catches the error goes on
 once the agent is back (`State.reconnects` counts them). Until then every step fails at once.
 
+Under transport.on_peer_loss = "shrink" a node taken back (or one that trained apart) holds an
+older model: call `state.sync_parameters(model.module)` after every step, failed or not; after
+the first step completed under the membership that took it in, every member's trainers load
+the weights of the node that kept training (a broadcast through the agent), and it returns True.
+
 GPU path: when the buckets are CUDA tensors, the hook declares them on the device instead
 (gcagent_declare_device with the bucket's GPU UUID): each bucket is copied into its device slot
 on the current stream, the client records an interprocess event on that stream and submits,
