@@ -152,7 +152,7 @@ Membership::Reaction Membership::onNotice(uint32_t from, const MembershipNotice&
   switch (n.kind) {
     case Kind::kInstall: {
       const MembershipView& v = *n.view;
-      if (v.epoch > view_.epoch || (quorum_ == Quorum::kNone && v.epoch == view_.epoch && v.newerThan(view_)))
+      if (follows(v))
         out.install = v;
       else if (view_.epoch > 0 && v != view_ && !(v.epoch == view_.epoch && quorum_ == Quorum::kMajority))
         tellInstalled();
@@ -214,10 +214,12 @@ Membership::Reaction Membership::onNotice(uint32_t from, const MembershipNotice&
   return out;
 }
 
+bool Membership::follows(const MembershipView& v) const {
+  return v.epoch > view_.epoch || (quorum_ == Quorum::kNone && v.epoch == view_.epoch && v.newerThan(view_));
+}
+
 bool Membership::install(const MembershipView& v) {
-  const bool follows =
-      v.epoch > view_.epoch || (quorum_ == Quorum::kNone && v.epoch == view_.epoch && v.newerThan(view_));
-  if (!follows) return false;
+  if (!follows(v)) return false;
   // Under quorum none a view that does not follow this node's may come from a part of the
   // cluster that trained apart: a member that trained here and is no joiner there holds
   // another model, and must be taken in anew.

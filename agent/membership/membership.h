@@ -96,6 +96,8 @@ class Membership {
  private:
   bool up(uint32_t rank) const { return rank == self_ || (up_[rank] && !down_since_[rank]); }
   bool leads() const;
+  // In epoch order after the installed view (or, under quorum none, winning over it).
+  bool follows(const MembershipView& v) const;
   bool majorityOf(const std::set<uint32_t>& voters) const;
   MembershipNotice notice(MembershipNotice::Kind kind) const;
   Reaction toEveryone(MembershipNotice n) const;

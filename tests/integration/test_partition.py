@@ -95,16 +95,27 @@ def assert_running(trainers):
         assert p.poll() is None, f"trainer {i} exited {p.returncode} (1: a wrong value):\n{trainers.output(i)[-1500:]}"
 
 
-def assert_whole_again_unchanged(c, trainers, ns):
-    """After the heal: every trainer completes steps again, none saw a wrong value, no
-    membership ever changed, no peer message was refused; then everything stops cleanly."""
-    assert_steps_complete_again(trainers)
-    assert_running(trainers)
-    for r in range(4):
-        assert "membership:" not in c.log(r), c.log(r)[-2000:]
-    assert_no_bad_messages(c, ns)
+def stop_all(c, trainers):
     trainers.kill()
     stop_clean(c)
+
+
+def assert_all_four_go_on(c, trainers, ns, stop=True):
+    """After the heal: every trainer completes steps on all four nodes, none saw a wrong
+    value, no peer message was refused; then (stop) everything stops cleanly."""
+    wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
+    assert_running(trainers)
+    assert_no_bad_messages(c, ns)
+    if stop:
+        stop_all(c, trainers)
+
+
+def assert_whole_again_unchanged(c, trainers, ns):
+    """assert_all_four_go_on, and no membership ever changed."""
+    assert_steps_complete_again(trainers)
+    for r in range(4):
+        assert "membership:" not in c.log(r), c.log(r)[-2000:]
+    assert_all_four_go_on(c, trainers, ns)
 
 
 def test_a_two_two_partition_stops_both_halves_until_it_heals(tmp_path, namespaces):
@@ -125,11 +136,7 @@ def test_a_two_two_partition_stops_both_halves_until_it_heals(tmp_path, namespac
         ns.partition([0, 1], [2, 3], cut=False)
         # The links come back one by one: with a grace period of 1 s the leader may leave out,
         # then take back, a node whose link is a moment late. Either way all four go on.
-        wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
-        assert_running(trainers)
-        assert_no_bad_messages(c, ns)
-        trainers.kill()
-        stop_clean(c)
+        assert_all_four_go_on(c, trainers, ns)
 
 
 def test_a_three_one_partition_lets_the_three_go_on_and_takes_the_one_back(tmp_path, namespaces):
@@ -147,16 +154,13 @@ def test_a_three_one_partition_lets_the_three_go_on_and_takes_the_one_back(tmp_p
         minority = window.text(3)
         assert not successes(minority[minority.index(NO_QUORUM):]), minority[-800:]
         ns.partition([0, 1, 2], [3], cut=False)
-        wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
-        assert_running(trainers)
+        assert_all_four_go_on(c, trainers, ns, stop=False)
         for i in range(4):
             # Taken back as a joiner: every trainer is told, after one step, to load node 0's weights.
             assert len(re.findall(r"resync_root=0$", trainers.output(i), re.M)) == 1, trainers.output(i)[-1500:]
             assert metric(c, i, "gcagent_membership_epoch", "", ns) == 2
         assert "-> epoch 1 (nodes 0, 1, 2) (agreed by a majority" in c.log(0), c.log(0)[-2000:]
-        assert_no_bad_messages(c, ns)
-        trainers.kill()
-        stop_clean(c)
+        stop_all(c, trainers)
 
 
 def test_a_partition_during_a_membership_change_never_lets_both_sides_train(tmp_path, namespaces):
@@ -178,11 +182,7 @@ def test_a_partition_during_a_membership_change_never_lets_both_sides_train(tmp_
             assert "failed iteration=" in window.text(i), window.text(i)[-800:]
             assert window.steps_after_first_failure(i) == 0, window.text(i)[-800:]
         ns.partition([0, 1], [2, 3], cut=False)
-        wait_steps_on(trainers, [0, 1, 2, 3], 4, AGAIN)
-        assert_running(trainers)
-        assert_no_bad_messages(c, ns)
-        trainers.kill()
-        stop_clean(c)
+        assert_all_four_go_on(c, trainers, ns)
 
 
 def test_a_partition_healed_within_the_grace_period_changes_nothing(tmp_path, namespaces):

@@ -228,30 +228,26 @@ class State:
         mine = self.client.world_rank == root * self.client.local_size
         slot = self._slots[_MODEL_KEY]
         with torch.no_grad(), self._lock:
-            flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors]) if mine else None
+            # The weights go straight into the slot and come straight back out: one copy each way.
+            slot = slot if self.device is not None else torch.from_numpy(slot)
+            offset = 0
+            for t in tensors if mine else ():
+                slot[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += t.numel()
+            if not mine:
+                slot.fill_(-0.0)
             if self.device is not None:
                 stream = torch.cuda.current_stream(self.device)
-                if mine:
-                    slot.copy_(flat)
-                else:
-                    slot.fill_(-0.0)
                 self.client.submit_device(step, [_MODEL_KEY], stream.cuda_stream)
                 done = self.client.wait_device(step, [_MODEL_KEY], int(self.timeout_s * 1000), stream.cuda_stream)
-                loaded = slot.clone()
             else:
-                values = torch.from_numpy(slot)
-                if mine:
-                    values.copy_(flat)
-                else:
-                    values.fill_(-0.0)
                 self.client.submit(step, [_MODEL_KEY])
                 done = self.client.wait(step, [_MODEL_KEY], int(self.timeout_s * 1000))
-                loaded = values.clone()
             if not done:
                 raise GcagentError(3, f"gcagent: the weights of node {root} did not arrive within {self.timeout_s} s")
             offset = 0
             for t in tensors:
-                t.copy_(loaded[offset:offset + t.numel()].reshape(t.shape).to(t.dtype))
+                t.copy_(slot[offset:offset + t.numel()].reshape(t.shape))
                 offset += t.numel()
         self.resyncs += 1
         return True
