@@ -112,7 +112,7 @@ def assert_all_four_go_on(c, trainers, ns, stop=True):
 
 def assert_whole_again_unchanged(c, trainers, ns):
     """assert_all_four_go_on, and no membership ever changed."""
-    assert_steps_complete_again(trainers)
+    assert_steps_complete_again(trainers, cluster=c)
     for r in range(4):
         assert "membership:" not in c.log(r), c.log(r)[-2000:]
     assert_all_four_go_on(c, trainers, ns)
