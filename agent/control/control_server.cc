@@ -162,13 +162,12 @@ void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, cons
     auto request = member->takeSubmit(iteration, key);
     if (!request) continue;
     if (status.ok()) {
-      member->complete(*request, iteration, key, job.coded.count({iteration, key}) != 0);
+      member->complete(*request, iteration, key, job.placementOf(key).where == Placement::kDevice);
     } else {
       member->sendError(*request, Status(status.code(), strCat("tensor ", key, " iteration ", iteration, ": ",
                                                                status.message())));
     }
   }
-  job.coded.erase({iteration, key});
   if (!status.ok()) {
     if (uint64_t held = 0; job.failure_log.allow(steadyNow(), &held))
       GC_LOG(kWarn, "control", "job '", job.name, "' tensor ", key, " iteration ", iteration, " failed: ", status.message(),
@@ -199,25 +198,33 @@ void ControlServer::reduce(const std::shared_ptr<LocalJob>& job, uint64_t iterat
                            std::vector<Contribution> ready) {
   ++job->inFlight;
   job->reductionStarted(iteration);
-  // On the GPU when every local gradient is in device slots of one GPU with a coder, and the
-  // GPU codes this tensor's codec faster than the CPU.
-  const std::shared_ptr<LocalCoder> coder = ready.front().coder;
-  const bool on_device = coder && std::all_of(ready.begin(), ready.end(), [&](const Contribution& c) {
-    return c.device != nullptr && c.coder == coder;
-  }) && engine_.codesOnDevice(job->id, key);
-  if (on_device) {
-    std::vector<float*> buffers;
-    for (const Contribution& c : ready) buffers.push_back(c.device);
-    job->coded.insert({iteration, key});
-    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers), coder);
+  const TensorPlacement& place = job->placementOf(key);
+  // Decided at declare time (tensor_placement.h); a contribution that disagrees would put the
+  // result where nobody reads it.
+  const bool agrees = std::all_of(ready.begin(), ready.end(), [&](const Contribution& c) {
+    switch (place.where) {
+      case Placement::kHost: return c.device == nullptr;
+      case Placement::kDevice: return c.device != nullptr && c.coder == place.coder;
+      case Placement::kStaged: return true;
+    }
+    return false;
+  });
+  if (!agrees) {
+    const Status why = Status::internal(strCat("tensor ", key, ": the local trainers' slots are not where the job's "
+                                               "declaration placed them (", describe(place.where), ")"));
+    GC_LOG(kError, "control", "job '", job->name, "': ", why.message());
+    return onReduced(job->id, iteration, key, why);
+  }
+  std::vector<float*> buffers;
+  for (const Contribution& c : ready) buffers.push_back(place.where == Placement::kDevice ? c.device : c.host);
+  if (place.where == Placement::kDevice) {
+    Status st = engine_.reduce(job->id, iteration, key, std::move(buffers), place.coder);
     if (!st.ok()) onReduced(job->id, iteration, key, st);
     return;
   }
-  std::vector<float*> buffers;
-  for (const Contribution& c : ready) buffers.push_back(c.host);
   auto pins = std::make_shared<std::vector<std::shared_ptr<const void>>>();
   for (const Contribution& c : ready) pins->push_back(c.pin);
-  if (std::none_of(ready.begin(), ready.end(), [](const Contribution& c) { return c.device != nullptr; })) {
+  if (place.where == Placement::kHost) {
     Status st = engine_.reduce(job->id, iteration, key, std::move(buffers), nullptr, pins);
     if (!st.ok()) onReduced(job->id, iteration, key, st);
     return;

@@ -3,9 +3,27 @@
 #include <algorithm>
 
 #include "agent/engine/reduction_engine.h"
+#include "common/log.h"
 #include "common/str_cat.h"
 
 namespace gcagent::agent {
+
+namespace {
+
+// Every tensor's placement under `slots`, once every local trainer declared; none before.
+std::unordered_map<uint64_t, TensorPlacement> placed(const LocalJob& job,
+                                                     const std::vector<std::optional<MemberSlots>>& slots) {
+  std::unordered_map<uint64_t, TensorPlacement> out;
+  std::vector<MemberSlots> members;
+  for (const auto& s : slots) {
+    if (!s) return out;
+    members.push_back(*s);
+  }
+  for (const auto& [key, route] : job.routes) out[key] = placeTensor(members, route.device_coded);
+  return out;
+}
+
+}  // namespace
 
 Joined LocalJob::contribute(uint32_t local_rank, uint64_t iteration, uint64_t key, Contribution mine) {
   Joined joined;
@@ -53,6 +71,42 @@ void LocalJob::loseAfter(uint64_t after, const Status& why) {
   lost_after = after;
 }
 
+void LocalJob::routesDeclared(const std::vector<DeclaredTensor>& declared) {
+  routes.clear();
+  for (const DeclaredTensor& t : declared) routes[t.key] = t;
+  placements = placed(*this, slots);
+}
+
+Status LocalJob::checkSlots(uint32_t local_rank, const MemberSlots& mine) const {
+  if (inFlight == 0 && pending.empty()) return {};
+  std::vector<std::optional<MemberSlots>> next = slots;
+  next.resize(std::max<size_t>(next.size(), local_size));
+  next[local_rank] = mine;
+  if (placed(*this, next) == placements) return {};
+  return Status::failedPrecondition(strCat("job '", name, "': local rank ", local_rank,
+                                           " cannot move its tensors between host and GPU while a reduction is in "
+                                           "flight"));
+}
+
+void LocalJob::declareSlots(uint32_t local_rank, MemberSlots mine) {
+  slots.resize(std::max<size_t>(slots.size(), local_size));
+  slots[local_rank] = std::move(mine);
+  auto next = placed(*this, slots);
+  if (next == placements) return;
+  placements = std::move(next);
+  std::map<Placement, size_t> count;
+  for (const auto& [key, p] : placements) ++count[p.where];
+  std::string where;
+  for (const auto& [p, n] : count) where += strCat(where.empty() ? "" : ", ", n, " ", describe(p));
+  GC_LOG(kInfo, "control", "job '", name, "': its tensors reduce ", where);
+}
+
+const TensorPlacement& LocalJob::placementOf(uint64_t key) const {
+  static const TensorPlacement on_host;
+  auto it = placements.find(key);
+  return it == placements.end() ? on_host : it->second;
+}
+
 bool LocalJob::deserted() const {
   return std::all_of(members.begin(), members.end(), [](TrainerSession* s) { return s == nullptr; });
 }
@@ -67,6 +121,7 @@ std::shared_ptr<LocalJob> findOrCreateJob(LocalJobs& jobs, const std::string& na
     job->id = id;
     job->local_size = local_size;
     job->members.assign(local_size, nullptr);
+    job->slots.assign(local_size, std::nullopt);
   } else if (job->name != name) {
     *error = Status::failedPrecondition(strCat("job '", name, "' collides with job '", job->name, "'"));
     return nullptr;

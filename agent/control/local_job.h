@@ -10,12 +10,13 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "agent/control/tensor_placement.h"
+#include "agent/engine/tensor_route.h"
 #include "common/log_throttle.h"
 #include "common/status.h"
 #include "shm/protocol.h"
@@ -55,8 +56,12 @@ struct LocalJob {
   uint64_t generation = 0;
   // Submissions of an (iteration, key) so far, by local rank.
   std::map<std::pair<uint64_t, uint64_t>, std::vector<Contribution>> pending;
-  // Reductions in flight that run on a GPU's coder: their averages are in the device slots.
-  std::set<std::pair<uint64_t, uint64_t>> coded;
+  // Each local trainer's slots, by local rank, once it declared them.
+  std::vector<std::optional<MemberSlots>> slots;
+  // Of each declared tensor, what its route says (ReductionEngine::declareJob).
+  std::unordered_map<uint64_t, DeclaredTensor> routes;
+  // Where each declared tensor reduces here, decided once every local trainer declared.
+  std::unordered_map<uint64_t, TensorPlacement> placements;
   std::map<uint64_t, size_t> keys_done;  // iteration -> keys completed
   // Keys reduced per iteration, learned from the last iteration the trainers moved past: a job
   // may declare more tensors than it reduces each step (a broadcast's, frozen layers'). 0:
@@ -86,6 +91,16 @@ struct LocalJob {
   void loseAfter(uint64_t last_completed, const Status& why);
   // No local trainer is connected.
   bool deserted() const;
+  // The engine took the job's tensors (their routes, in declaration order).
+  void routesDeclared(const std::vector<DeclaredTensor>& declared);
+  // Local rank `local_rank` declared `mine`: once every local trainer has, every tensor's
+  // placement is decided again. Refused while a reduction is in flight if that would move a
+  // tensor (its result would be looked for in the wrong place); checked before anything else
+  // of the declaration is done, so a refused one changes nothing.
+  Status checkSlots(uint32_t local_rank, const MemberSlots& mine) const;
+  void declareSlots(uint32_t local_rank, MemberSlots mine);
+  // Where `key` reduces here: decided when every local trainer declared (on the host before).
+  const TensorPlacement& placementOf(uint64_t key) const;
 };
 
 using LocalJobs = std::unordered_map<uint64_t, std::shared_ptr<LocalJob>>;

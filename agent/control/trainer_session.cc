@@ -94,7 +94,8 @@ Status TrainerSession::declareTensors(const std::vector<protocol::TensorDecl>& t
     if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
     specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
   }
-  GC_RETURN_IF_ERROR(server_.engine_.declareJob(job.id, specs));
+  GC_ASSIGN_OR_RETURN(std::vector<DeclaredTensor> declared, server_.engine_.declareJob(job.id, specs));
+  job.routesDeclared(declared);
   job.tensors = tensors;
   ++job.generation;
   GC_LOG(kInfo, "control", "job '", job.name, "': ", tensors.size(), " tensors declared (generation ",
@@ -113,6 +114,7 @@ Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
   if (!job_) return Status::failedPrecondition("declare before hello");
   if (staging_count_ != 0)
     return Status::failedPrecondition("declare while device gradients are still being copied in");
+  GC_RETURN_IF_ERROR(job_->checkSlots(local_rank_, MemberSlots{}));
   std::vector<uint64_t> bytes;
   for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
   shm::SlotLayout layout = shm::layoutSlots(bytes);
@@ -130,6 +132,7 @@ Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
     slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
                                 d.tensors[i].elements, i};
   generation_ = job_->generation;
+  job_->declareSlots(local_rank_, MemberSlots{});
   send({request, protocol::Declared{segment_->name(), layout.total_bytes, layout.offsets}});
   return {};
 }
@@ -149,12 +152,15 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
     sendError(request, device.status());
     return {};
   }
+  const MemberSlots mine{true, (*device)->coder()};
+  GC_RETURN_IF_ERROR(job_->checkSlots(local_rank_, mine));
   GC_RETURN_IF_ERROR(declareTensors(d.tensors));
   forgetSlots();
   device_ = std::move(device).value();
   for (size_t i = 0; i < d.tensors.size(); ++i)
     slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i};
   generation_ = job_->generation;
+  job_->declareSlots(local_rank_, mine);
   GC_LOG(kInfo, "control", "trainer ", id(), ": ", d.tensors.size(), " device tensors on ", gpuUuidText(d.gpu));
   send({request, device_->offer()}, device_->fd());
   return {};

@@ -97,16 +97,6 @@ Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) cons
   return k->second.plan;
 }
 
-bool ReductionEngine::codesOnDevice(uint64_t job, uint64_t key) const {
-  if (transport_.size() == 1) return true;
-  auto j = jobs_.find(job);
-  if (j == jobs_.end()) return false;
-  auto k = j->second->keys.find(key);
-  if (k == j->second->keys.end()) return false;
-  const auto& staged = options_.gpu_staged_codecs;
-  return std::find(staged.begin(), staged.end(), k->second.push_spec.name) == staged.end();
-}
-
 Result<Topology> ReductionEngine::topologyOf(uint64_t job, uint64_t key) const {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
@@ -115,7 +105,7 @@ Result<Topology> ReductionEngine::topologyOf(uint64_t job, uint64_t key) const {
   return k->second.topology;
 }
 
-Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
+Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
   auto& slot = jobs_[job];
   if (!slot) {
     slot = std::make_unique<JobState>();
@@ -128,9 +118,12 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
   const RouteOptions route_options{options_.default_codec, options_.result_codec, options_.slice_elements,
-                                   options_.codec_env, options_.prioritize, options_.topology};
+                                   options_.codec_env,    options_.prioritize,   options_.topology,
+                                   options_.gpu_staged_codecs, transport_.size() == 1};
+  std::vector<DeclaredTensor> declared;
   for (const TensorSpec& t : tensors) {
     GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, planner_, *stats_));
+    declared.push_back({t.key, route.device_coded});
     KeyState k(std::move(route));
     auto old = js.keys.find(t.key);
     if (old != js.keys.end()) {
@@ -157,7 +150,7 @@ Status ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& 
   updatePlanGauges();
   // Replay the slices peers sent before this node knew the job.
   for (const EarlySliceStash::Slice& s : stash_.take(job)) onMessage({s.from, s.header, s.payload});
-  return {};
+  return declared;
 }
 
 void ReductionEngine::dropJob(uint64_t job) {

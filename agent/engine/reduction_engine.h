@@ -130,8 +130,9 @@ class ReductionEngine : public JobPart {
   ~ReductionEngine();
 
   // Declares (or re-declares) a job's tensors; builds their codecs. Keys whose size or
-  // codec changed lose their residuals. Slices that arrived early are replayed.
-  Status declareJob(uint64_t job, const std::vector<TensorSpec>& tensors);
+  // codec changed lose their residuals. Slices that arrived early are replayed. Returns what
+  // the trainers' side keeps of each tensor's route, in declaration order.
+  Result<std::vector<DeclaredTensor>> declareJob(uint64_t job, const std::vector<TensorSpec>& tensors);
   void dropJob(uint64_t job) override;
 
   // Reduces one key of one iteration. `buffers` are the local trainers' copies of the
@@ -195,10 +196,6 @@ class ReductionEngine : public JobPart {
   Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
   // The topology a declared tensor travels by (auto resolved).
   Result<Topology> topologyOf(uint64_t job, uint64_t key) const;
-  // Whether a declared tensor's gradients on a GPU reduce through the GPU's LocalCoder, or
-  // are staged through host memory (its codec is in gpu_staged_codecs). A node on its own
-  // only averages, on the GPU whatever the codec.
-  bool codesOnDevice(uint64_t job, uint64_t key) const;
   // Slices owned here that wait for contributions (all jobs).
   size_t pendingAccumulators() const;
   // Allgather tensors of dropped jobs whose shares the lanes may still hold (released by

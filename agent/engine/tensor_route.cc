@@ -1,5 +1,7 @@
 #include "agent/engine/tensor_route.h"
 
+#include <algorithm>
+
 #include "agent/engine/slice_protocol.h"
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -48,6 +50,8 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   r.pull_fp = resultFingerprint(r.pull_spec);
   r.geometry = scheduler::SliceGeometry::of(t.elements, options.slice_elements, planner.partitions(t.elements));
   r.slice_count = r.geometry.count();
+  const auto& staged = options.gpu_staged_codecs;
+  r.device_coded = options.alone || std::find(staged.begin(), staged.end(), r.push_spec.name) == staged.end();
   return r;
 }
 

@@ -1,12 +1,14 @@
 // How one declared tensor travels, decided once when it is declared: its codec each way (the
 // push codec for contributions, the pull codec for results), their fingerprints on the wire,
-// its slicing, its aggregation policy and where its metrics go. Only the planner's
+// its slicing, its aggregation policy, whether its gradients on a GPU are coded there, and
+// where its metrics go. Only the planner's
 // compress-or-not is re-made later, when the planner re-fits (plan, replanned by the engine).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/engine/reduction_policy.h"
 #include "common/status.h"
@@ -32,6 +34,10 @@ struct RouteOptions {
   compress::CodecEnv codec_env;
   bool prioritize = true;  // false: every tensor at one priority (FIFO everywhere)
   Topology topology = Topology::kPs;  // unless the tensor chose one (scheduler.topology); may be kAuto
+  // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs
+  // (compress.gpu_staged_codecs), unless the node is on its own (it only averages).
+  std::vector<std::string> gpu_staged_codecs{};
+  bool alone = false;
 };
 
 struct TensorRoute {
@@ -48,6 +54,8 @@ struct TensorRoute {
   uint32_t slice_count = 0;
   Topology topology = Topology::kPs;  // the tensor's choice, else the agent's default (auto resolved)
   std::string topology_why;           // auto's choice and its model, for the log
+  // Its gradients on a GPU are coded by that GPU's coder; else staged through host memory.
+  bool device_coded = true;
   // The planner's decision: compressed or not, re-made when the planner re-fits.
   scheduler::Plan plan;
   uint64_t plan_epoch = UINT64_MAX;
@@ -67,6 +75,12 @@ struct TensorRoute {
   bool sameWire(const TensorRoute& other) const {
     return spec.elements == other.spec.elements && push_fp == other.push_fp && topology == other.topology;
   }
+};
+
+// What the trainers' side reads of a declared tensor's route (ReductionEngine::declareJob).
+struct DeclaredTensor {
+  uint64_t key = 0;
+  bool device_coded = true;  // TensorRoute::device_coded
 };
 
 // Builds a tensor's route; the error names the tensor and which codec or policy is wrong.

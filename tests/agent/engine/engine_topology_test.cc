@@ -199,7 +199,8 @@ TEST(EngineRing, NodesThatDisagreeOnTheTopologyRefuseEachOthersSlices) {
 
 TEST(EngineRing, TheMxnetPolicyIsRefusedOnARing) {
   Cluster c(2, ringOptions());
-  const Status s = c.engine(0).declareJob(jobIdOf("mx"), {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kAverage, {}}}});
+  const Status s =
+      c.engine(0).declareJob(jobIdOf("mx"), {{5, 4000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kAverage, {}}}}).status();
   EXPECT_EQ(s.message(), "tensor 5: aggregation mxnet is a parameter server's; it cannot travel by ring (use "
                          "reduce.topology=ps, or the bidirectional aggregation)");
 }
