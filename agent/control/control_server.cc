@@ -23,7 +23,8 @@ ControlServer::ControlServer(asio::io_context& io, ReductionEngine& engine, Serv
       options_(std::move(options)),
       acceptor_(io),
       accept_retry_(io),
-      device_path_(options_.device_path) {
+      device_path_(options_.device_path),
+      jobs_([&engine](uint64_t job, const std::vector<TensorSpec>& tensors) { return engine.declareJob(job, tensors); }) {
   jobs_.attach(*this);
   jobs_.attach(engine_);
 }
@@ -97,7 +98,7 @@ void ControlServer::accept() {
       return accept();
     }
     refusing_ = false;
-    auto session = std::make_shared<TrainerSession>(*this, std::move(socket), next_trainer_id_++);
+    auto session = std::make_shared<TrainerSession>(static_cast<SessionHost&>(*this), std::move(socket), next_trainer_id_++);
     sessions_[session.get()] = session;
     ++counters_.trainers_connected;
     engine_.stats().trainersConnected().Increment();

@@ -22,6 +22,8 @@
 #include "agent/io.h"
 #include "agent/control/job_registry.h"
 #include "agent/control/local_job.h"
+#include "agent/control/server_options.h"
+#include "agent/control/session_host.h"
 #include "agent/engine/reduction_engine.h"
 #include "agent/control/trainer_connection.h"
 #include "common/retry_delay.h"
@@ -31,30 +33,6 @@
 namespace gcagent::agent {
 
 class TrainerSession;
-
-struct ServerOptions {
-  std::string socket_path;
-  std::string shm_prefix = "gcagent";
-  mode_t mode = 0600;  // of the socket and the segments
-  std::optional<gid_t> group;  // group of the socket and the segments (with mode 0660)
-  uint32_t node_rank = 0;
-  uint32_t node_count = 1;
-  // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
-  // job's last iteration this node completed and the reason.
-  std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;
-  // Serves trainers whose tensors live on a GPU; null: makeDevicePath(io) at start().
-  std::shared_ptr<DevicePath> device_path;
-  // What a stranger on the socket can hold: connections beyond max_connections are closed
-  // at once; a connection that says no hello within hello_timeout, or announces a frame
-  // and does not finish its body within body_timeout, is closed. Before its hello a
-  // connection may announce at most kUnidentifiedBodyBytes (trainer_connection.h).
-  size_t max_connections = 256;
-  std::chrono::milliseconds hello_timeout{10000};
-  std::chrono::milliseconds body_timeout{30000};
-  // The socket stopped (false: accept failed, e.g. out of descriptors) or resumed (true)
-  // accepting trainers.
-  std::function<void(bool accepting)> on_accepting;
-};
 
 struct ServerCounters {
   uint64_t trainers_connected = 0;
@@ -67,7 +45,7 @@ struct ServerCounters {
   uint64_t trainers_reconnected = 0;  // a trainer process's new connection in place of its old one
 };
 
-class ControlServer : public JobPart {
+class ControlServer : public JobPart, private SessionHost {
  public:
   ControlServer(asio::io_context& io, ReductionEngine& engine, ServerOptions options);
   ~ControlServer();
@@ -95,23 +73,25 @@ class ControlServer : public JobPart {
   void dropJob(uint64_t job) override;
 
  private:
-  friend class TrainerSession;
+  // SessionHost: what its trainer sessions ask of it and tell it.
+  const ServerOptions& options() const override { return options_; }
+  const shm::protocol::Membership& membership() const override { return membership_; }
+  JobRegistry& jobs() override { return jobs_; }
+  DevicePath& devicePath() override { return *device_path_; }
+  metrics::Stats& stats() override { return engine_.stats(); }
+  void badMessage(const Status& why) override;
+  void timedOut(uint32_t trainer, std::string_view what) override;
+  void deviceRefused(const Status& why) override;
+  void sessionClosed(TrainerSession* session) override;
+  void replaceMember(const std::shared_ptr<LocalJob>& job, TrainerSession& old, TrainerSession& now) override;
+  // Reduces on their GPU, on the host, or on the host after staging the device slots, as the
+  // job placed the tensor (tensor_placement.h).
+  void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key,
+              std::vector<Contribution> ready) override;
+  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) override;
 
   void accept();
   void acceptFailed(const boost::system::error_code& ec);
-  void badMessage(const Status& why);
-  void timedOut(uint32_t trainer, std::string_view what);
-  void deviceRefused(const Status& why);
-  void sessionClosed(TrainerSession* session);
-  // `now` is the same trainer process as `old`, connected again: it takes old's place in the
-  // job (the job goes on, no peer hears of a leave), what old submitted is given up on every
-  // node, and old is closed.
-  void replaceMember(const std::shared_ptr<LocalJob>& job, TrainerSession& old, TrainerSession& now);
-  // Every local trainer's gradient of (iteration, key) is in: reduces them on their GPU, on
-  // the host, or on the host after staging the device slots.
-  void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key, std::vector<Contribution> ready);
-  // Tells the job's trainers that submitted (iteration, key) how it ended.
-  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status);
   // Fails every (iteration, key) of the job still waiting for local trainers with `why`.
   void failPending(LocalJob& job, const Status& why);
 

@@ -1,9 +1,33 @@
 #include "agent/control/job_registry.h"
 
+#include "agent/engine/reduction_policy.h"
+#include "common/log.h"
+#include "common/str_cat.h"
+
 namespace gcagent::agent {
 
 std::shared_ptr<LocalJob> JobRegistry::findOrCreate(const std::string& name, uint32_t local_size, Status* error) {
   return findOrCreateJob(jobs_, name, local_size, error);
+}
+
+Status JobRegistry::declare(LocalJob& job, const std::vector<shm::protocol::TensorDecl>& tensors) {
+  if (tensors == job.tensors) return {};
+  if (!job.pending.empty() || job.inFlight != 0)
+    return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) {
+    compress::Params params(t.params.begin(), t.params.end());
+    auto policy = takeReductionPolicy(params);  // what is left is the codec's
+    if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
+    specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
+  }
+  GC_ASSIGN_OR_RETURN(std::vector<DeclaredTensor> declared, declarer_(job.id, specs));
+  job.routesDeclared(declared);
+  job.tensors = tensors;
+  ++job.generation;
+  GC_LOG(kInfo, "control", "job '", job.name, "': ", tensors.size(), " tensors declared (generation ",
+         job.generation, ")");
+  return {};
 }
 
 std::shared_ptr<LocalJob> JobRegistry::find(uint64_t id) const {

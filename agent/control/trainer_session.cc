@@ -2,9 +2,6 @@
 
 #include <variant>
 
-#include "agent/control/control_server.h"
-#include "agent/engine/reduction_engine.h"
-#include "agent/engine/reduction_policy.h"
 #include "common/gpu_uuid.h"
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -14,9 +11,9 @@ namespace gcagent::agent {
 
 namespace protocol = shm::protocol;
 
-TrainerSession::TrainerSession(ControlServer& server, asio::local::stream_protocol::socket socket, uint32_t id)
-    : TrainerConnection(std::move(socket), id, {server.options_.hello_timeout, server.options_.body_timeout}),
-      server_(server) {}
+TrainerSession::TrainerSession(SessionHost& host, asio::local::stream_protocol::socket socket, uint32_t id)
+    : TrainerConnection(std::move(socket), id, {host.options().hello_timeout, host.options().body_timeout}),
+      host_(host) {}
 
 std::optional<uint32_t> TrainerSession::takeSubmit(uint64_t iteration, uint64_t key) {
   auto it = submits_.find({iteration, key});
@@ -26,15 +23,15 @@ std::optional<uint32_t> TrainerSession::takeSubmit(uint64_t iteration, uint64_t 
   return request;
 }
 
-void TrainerSession::badMessage(const Status& why) { server_.badMessage(why); }
+void TrainerSession::badMessage(const Status& why) { host_.badMessage(why); }
 
-void TrainerSession::timedOut(std::string_view what) { server_.timedOut(id(), what); }
+void TrainerSession::timedOut(std::string_view what) { host_.timedOut(id(), what); }
 
 void TrainerSession::onClosing() {
   if (segment_) segment_->unlink();  // mapped on while a send still reads it, but gone from /dev/shm
 }
 
-void TrainerSession::onClosed() { server_.sessionClosed(this); }
+void TrainerSession::onClosed() { host_.sessionClosed(this); }
 
 void TrainerSession::dispatch(const protocol::Message& m) {
   Status s;
@@ -46,7 +43,7 @@ void TrainerSession::dispatch(const protocol::Message& m) {
   else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                           "' is not one a trainer sends"));
   if (!s.ok()) {
-    server_.badMessage(s);
+    host_.badMessage(s);
     GC_LOG(kWarn, "control", "trainer ", id(), ": ", s.message());
     sendError(m.request_id, s);
   }
@@ -55,7 +52,7 @@ void TrainerSession::dispatch(const protocol::Message& m) {
 Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
   if (job_) return Status::failedPrecondition(strCat("trainer already joined job '", job_->name, "'"));
   Status error;
-  auto job = server_.jobs_.findOrCreate(h.job, h.local_size, &error);
+  auto job = host_.jobs().findOrCreate(h.job, h.local_size, &error);
   if (!job) return error;
   TrainerSession* held = job->members[h.local_rank];
   // The process that holds the rank connecting again (its client gave up on this agent as
@@ -70,36 +67,15 @@ Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
   if (held != nullptr) {
     GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") is local rank ", h.local_rank, " of job '", h.job,
            "' again, in place of trainer ", held->id(), " (the same process); that connection is closed");
-    server_.replaceMember(job, *held, *this);
+    host_.replaceMember(job, *held, *this);
   } else {
     job->members[h.local_rank] = this;
-    server_.engine_.stats().job(job->name).trainers->Increment();
+    host_.stats().job(job->name).trainers->Increment();
     GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
            h.local_rank, " of ", h.local_size);
   }
-  send({request, protocol::Welcome{id(), server_.options_.node_rank, server_.options_.node_count}});
-  if (server_.membership_.epoch != 0) send({0, server_.membership_});  // the nodes changed since the start
-  return {};
-}
-
-Status TrainerSession::declareTensors(const std::vector<protocol::TensorDecl>& tensors) {
-  LocalJob& job = *job_;
-  if (tensors == job.tensors) return {};
-  if (!job.pending.empty() || job.inFlight != 0)
-    return Status::failedPrecondition(strCat("job '", job.name, "': tensors cannot change while a reduction is in flight"));
-  std::vector<TensorSpec> specs;
-  for (const auto& t : tensors) {
-    compress::Params params(t.params.begin(), t.params.end());
-    auto policy = takeReductionPolicy(params);  // what is left is the codec's
-    if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
-    specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
-  }
-  GC_ASSIGN_OR_RETURN(std::vector<DeclaredTensor> declared, server_.engine_.declareJob(job.id, specs));
-  job.routesDeclared(declared);
-  job.tensors = tensors;
-  ++job.generation;
-  GC_LOG(kInfo, "control", "job '", job.name, "': ", tensors.size(), " tensors declared (generation ",
-         job.generation, ")");
+  send({request, protocol::Welcome{id(), host_.options().node_rank, host_.options().node_count}});
+  if (host_.membership().epoch != 0) send({0, host_.membership()});  // the nodes changed since the start
   return {};
 }
 
@@ -122,10 +98,10 @@ Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
   // the previous declaration, its segment and its slots in force. The old name goes (the
   // new segment takes it); its mapping stays until the old slots are forgotten.
   if (segment_) segment_->unlink();
-  auto segment = shm::Segment::create(shm::segmentName(server_.options_.shm_prefix, id()), layout.total_bytes,
-                                      server_.options_.mode, peerUid(), server_.options_.group);
+  auto segment = shm::Segment::create(shm::segmentName(host_.options().shm_prefix, id()), layout.total_bytes,
+                                      host_.options().mode, peerUid(), host_.options().group);
   if (!segment.ok()) return segment.status();
-  GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+  GC_RETURN_IF_ERROR(host_.jobs().declare(*job_, d.tensors));
   forgetSlots();
   segment_ = std::make_shared<shm::Segment>(std::move(segment).value());
   for (size_t i = 0; i < d.tensors.size(); ++i)
@@ -144,17 +120,17 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
   std::vector<uint64_t> bytes;
   for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
   // The GPU check comes first: a refused trainer must not disturb the job's declaration.
-  auto device = server_.device_path_->allocate(d.gpu, bytes);
+  auto device = host_.devicePath().allocate(d.gpu, bytes);
   if (!device.ok()) {
     // Not a malformed message: this agent cannot serve that GPU. Counted apart.
-    server_.deviceRefused(device.status());
+    host_.deviceRefused(device.status());
     GC_LOG(kWarn, "control", "trainer ", id(), ": device declare refused: ", device.status().message());
     sendError(request, device.status());
     return {};
   }
   const MemberSlots mine{true, (*device)->coder()};
   GC_RETURN_IF_ERROR(job_->checkSlots(local_rank_, mine));
-  GC_RETURN_IF_ERROR(declareTensors(d.tensors));
+  GC_RETURN_IF_ERROR(host_.jobs().declare(*job_, d.tensors));
   forgetSlots();
   device_ = std::move(device).value();
   for (size_t i = 0; i < d.tensors.size(); ++i)
@@ -177,17 +153,17 @@ void TrainerSession::complete(uint32_t request, uint64_t iteration, uint64_t key
     GC_LOG(kWarn, "control", "trainer ", id(), ": ", st.message());
     sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ", iteration, ": ", st.message())));
   };
-  if (coded) return server_.device_path_->signalDone(*device_, std::move(reply));
-  server_.engine_.stats().gpuCopy(false).Increment(static_cast<double>(it->second.elements * sizeof(float)));
-  server_.device_path_->stageOut(*device_, it->second.index, it->second.elements, std::move(reply));
+  if (coded) return host_.devicePath().signalDone(*device_, std::move(reply));
+  host_.stats().gpuCopy(false).Increment(static_cast<double>(it->second.elements * sizeof(float)));
+  host_.devicePath().stageOut(*device_, it->second.index, it->second.elements, std::move(reply));
 }
 
 void TrainerSession::stageIn(size_t index, uint64_t elements, DevicePath::Done done) {
   if (closed() || !device_) return done(Status::unavailable(strCat("trainer ", id(), " left")));
   ++staging_count_;
-  server_.engine_.stats().gpuCopy(true).Increment(static_cast<double>(elements * sizeof(float)));
+  host_.stats().gpuCopy(true).Increment(static_cast<double>(elements * sizeof(float)));
   auto self = shared_from_this();
-  server_.device_path_->stageIn(*device_, index, elements, [this, self, done = std::move(done)](const Status& st) {
+  host_.devicePath().stageIn(*device_, index, elements, [this, self, done = std::move(done)](const Status& st) {
     --staging_count_;
     done(st);
   });
@@ -213,7 +189,7 @@ Status TrainerSession::onSubmit(uint32_t request, const protocol::Submit& s) {
     if (device_) {
       // The gradient is on the GPU: whatever reads it next (the coder or a staging copy)
       // waits for the trainer's ready event.
-      if (Status ready = server_.device_path_->awaitReady(*device_); !ready.ok()) {
+      if (Status ready = host_.devicePath().awaitReady(*device_); !ready.ok()) {
         takeSubmit(s.iteration, key);
         GC_LOG(kWarn, "control", "trainer ", id(), ": ", ready.message());
         sendError(request, Status(ready.code(), strCat("tensor ", key, " iteration ", s.iteration, ": ",
@@ -238,12 +214,12 @@ void TrainerSession::contribute(uint64_t iteration, uint64_t key) {
   mine.elements = slot.elements;
   Joined joined = job_->contribute(local_rank_, iteration, key, std::move(mine));
   for (uint64_t passed : joined.given_up)
-    server_.notify(*job_, passed, key, Status::unavailable(strCat("local rank ", local_rank_, " moved on to iteration ",
+    host_.notify(*job_, passed, key, Status::unavailable(strCat("local rank ", local_rank_, " moved on to iteration ",
                                                                   iteration, " (local trainers realign)")));
   if (joined.behind)
-    return server_.notify(*job_, iteration, key, Status::unavailable("another local trainer of the job is past this "
+    return host_.notify(*job_, iteration, key, Status::unavailable("another local trainer of the job is past this "
                                                                      "iteration (local trainers realign)"));
-  if (joined.ready) server_.reduce(job_, iteration, key, std::move(*joined.ready));
+  if (joined.ready) host_.reduce(job_, iteration, key, std::move(*joined.ready));
 }
 
 }  // namespace gcagent::agent

@@ -1,7 +1,8 @@
 // One trainer of the control server: its requests (hello, declare, declare device, submit),
 // its slots (in a shared-memory segment, or device slots with host buffers), its submissions
 // awaiting completion, and the copies of its device slots around a reduction. The frames
-// themselves are TrainerConnection's; the jobs and the reductions are the server's.
+// themselves are TrainerConnection's; the jobs and the reductions are its host's
+// (session_host.h: the control server).
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +17,7 @@
 
 #include "agent/coding/device_path.h"
 #include "agent/control/local_job.h"
+#include "agent/control/session_host.h"
 #include "agent/control/trainer_connection.h"
 
 namespace gcagent::shm {
@@ -24,11 +26,9 @@ class Segment;
 
 namespace gcagent::agent {
 
-class ControlServer;
-
 class TrainerSession : public TrainerConnection {
  public:
-  TrainerSession(ControlServer& server, asio::local::stream_protocol::socket socket, uint32_t id);
+  TrainerSession(SessionHost& host, asio::local::stream_protocol::socket socket, uint32_t id);
 
   uint32_t localRank() const { return local_rank_; }
   const std::shared_ptr<LocalJob>& job() const { return job_; }
@@ -62,8 +62,6 @@ class TrainerSession : public TrainerConnection {
   void onClosed() override;
 
   Status onHello(uint32_t request, const shm::protocol::Hello& h);
-  // Hands the job's declaration to the engine when it changed.
-  Status declareTensors(const std::vector<shm::protocol::TensorDecl>& tensors);
   void forgetSlots();
   Status onDeclare(uint32_t request, const shm::protocol::Declare& d);
   // The tensors live on the trainer's GPU: slots in device memory the agent exports, and
@@ -74,7 +72,7 @@ class TrainerSession : public TrainerConnection {
   // local trainer's is.
   void contribute(uint64_t iteration, uint64_t key);
 
-  ControlServer& server_;
+  SessionHost& host_;
   std::shared_ptr<LocalJob> job_;
   uint32_t local_rank_ = 0;
   // Shared: the engine pins them while it sends straight from them (ReductionEngine::reduce).
