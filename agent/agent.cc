@@ -356,14 +356,14 @@ Status Agent::run() {
     const size_t stalled = engine.stalledJobs();
     stats.gauge(metrics::Id::stalled_jobs, {}).Set(static_cast<double>(stalled));
     health.setStalledJobs(static_cast<uint32_t>(stalled));
-    const auto lost = engine.lostMember();
+    const auto lost = engine.membership().lost();
     if (lost.has_value() != health.snapshot().lost_node.has_value()) {
       if (lost) GC_LOG(kError, "agent", lost->why);
       else GC_LOG(kInfo, "agent", "every member node is reachable again");
     }
     health.setLostNode(lost ? std::optional<uint32_t>(lost->rank) : std::nullopt, lost ? lost->why : "");
     std::vector<metrics::AwayNode> away;
-    for (const auto& m : engine.awayMembers()) away.push_back({m.rank, m.seconds, m.shut_down, m.why});
+    for (const auto& m : engine.membership().away()) away.push_back({m.rank, m.seconds, m.shut_down, m.why});
     health.setAwayNodes(std::move(away));
     stats.updateRatios();
     const uint32_t up = peers_connected();

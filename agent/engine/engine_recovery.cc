@@ -1,8 +1,8 @@
 // ReductionEngine's recovery: lost and returning peers, deadlines, realignment of a job's
-// iterations (job_alignment.h) and membership changes (membership.h).
+// iterations (job_alignment.h) and what a new membership view does to the jobs
+// (membership_node.h agrees on it).
 #include <algorithm>
 #include <optional>
-#include <tuple>
 
 #include "agent/engine/engine_state.h"
 #include "agent/wire/peer_frame.h"
@@ -13,9 +13,7 @@ namespace gcagent::agent {
 
 void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why, bool shut_down) {
   const Status status = Status::unavailable(strCat("peer rank ", peer, " lost: ", why.message()));
-  down_why_[peer] = why.message();
-  shut_down_[peer] = shut_down;
-  membership_.peerDown(peer, options_.now());
+  membership_.peerDown(peer, why.message(), shut_down);
   stats_->recordError(why.code() == StatusCode::kDeadlineExceeded ? metrics::ErrorKind::kTimeout
                                                                   : metrics::ErrorKind::kPeerLost,
                       status.message());
@@ -24,11 +22,7 @@ void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why, bool s
 }
 
 void ReductionEngine::onPeerUp(transport::Rank peer) {
-  down_why_[peer].clear();
-  shut_down_[peer] = false;
-  membership_.peerUp(peer);
-  view_told_[peer].reset();  // a restarted peer knows nothing
-  tellView(peer);            // before any slice under it
+  membership_.peerUp(peer);  // it hears the view before any slice under it
   for (auto& [job, js] : jobs_) {
     js->announced[peer] = 0;  // a restarted peer knows nothing
     announce(job, *js, peer);
@@ -160,107 +154,11 @@ size_t ReductionEngine::stalledJobs() const {
 }
 
 
-std::vector<ReductionEngine::AwayMember> ReductionEngine::awayMembers() const {
-  std::vector<AwayMember> away;
-  const SteadyTime now = options_.now();
-  for (const auto& [rank, since] : membership_.away())
-    away.push_back({rank, secondsBetween(since, now), shut_down_[rank], down_why_[rank]});
-  std::sort(away.begin(), away.end(), [](const AwayMember& a, const AwayMember& b) { return a.seconds > b.seconds; });
-  return away;
-}
-
-std::optional<ReductionEngine::AwayMember> ReductionEngine::lostMember() const {
-  if (options_.reduction_timeout <= 0) return std::nullopt;
-  const std::vector<AwayMember> away = awayMembers();
-  if (away.empty()) return std::nullopt;
-  const bool shrink = options_.on_peer_loss == OnPeerLoss::kShrink;
-  const double limit = options_.reduction_timeout + (shrink ? options_.shrink_grace : 0);
-  const double seconds = away.front().seconds;
-  if (seconds < limit) return std::nullopt;
-  const std::string& why = away.front().why;
-  const uint32_t rank = away.front().rank;
-  return AwayMember{rank, seconds, away.front().shut_down, strCat(
-      "node ", rank, " has been unreachable for ", static_cast<int64_t>(seconds), " s",
-      why.empty() ? "" : strCat(" (", why, ")"), ", longer than ",
-      shrink ? "transport.shrink_grace plus transport.reduction_timeout" : "transport.reduction_timeout", " (",
-      limit, " s): ", shrink ? "the job could not go on without it (transport.min_nodes)" :
-      "under transport.on_peer_loss = fail the job cannot go on without it")};
-}
-
-Status ReductionEngine::unreachableMember() const {
+void ReductionEngine::onViewInstalled(const MembershipView& before, const MembershipView& view) {
   const transport::Rank self = transport_.rank();
-  if (!membership_.isMember(self)) {
-    const std::string& apart = membership_.trainedApart();
-    return Status::unavailable(strCat("this node is not in the job's membership, ", membership_.view().describe(),
-                                      apart.empty() ? "" : strCat(" (", apart, ")"),
-                                      ": it takes part again once the nodes take it back (at the next membership "
-                                      "change, within a second or so of its links coming up)"));
-  }
-  GC_RETURN_IF_ERROR(membership_.problem());
-  for (transport::Rank r : membership_.view().members)
-    if (r != self && !transport_.peerUp(r))
-      return Status::unavailable(strCat("peer rank ", r, " is down", down_why_[r].empty() ? "" : ": ", down_why_[r]));
-  return {};
-}
-
-void ReductionEngine::tellView(transport::Rank to) {
-  const MembershipView& view = membership_.view();
-  if (to == transport_.rank() || view.epoch == 0 || view_told_[to] == view.id() || !transport_.peerUp(to)) return;
-  MembershipNotice install;
-  install.kind = MembershipNotice::Kind::kInstall;
-  install.slot = view.id();
-  install.view = view;
-  if (transport_.send(to, encodePeerFrame(install), {}, nullptr).ok()) view_told_[to] = view.id();
-}
-
-void ReductionEngine::sendNotices(const std::vector<Membership::Outgoing>& notices) {
-  for (const auto& [to, notice] : notices) {
-    if (!transport_.peerUp(to)) continue;
-    (void)transport_.send(to, encodePeerFrame(notice), {}, nullptr);
-    if (notice.kind == MembershipNotice::Kind::kInstall) view_told_[to] = notice.view->id();
-  }
-}
-
-void ReductionEngine::react(Membership::Reaction reaction, const std::string& why) {
-  sendNotices(reaction.send);
-  if (reaction.install) adoptView(*reaction.install, why);
-}
-
-void ReductionEngine::reviewMembership() {
-  sendNotices(membership_.rejoinNotices());  // until the leader takes this node in anew
-  react(membership_.review(options_.now()), "agreed by a majority of the nodes, proposed here as the lowest member up");
-}
-
-void ReductionEngine::onMembershipNotice(const transport::Message& m, const MembershipNotice& notice) {
-  react(membership_.onNotice(m.from, notice), notice.kind == MembershipNotice::Kind::kInstall
-                                                   ? strCat("heard from rank ", m.from)
-                                                   : strCat("agreed by a majority of the nodes, proposed here"));
-}
-
-void ReductionEngine::adoptView(const MembershipView& view, const std::string& why) {
-  const MembershipView before = membership_.view();
-  // Slices owned here until now, and every slice whose hop may move (TopologyTraits).
-  std::vector<std::tuple<uint64_t, uint64_t, uint32_t, bool>> owned;
-  const transport::Rank self = transport_.rank();
-  for (const auto& [job, js] : jobs_)
-    for (const auto& [key, k] : js->keys) {
-      const bool hops = traitsOf(k.topology).hops;
-      for (uint32_t s = 0; s < k.slice_count; ++s)
-        if (before.contains(self) && (hops || ownerOf(key, s) == self)) owned.emplace_back(job, key, s, hops);
-    }
-  if (!membership_.install(view)) return;
-  // Passed on before any slice sent under it, to every peer that can hear it.
-  for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
-  const bool shrunk = view.members.size() < before.members.size();
-  stats_->recovery(shrunk ? metrics::Stats::kShrunk : metrics::Stats::kGrown).Increment();
-  stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(view.members.size()));
-  stats_->gauge(metrics::Id::membership_epoch, {}).Set(static_cast<double>(view.epoch));
-  const Status problem = membership_.problem();
-  const std::string joined = view.joined.empty() ? "" : strCat("; nodes taken in anew load node ", *view.root(), "'s weights");
-  GC_LOG(kWarn, "agent", "membership: ", before.describe(), " -> ", view.describe(), " (", why, ")", joined, "; ",
-         !view.contains(self) ? "this node waits to be taken back"
-         : !problem.ok()      ? problem.message()
-                              : "this node's trainers now average over the new membership");
+  const auto owner_before = [&](uint64_t key, uint32_t s) {
+    return before.members[scheduler::ownerOf(key, s, static_cast<uint32_t>(before.members.size()))];
+  };
   // What is in flight was sliced for the old owners: it fails everywhere, and every job
   // then goes on from its nodes' frontier (job_alignment.h).
   const Status changed = Status::unavailable(strCat("the job's nodes changed to ", view.describe(),
@@ -268,14 +166,20 @@ void ReductionEngine::adoptView(const MembershipView& view, const std::string& w
                                                     view.members.size(), " nodes"));
   for (auto& [job, js] : jobs_) failJob(job, changed);
   owner_->setMembers(view.members);
-  // Result residuals of slices that moved away go; the new owner starts from zero, and those
+  // Result residuals of the slices owned here until now that moved away go, and those of
+  // every slice whose hop may move (TopologyTraits): the new owner starts from zero, and those
   // of a departed node went with it (DESIGN.md, "Recovery").
-  for (const auto& [job, key, s, hops] : owned)
-    if (hops || !view.contains(self) || ownerOf(key, s) != self) owner_->forgetResidual(job, key, s);
+  if (before.contains(self))
+    for (const auto& [job, js] : jobs_)
+      for (const auto& [key, k] : js->keys) {
+        const bool hops = traitsOf(k.topology).hops;
+        for (uint32_t s = 0; s < k.slice_count; ++s)
+          if (hops || (owner_before(key, s) == self && (!view.contains(self) || ownerOf(key, s) != self)))
+            owner_->forgetResidual(job, key, s);
+      }
   for (auto& [job, js] : jobs_)
     for (transport::Rank r = 0; r < transport_.size(); ++r)
       if (r != self) announce(job, *js, r);
-  sendNotices(membership_.rejoinNotices());  // a node that trained apart asks to be taken in anew
   if (options_.on_membership) options_.on_membership(view);
 }
 

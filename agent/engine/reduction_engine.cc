@@ -31,9 +31,13 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     : transport_(transport), options_(std::move(options)), on_complete_(std::move(on_complete)),
       stash_(options_.stash_budget_bytes),
       stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
-      membership_(transport_.size(), transport_.rank(), options_.on_peer_loss, options_.shrink_grace,
-                  options_.min_nodes, options_.quorum),
-      view_told_(transport_.size()),
+      membership_(transport_,
+                  {options_.on_peer_loss, options_.shrink_grace, options_.min_nodes, options_.quorum,
+                   options_.reduction_timeout, options_.now},
+                  *stats_,
+                  [this](const MembershipView& before, const MembershipView& view, const std::string&) {
+                    onViewInstalled(before, view);
+                  }),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
                 options_.refit_interval, options_.link_gbps}),
       alive_(std::make_shared<ReductionEngine*>(this)) {
@@ -41,9 +45,6 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
     const bool self = r == transport_.rank();
     peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
   }
-  down_why_.resize(transport_.size());
-  shut_down_.resize(transport_.size());
-  stats_->gauge(metrics::Id::members, {}).Set(static_cast<double>(transport_.size()));
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
@@ -190,7 +191,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   if (buffers.empty()) return Status::invalidArgument("no buffers");
   // Started even when it fails at once below: the node's frontier moves past it.
   GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
-  if (Status unreachable = unreachableMember(); !unreachable.ok()) {
+  if (Status unreachable = membership_.unreachable(); !unreachable.ok()) {
     recordOutcome(js, false);
     // Failed like one that started: a late slice of it from a peer is stale here.
     k.completed_once = true;
@@ -391,7 +392,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   auto parsed = parsePeerFrame(m.header, transport_.size());
   if (!parsed.ok()) return reject(m, parsed.status());
   if (const auto* notice = std::get_if<RealignNotice>(&*parsed)) return onRealign(m, *notice);
-  if (const auto* notice = std::get_if<MembershipNotice>(&*parsed)) return onMembershipNotice(m, *notice);
+  if (const auto* notice = std::get_if<MembershipNotice>(&*parsed)) return membership_.onNotice(m.from, *notice);
   const auto* slice = std::get_if<SliceMessage>(&*parsed);
   if (slice == nullptr)  // a job notice: the control side's (agent.cc routes them there)
     return reject(m, Status::invalidArgument("a job notice reached the reduction engine"));
@@ -404,7 +405,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
     stats_->staleSlices(/*results=*/h.kind == SliceKind::kResult).Increment();
     GC_LOG(kDebug, "agent", "rank ", m.from, ": slice of tensor ", h.key, " sent under membership epoch ", h.view,
            " (proposed by node ", h.view_proposer, ") dropped: this node is at ", membership_.view().describe());
-    return tellView(m.from);
+    return membership_.tellView(m.from);
   }
   if (!membership_.isMember(m.from))
     return reject(m, Status::invalidArgument(strCat("rank ", m.from, " is not in the membership, ",

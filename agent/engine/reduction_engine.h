@@ -42,6 +42,7 @@
 #include "agent/wire/job_notice.h"
 #include "agent/engine/job_part.h"
 #include "agent/coding/local_coder.h"
+#include "agent/engine/membership_node.h"
 #include "agent/membership/membership.h"
 #include "agent/engine/owner_side.h"
 #include "agent/engine/peer_lanes.h"
@@ -160,21 +161,9 @@ class ReductionEngine : public JobPart {
   void expireReductions();
   // The view's leader proposes a membership change when a member stayed away past the grace
   // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
-  void reviewMembership();
-  const MembershipView& membership() const { return membership_.view(); }
-  // A member away so long that the job cannot go on without it: longer than
-  // reduction_timeout under kFail, than shrink_grace plus reduction_timeout under kShrink
-  // (it should have been left behind by then; min_nodes kept it). The status names it, how
-  // long and why; none while every member is up or within that time, or with no deadline.
-  struct AwayMember {
-    uint32_t rank;
-    double seconds;  // since its link went down
-    bool shut_down;  // it said goodbye
-    std::string why;
-  };
-  std::optional<AwayMember> lostMember() const;
-  // The members whose links are down now, longest away first.
-  std::vector<AwayMember> awayMembers() const;
+  void reviewMembership() { membership_.review(); }
+  // This node's part in the membership: the installed view, the members away and lost.
+  const MembershipNode& membership() const { return membership_; }
   // Jobs that cannot make progress: reductions kept failing and none completed for a whole
   // reduction_timeout while the trainers were still trying.
   size_t stalledJobs() const;
@@ -246,15 +235,10 @@ class ReductionEngine : public JobPart {
   // Gives up the job's iterations below `next` here (job_alignment.h).
   void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
   void onRealign(const transport::Message& m, const RealignNotice& notice);
-  // A view heard from a peer, or proposed here: adopted when newer (membership.h).
-  void onMembershipNotice(const transport::Message& m, const MembershipNotice& notice);
-  void adoptView(const MembershipView& view, const std::string& why);
-  // Sends `to` the current view, unless it heard it from here already.
-  void tellView(transport::Rank to);
-  void sendNotices(const std::vector<Membership::Outgoing>& notices);
-  void react(Membership::Reaction reaction, const std::string& why);
-  // Why reduce() cannot start now: this node is outside the view, or a member is down.
-  Status unreachableMember() const;
+  // A view installed here (membership_node.h): what is in flight was sliced for the old
+  // owners, so it fails, residuals of slices that moved go, and every job goes on from its
+  // nodes' frontier.
+  void onViewInstalled(const MembershipView& before, const MembershipView& view);
   // Where the job goes on here: the lowest iteration in flight, else the one after the last
   // any key finished (completed or failed); what this node announces it gives up below.
   uint64_t frontierOf(const JobState& js) const;
@@ -272,13 +256,10 @@ class ReductionEngine : public JobPart {
   // (job, key) -> the iteration an allgather tensor of a dropped job last completed here: its
   // shares may still wait in the lanes, and the peers need them (a node can finish first).
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> departed_shares_;
-  std::vector<std::string> down_why_;  // by rank: why a peer that is down went
-  std::vector<bool> shut_down_;        // by rank: it said goodbye when it went
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
-  Membership membership_;
-  std::vector<std::optional<ViewId>> view_told_;  // by rank: the view it last heard of from here
+  MembershipNode membership_;
   scheduler::Planner planner_;
   std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients

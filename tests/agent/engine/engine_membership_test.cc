@@ -115,12 +115,12 @@ TEST_P(Membership3, ANodeGonePastTheGraceIsLeftBehindAndTakenBackWhenItReturns) 
   auto refused = step({0, 1});
   EXPECT_EQ(refused[0].at(0).message(), "peer rank 2 is down: nothing heard");
   review();
-  EXPECT_EQ(c_.engine(0).membership().epoch, 0u) << "within the grace period nothing changes";
+  EXPECT_EQ(c_.engine(0).membership().view().epoch, 0u) << "within the grace period nothing changes";
 
   clock_.jump(std::chrono::seconds(11));
   review();
-  for (uint32_t r : {0u, 1u}) EXPECT_EQ(c_.engine(r).membership(), (MembershipView{1, 0, 0, {0, 1}, {}})) << r;
-  EXPECT_EQ(c_.engine(2).membership().epoch, 0u) << "cut off alone, below min_nodes: it waits";
+  for (uint32_t r : {0u, 1u}) EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{1, 0, 0, {0, 1}, {}})) << r;
+  EXPECT_EQ(c_.engine(2).membership().view().epoch, 0u) << "cut off alone, below min_nodes: it waits";
   EXPECT_EQ(events(0, metrics::Stats::kShrunk), 1);
   EXPECT_EQ(events(1, metrics::Stats::kShrunk), 1);
 
@@ -152,13 +152,13 @@ TEST_P(Membership3, ANodeGonePastTheGraceIsLeftBehindAndTakenBackWhenItReturns) 
     c_.engine(2).onPeerUp(r);
   }
   c_.pump();
-  EXPECT_EQ(c_.engine(2).membership(), (MembershipView{1, 0, 0, {0, 1}, {}}));
+  EXPECT_EQ(c_.engine(2).membership().view(), (MembershipView{1, 0, 0, {0, 1}, {}}));
   auto outside = step({2});
   EXPECT_EQ(outside[2].at(0).code(), StatusCode::kUnavailable);
   EXPECT_NE(outside[2].at(0).message().find("this node is not in the job's membership, epoch 1 (nodes 0, 1)"),
             std::string::npos) << outside[2].at(0).message();
   review();
-  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c_.engine(r).membership(), (MembershipView{2, 0, 0, {0, 1, 2}, {2}})) << r;
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{2, 0, 0, {0, 1, 2}, {2}})) << r;
   EXPECT_EQ(events(0, metrics::Stats::kGrown), 1);
   ASSERT_TRUE(stepUntilComplete({0, 1, 2}));
   expectMeanOf({0, 1, 2}, {0, 1, 2});
@@ -169,7 +169,7 @@ TEST_P(Membership3, ASliceSentUnderAnOlderViewIsStaleAndItsSenderHearsTheView) {
   lose2();
   clock_.jump(std::chrono::seconds(11));
   review();
-  ASSERT_EQ(c_.engine(0).membership().epoch, 1u);
+  ASSERT_EQ(c_.engine(0).membership().view().epoch, 1u);
   // Node 2's link comes back before it heard anything: its step under epoch 0 reaches nodes
   // at epoch 1, which drop it as stale and tell it the view.
   c_.cut(0, 2, false);
@@ -179,7 +179,7 @@ TEST_P(Membership3, ASliceSentUnderAnOlderViewIsStaleAndItsSenderHearsTheView) {
   step({2});
   EXPECT_GT(c_.engine(0).counters().stale_slices + c_.engine(1).counters().stale_slices, 0u);
   EXPECT_EQ(c_.engine(0).counters().bad_messages + c_.engine(1).counters().bad_messages, 0u);
-  EXPECT_EQ(c_.engine(2).membership(), (MembershipView{1, 0, 0, {0, 1}, {}}));
+  EXPECT_EQ(c_.engine(2).membership().view(), (MembershipView{1, 0, 0, {0, 1}, {}}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, Membership3,
@@ -195,7 +195,7 @@ TEST(EngineMembership, TheFailPolicyNeverShrinks) {
   c.engine(0).onPeerDown(1, Status::unavailable("gone"));
   clock.jump(std::chrono::hours(1));
   c.engine(0).reviewMembership();
-  EXPECT_EQ(c.engine(0).membership(), (MembershipView{0, 0, 0, {0, 1}, {}}));
+  EXPECT_EQ(c.engine(0).membership().view(), (MembershipView{0, 0, 0, {0, 1}, {}}));
 }
 
 }  // namespace

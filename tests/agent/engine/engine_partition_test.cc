@@ -79,7 +79,7 @@ class Partition : public ::testing::TestWithParam<Topology> {
     std::set<uint32_t> complete;
     for (uint32_t r : nodes) {
       size_t ok = 0;
-      const MembershipView& v = c_.engine(r).membership();
+      const MembershipView& v = c_.engine(r).membership().view();
       for (const Done& d : std::exchange(c_.done(r), {})) {
         if (!d.status.ok()) {
           failure_[r] = d.status.message();
@@ -124,14 +124,14 @@ TEST_P(Partition, TwoTwoStopsBothHalvesAndTheHealedClusterGoesOnWhole) {
   review();
   for (int t = 0; t < 3; ++t) EXPECT_TRUE(step({0, 1, 2, 3}).empty());
   for (uint32_t r = 0; r < kNodes; ++r) {
-    EXPECT_EQ(c_.engine(r).membership().epoch, 0u) << r;
+    EXPECT_EQ(c_.engine(r).membership().view().epoch, 0u) << r;
     EXPECT_NE(failure_[r].find("the job has no quorum: this node reaches 2 of the 4 nodes"), std::string::npos)
         << r << ": " << failure_[r];
   }
   link({0, 1}, {2, 3}, true);
   review();
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
-  EXPECT_EQ(c_.engine(0).membership().epoch, 0u);
+  EXPECT_EQ(c_.engine(0).membership().view().epoch, 0u);
   EXPECT_EQ(wrong_, 0u);
 }
 
@@ -140,7 +140,7 @@ TEST_P(Partition, ThreeOneLetsTheThreeGoOnAndTakesTheOneBackAsAJoiner) {
   link({0, 1, 2}, {3}, false);
   clock_.jump(std::chrono::seconds(11));
   review();
-  for (uint32_t r : {0u, 1u, 2u}) EXPECT_EQ(c_.engine(r).membership(), (MembershipView{1, 0, 0, {0, 1, 2}, {}})) << r;
+  for (uint32_t r : {0u, 1u, 2u}) EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{1, 0, 0, {0, 1, 2}, {}})) << r;
   EXPECT_EQ(stepUntil({0, 1, 2}), all({0, 1, 2}));
   EXPECT_TRUE(step({3}).empty());
   EXPECT_NE(failure_[3].find("the job has no quorum: this node reaches 1 of the 4 nodes"), std::string::npos)
@@ -148,7 +148,7 @@ TEST_P(Partition, ThreeOneLetsTheThreeGoOnAndTakesTheOneBackAsAJoiner) {
   link({0, 1, 2}, {3}, true);
   review();
   for (uint32_t r = 0; r < kNodes; ++r)
-    EXPECT_EQ(c_.engine(r).membership(), (MembershipView{2, 0, 0, {0, 1, 2, 3}, {3}})) << r;
+    EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{2, 0, 0, {0, 1, 2, 3}, {3}})) << r;
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
   EXPECT_EQ(wrong_, 0u);
 }
@@ -160,19 +160,19 @@ TEST_P(Partition, APartitionDuringAMembershipChangeInstallsNothingUntilAMajority
   c_.engine(0).reviewMembership();  // node 0's prepares are on their way...
   link({0, 1}, {2}, false);         // ...when node 2 is cut off from it
   review();
-  for (uint32_t r = 0; r < kNodes; ++r) EXPECT_EQ(c_.engine(r).membership().epoch, 0u) << r;
+  for (uint32_t r = 0; r < kNodes; ++r) EXPECT_EQ(c_.engine(r).membership().view().epoch, 0u) << r;
   for (int t = 0; t < 2; ++t) EXPECT_TRUE(step({0, 1, 2, 3}).empty());
   EXPECT_NE(failure_[0].find("no quorum: this node reaches 2 of the 4 nodes"), std::string::npos) << failure_[0];
   EXPECT_NE(failure_[2].find("no quorum: this node reaches 1 of the 4 nodes"), std::string::npos) << failure_[2];
   link({0, 1}, {2}, true);
   clock_.jump(steadySeconds(Membership::kRetrySeconds + 1));
   review();
-  for (uint32_t r : {0u, 1u, 2u}) EXPECT_EQ(c_.engine(r).membership(), (MembershipView{1, 0, 0, {0, 1, 2}, {}})) << r;
+  for (uint32_t r : {0u, 1u, 2u}) EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{1, 0, 0, {0, 1, 2}, {}})) << r;
   EXPECT_EQ(stepUntil({0, 1, 2}), all({0, 1, 2}));
   link({0, 1, 2}, {3}, true);
   review();
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
-  EXPECT_EQ(c_.engine(3).membership().joined, std::vector<uint32_t>{3});
+  EXPECT_EQ(c_.engine(3).membership().view().joined, std::vector<uint32_t>{3});
   EXPECT_EQ(wrong_, 0u);
 }
 
@@ -187,7 +187,7 @@ TEST_P(Partition, OneThatHealsWithinTheGracePeriodChangesNothing) {
   clock_.jump(std::chrono::seconds(10));
   review();
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
-  for (uint32_t r = 0; r < kNodes; ++r) EXPECT_EQ(c_.engine(r).membership().epoch, 0u);
+  for (uint32_t r = 0; r < kNodes; ++r) EXPECT_EQ(c_.engine(r).membership().view().epoch, 0u);
   EXPECT_EQ(wrong_, 0u);
 }
 
@@ -204,8 +204,8 @@ TEST_P(PartitionWithoutQuorum, BothHalvesGoOnAndTheLoserIsTakenInAnew) {
   link({0, 1}, {2, 3}, false);
   clock_.jump(std::chrono::seconds(11));
   review();
-  EXPECT_EQ(c_.engine(0).membership(), (MembershipView{1, 0, 0, {0, 1}, {}}));
-  EXPECT_EQ(c_.engine(2).membership(), (MembershipView{1, 2, 0, {2, 3}, {}}));
+  EXPECT_EQ(c_.engine(0).membership().view(), (MembershipView{1, 0, 0, {0, 1}, {}}));
+  EXPECT_EQ(c_.engine(2).membership().view(), (MembershipView{1, 2, 0, {2, 3}, {}}));
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3})) << "each half averages over its own two nodes";
   link({0, 1}, {2, 3}, true);
   EXPECT_TRUE(step({2, 3}).empty()) << "the half that lost waits";
@@ -217,7 +217,7 @@ TEST_P(PartitionWithoutQuorum, BothHalvesGoOnAndTheLoserIsTakenInAnew) {
         << failure_[r];
   review();
   for (uint32_t r = 0; r < kNodes; ++r)
-    EXPECT_EQ(c_.engine(r).membership(), (MembershipView{2, 0, 0, {0, 1, 2, 3}, {2, 3}})) << r;
+    EXPECT_EQ(c_.engine(r).membership().view(), (MembershipView{2, 0, 0, {0, 1, 2, 3}, {2, 3}})) << r;
   EXPECT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
   EXPECT_EQ(wrong_, 0u);
 }
