@@ -82,7 +82,13 @@ Status LocalJob::checkSlots(uint32_t local_rank, const MemberSlots& mine) const 
   std::vector<std::optional<MemberSlots>> next = slots;
   next.resize(std::max<size_t>(next.size(), local_size));
   next[local_rank] = mine;
-  if (placed(*this, next) == placements) return {};
+  // Only a placement in force can move; one decided by this declaration is new.
+  const auto now = placed(*this, next);
+  const bool moves = std::any_of(placements.begin(), placements.end(), [&](const auto& entry) {
+    auto it = now.find(entry.first);
+    return it != now.end() && it->second != entry.second;
+  });
+  if (!moves) return {};
   return Status::failedPrecondition(strCat("job '", name, "': local rank ", local_rank,
                                            " cannot move its tensors between host and GPU while a reduction is in "
                                            "flight"));

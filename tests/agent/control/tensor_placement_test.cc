@@ -66,6 +66,10 @@ TEST(TensorPlacementTest, NoTensorMovesWhileAReductionIsInFlight) {
   LocalJobs jobs;
   auto job = twoTrainerJob(jobs);
   job->declareSlots(0, {true, c.a});
+  // Rank 0 submitted before rank 1 declared: nothing was placed yet, so nothing moves.
+  job->inFlight = 1;
+  EXPECT_TRUE(job->checkSlots(1, {}).ok());
+  job->inFlight = 0;
   job->declareSlots(1, {true, c.a});
   job->inFlight = 1;
   // The same slots again: nothing moves, allowed.
