@@ -1,6 +1,6 @@
-// The engine's per-job and per-tensor state, shared by the files that implement
-// ReductionEngine (reduction_engine.cc: the reduction; engine_metrics.cc: its metrics;
-// engine_recovery.cc: losses, realignment and membership). Not part of its interface.
+// The engine's per-job and per-tensor state: a declared tensor's route and this node's
+// reduction of it in flight, and a job's tensors, iteration alignment and recent outcomes.
+// The engine owns them; its parts (the gauges, the realignment) are handed them.
 #pragma once
 
 #include <cstdint>
@@ -9,13 +9,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/engine/reduction_engine.h"
+#include "agent/coding/local_coder.h"
+#include "agent/engine/job_alignment.h"
+#include "agent/engine/tensor_route.h"
+#include "common/clock.h"
 #include "agent/coding/silent_codec_watch.h"
 
 namespace gcagent::agent {
 
 // A declared tensor: its route, and this node's reduction of it.
-struct ReductionEngine::KeyState : TensorRoute {
+struct KeyState : TensorRoute {
   explicit KeyState(TensorRoute route) : TensorRoute(std::move(route)) {}
   SteadyTime started;
   // This node's reduction in flight.
@@ -35,13 +38,27 @@ struct ReductionEngine::KeyState : TensorRoute {
   SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 
-struct ReductionEngine::JobState {
+struct JobState {
   std::unordered_map<uint64_t, KeyState> keys;
   JobAlignment align;
-  std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here
-  // For stalledJobs(): since when every reduction failed, and the last failure.
+  std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here (job_realigner.h)
+  // Since when every reduction failed, and the last failure.
   std::optional<SteadyTime> failing_since;
   SteadyTime last_failure{};
+
+  // A reduction of the job completed or failed.
+  void recordOutcome(bool ok, SteadyTime now) {
+    if (ok) {
+      failing_since.reset();
+      return;
+    }
+    last_failure = now;
+    if (!failing_since) failing_since = now;
+  }
+  // Every reduction failed for a whole `window`, and the trainers still tried within it.
+  bool stalled(SteadyTime now, SteadyClock::duration window) const {
+    return failing_since && now - *failing_since >= window && now - last_failure < window;
+  }
 };
 
 }  // namespace gcagent::agent

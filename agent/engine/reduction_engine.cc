@@ -40,11 +40,8 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
                   }),
       planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
                 options_.refit_interval, options_.link_gbps}),
+      gauges_(*stats_, planner_, sampler_, transport_.size(), transport_.rank()),
       alive_(std::make_shared<ReductionEngine*>(this)) {
-  for (transport::Rank r = 0; r < transport_.size(); ++r) {
-    const bool self = r == transport_.rank();
-    peer_stats_.push_back(self ? nullptr : &stats_->peer(r));
-  }
   lanes_ = std::make_unique<PeerLanes>(
       transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
       [this](const Outgoing& o) {
@@ -71,6 +68,16 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
       [this](const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
              bool final) { onResult(s, std::move(result), compressed, contributors, final); },
       [this](const std::string& why) { badMessage(why); });
+  realigner_ = std::make_unique<JobRealigner>(transport_, *owner_, *stats_,
+                                              [this](uint64_t job, KeyState& k, const Status& why) {
+                                                completeKey(job, k, why);
+                                              });
+}
+
+EngineCounters ReductionEngine::counters() const {
+  EngineCounters c = counters_;
+  c.realignments = realigner_->realignments();
+  return c;
 }
 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
@@ -111,10 +118,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
   if (!slot) {
     slot = std::make_unique<JobState>();
     slot->announced.assign(transport_.size(), 0);
-    if (auto early = early_realign_.find(job); early != early_realign_.end()) {
-      slot->align.adopt(early->second);  // nothing started here yet: the first step maps onto it
-      early_realign_.erase(early);
-    }
+    realigner_->declared(job, *slot);
   }
   JobState& js = *slot;
   std::unordered_map<uint64_t, KeyState> keys;
@@ -148,7 +152,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
   }
   js.keys = std::move(keys);
   for (auto& [key, k] : js.keys) replan(k, planner_, options_.min_elements, /*log_always=*/true);
-  updatePlanGauges();
+  gauges_.planned(jobs_);
   // Replay the slices peers sent before this node knew the job.
   for (const EarlySliceStash::Slice& s : stash_.take(job)) onMessage({s.from, s.header, s.payload});
   return declared;
@@ -168,7 +172,7 @@ void ReductionEngine::dropJob(uint64_t job) {
   jobs_.erase(j);
 }
 
-ReductionEngine::KeyState* ReductionEngine::findKey(uint64_t job, uint64_t key) {
+KeyState* ReductionEngine::findKey(uint64_t job, uint64_t key) {
   auto j = jobs_.find(job);
   if (j == jobs_.end()) return nullptr;
   auto k = j->second->keys.find(key);
@@ -192,7 +196,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   // Started even when it fails at once below: the node's frontier moves past it.
   GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
   if (Status unreachable = membership_.unreachable(); !unreachable.ok()) {
-    recordOutcome(js, false);
+    js.recordOutcome(false, options_.now());
     // Failed like one that started: a late slice of it from a peer is stale here.
     k.completed_once = true;
     k.last_iteration = wire;
@@ -205,9 +209,9 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
   k.started = options_.now();
-  if (planner_.maybeRefit(k.started)) updateCostGauges();
+  if (planner_.maybeRefit(k.started)) gauges_.costs(jobs_);
   if (k.plan_epoch != planner_.epoch() && replan(k, planner_, options_.min_elements, /*log_always=*/false))
-    updatePlanGauges();
+    gauges_.planned(jobs_);
   const bool compressed = k.pushCompressed();
   stats_->decision(compressed).Increment();
   // Under mxnet a node's own share is encoded like every other node's; otherwise the owner
@@ -296,7 +300,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.last_ok = status.ok();
   k.last_iteration = k.iteration;
   k.last_trainer_iteration = k.trainer_iteration;
-  if (auto j = jobs_.find(job); j != jobs_.end()) recordOutcome(*j->second, status.ok());
+  if (auto j = jobs_.find(job); j != jobs_.end()) j->second->recordOutcome(status.ok(), options_.now());
   // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
   if (!status.ok() && k.coder) k.coder->abandon(k.work);
   k.outputs.clear();
@@ -331,7 +335,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     stats_->gpuCopy(true).Increment(static_cast<double>(to_host));
   }
   if (on_host && k->outputs.size() > 1) stats_->merge().Observe(encoded->sum_seconds);
-  if (compressed && on_host) observeEncodings(*k, iteration, encodings);
+  if (compressed && on_host) gauges_.encoded(*k, iteration, encodings);
   metrics::CodecStats& cs = compressed ? *k->push_stats : *k->raw_stats;
   const uint32_t fp = compressed ? k->push_fp : rawContributionFingerprint();
   const uint32_t self = transport_.rank();
@@ -391,7 +395,11 @@ void ReductionEngine::reject(const transport::Message& m, const Status& why) {
 void ReductionEngine::onMessage(const transport::Message& m) {
   auto parsed = parsePeerFrame(m.header, transport_.size());
   if (!parsed.ok()) return reject(m, parsed.status());
-  if (const auto* notice = std::get_if<RealignNotice>(&*parsed)) return onRealign(m, *notice);
+  if (const auto* notice = std::get_if<RealignNotice>(&*parsed)) {
+    auto j = jobs_.find(notice->job);
+    realigner_->onNotice(m.from, *notice, j == jobs_.end() ? nullptr : j->second.get());
+    return;
+  }
   if (const auto* notice = std::get_if<MembershipNotice>(&*parsed)) return membership_.onNotice(m.from, *notice);
   const auto* slice = std::get_if<SliceMessage>(&*parsed);
   if (slice == nullptr)  // a job notice: the control side's (agent.cc routes them there)
@@ -433,7 +441,14 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   // without this one, or failed) or gave up.
   if (contribution && !current &&
       ((k.completed_once && h.iteration <= k.last_iteration) || h.iteration < js.align.floor()))
-    return staleSlice(m, h, js);
+  {
+    // Counted as stale, not as a bad message; the sender hears where the job goes on.
+    ++counters_.stale_slices;
+    stats_->staleSlices(/*results=*/false).Increment();
+    GC_LOG(kDebug, "agent", "rank ", m.from, ": contribution for tensor ", h.key, " iteration ", h.iteration,
+           " dropped: given up here");
+    return realigner_->announce(h.job, js, m.from);
+  }
   const uint64_t raw = k.geometry.size(h.slice) * sizeof(float);
   counters_.raw_bytes_received += raw;
   counters_.wire_bytes_received += m.payload.size();
@@ -468,6 +483,15 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 }
 
 size_t ReductionEngine::pendingAccumulators() const { return owner_->pending(); }
+
+void ReductionEngine::refreshStats() { gauges_.refresh(jobs_, *owner_); }
+
+void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
+  counters_.raw_bytes_sent += copies * raw;
+  counters_.wire_bytes_sent += copies * wire;
+  stats.raw_sent->Increment(static_cast<double>(copies * raw));
+  stats.wire_sent->Increment(static_cast<double>(copies * wire));
+}
 
 uint64_t ReductionEngine::wireIteration(uint64_t job, uint64_t trainer_iteration) const {
   auto j = jobs_.find(job);

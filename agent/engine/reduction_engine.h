@@ -38,7 +38,9 @@
 #include <vector>
 
 #include "agent/engine/early_slice_stash.h"
+#include "agent/engine/engine_gauges.h"
 #include "agent/engine/job_alignment.h"
+#include "agent/engine/job_realigner.h"
 #include "agent/wire/job_notice.h"
 #include "agent/engine/job_part.h"
 #include "agent/coding/local_coder.h"
@@ -64,6 +66,8 @@ namespace gcagent::agent {
 
 class HostStream;
 struct SliceMessage;
+struct KeyState;
+struct JobState;
 
 
 struct EngineOptions {
@@ -178,7 +182,7 @@ class ReductionEngine : public JobPart {
   uint64_t wireIteration(uint64_t job, uint64_t trainer_iteration) const;
   uint64_t trainerIteration(uint64_t job, uint64_t wire_iteration) const;
 
-  const EngineCounters& counters() const { return counters_; }
+  EngineCounters counters() const;
   // Slices waiting in the send queue of a peer (not yet handed to the transport).
   size_t queuedSlices(transport::Rank peer) const;
   // Whether a declared tensor currently travels compressed, and in how many partitions.
@@ -198,9 +202,6 @@ class ReductionEngine : public JobPart {
   uint32_t ownerOf(uint64_t key, uint32_t slice) const;
 
  private:
-  struct KeyState;
-  struct JobState;
-
   KeyState* findKey(uint64_t job, uint64_t key);
   // The owner side's sum of a slice. The whole sum, the result, is sent to every node (ps) or
   // to the successor (ring) and decoded here; a ring hop's partial sum goes to the successor.
@@ -220,51 +221,34 @@ class ReductionEngine : public JobPart {
                  Result<KeyEncodings> encoded);
   // The coder's results are decoded (or, on a node on its own, the sum is in every buffer).
   void onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
-  // Encode times, the cost model's samples, residual norms and the silent-codec watch, from
-  // a host coder's encodings.
-  void observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
   // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
   void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
-  void updatePlanGauges();
-  void updateCostGauges();
   void reject(const transport::Message& m, const Status& why);
   void badMessage(std::string_view why);
-  // A slice of an iteration given up here: counted as stale, not as a bad message, and its
-  // sender hears where the job goes on.
-  void staleSlice(const transport::Message& m, const SliceMessage& h, JobState& js);
-  // Gives up the job's iterations below `next` here (job_alignment.h).
-  void realign(uint64_t job, JobState& js, uint64_t next, const std::string& why);
-  void onRealign(const transport::Message& m, const RealignNotice& notice);
   // A view installed here (membership_node.h): what is in flight was sliced for the old
   // owners, so it fails, residuals of slices that moved go, and every job goes on from its
   // nodes' frontier.
   void onViewInstalled(const MembershipView& before, const MembershipView& view);
-  // Where the job goes on here: the lowest iteration in flight, else the one after the last
-  // any key finished (completed or failed); what this node announces it gives up below.
-  uint64_t frontierOf(const JobState& js) const;
-  // Sends `to` the job's frontier, unless it heard it already.
-  void announce(uint64_t job, JobState& js, transport::Rank to);
-  void recordOutcome(JobState& js, bool ok);
   void releaseDepartedShares();
 
   transport::Transport& transport_;
   EngineOptions options_;
   CompleteFn on_complete_;
-  std::unordered_map<uint64_t, std::unique_ptr<JobState>> jobs_;
+  EngineJobs jobs_;
   EarlySliceStash stash_;
-  std::unordered_map<uint64_t, uint64_t> early_realign_;  // job -> next, heard before it was declared
   // (job, key) -> the iteration an allgather tensor of a dropped job last completed here: its
   // shares may still wait in the lanes, and the peers need them (a node can finish first).
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> departed_shares_;
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
-  std::vector<metrics::PeerStats*> peer_stats_;  // by rank, fetched once
   MembershipNode membership_;
   scheduler::Planner planner_;
   std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients
   std::unique_ptr<OwnerSide> owner_;       // the slices this node owns
+  std::unique_ptr<JobRealigner> realigner_;
   ResidualSampler sampler_;
+  EngineGauges gauges_;
   // Send completions may run after the engine is gone; they reach it through this.
   std::shared_ptr<ReductionEngine*> alive_;
 };

@@ -1,37 +1,34 @@
-// ReductionEngine's metrics: bytes sent, the encode samples (cost model, residual norms,
-// the silent-codec watch), and the gauges computed when read or re-planned.
+#include "agent/engine/engine_gauges.h"
+
 #include <algorithm>
 #include <set>
 #include <string>
 
-#include "agent/engine/engine_state.h"
 #include "common/log.h"
-#include "common/str_cat.h"
 
 namespace gcagent::agent {
 
-void ReductionEngine::updatePlanGauges() {
+EngineGauges::EngineGauges(metrics::Stats& stats, scheduler::Planner& planner, ResidualSampler& sampler,
+                           uint32_t world, uint32_t self)
+    : stats_(stats), planner_(planner), sampler_(sampler) {
+  for (uint32_t r = 0; r < world; ++r) peers_.push_back(r == self ? nullptr : &stats_.peer(r));
+}
+
+void EngineGauges::planned(const EngineJobs& jobs) {
   double compressed = 0, uncompressed = 0;
   double by_topology[3] = {0, 0, 0};
-  for (const auto& [job, js] : jobs_)
+  for (const auto& [job, js] : jobs)
     for (const auto& [key, k] : js->keys) {
       (k.plan.compress ? compressed : uncompressed) += 1;
       by_topology[static_cast<int>(k.topology)] += 1;
     }
-  stats_->gauge(metrics::Id::planned_tensors, {"compressed"}).Set(compressed);
-  stats_->gauge(metrics::Id::planned_tensors, {"uncompressed"}).Set(uncompressed);
+  stats_.gauge(metrics::Id::planned_tensors, {"compressed"}).Set(compressed);
+  stats_.gauge(metrics::Id::planned_tensors, {"uncompressed"}).Set(uncompressed);
   for (Topology t : {Topology::kPs, Topology::kRing, Topology::kAllgather})
-    stats_->gauge(metrics::Id::planned_topology, {std::string(topologyName(t))}).Set(by_topology[static_cast<int>(t)]);
+    stats_.gauge(metrics::Id::planned_topology, {std::string(topologyName(t))}).Set(by_topology[static_cast<int>(t)]);
 }
 
-void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
-  counters_.raw_bytes_sent += copies * raw;
-  counters_.wire_bytes_sent += copies * wire;
-  stats.raw_sent->Increment(static_cast<double>(copies * raw));
-  stats.wire_sent->Increment(static_cast<double>(copies * wire));
-}
-
-void ReductionEngine::observeEncodings(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings) {
+void EngineGauges::encoded(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings) {
   for (uint32_t s = 0; s < encodings.size(); ++s) {
     const SliceEncoding& e = encodings[s];
     if (e.seconds <= 0) continue;  // not encoded (an exact slice), or not timed
@@ -50,14 +47,14 @@ void ReductionEngine::observeEncodings(KeyState& k, uint64_t iteration, const st
          "train (lower the codec's threshold or raise its ratio: gcagent --list-codecs)");
 }
 
-void ReductionEngine::updateCostGauges() {
+void EngineGauges::costs(const EngineJobs& jobs) {
   auto set = [&](const std::string& codec, const char* step, const scheduler::LinearCost& c) {
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "w"}).Set(c.w);
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "b"}).Set(c.b);
-    stats_->gauge(metrics::Id::cost_model, {codec, step, "overhead"}).Set(c.overhead);
+    stats_.gauge(metrics::Id::cost_model, {codec, step, "w"}).Set(c.w);
+    stats_.gauge(metrics::Id::cost_model, {codec, step, "b"}).Set(c.b);
+    stats_.gauge(metrics::Id::cost_model, {codec, step, "overhead"}).Set(c.overhead);
   };
   std::vector<std::string> codecs;
-  for (const auto& [job, js] : jobs_)
+  for (const auto& [job, js] : jobs)
     for (const auto& [key, k] : js->keys)
       if (std::find(codecs.begin(), codecs.end(), k.push_spec.name) == codecs.end()) codecs.push_back(k.push_spec.name);
   for (const std::string& codec : codecs) {
@@ -69,19 +66,19 @@ void ReductionEngine::updateCostGauges() {
   }
 }
 
-void ReductionEngine::refreshStats() {
-  std::vector<double> waiting(transport_.size(), 0.0);
+void EngineGauges::refresh(const EngineJobs& jobs, const OwnerSide& owner) {
+  std::vector<double> waiting(peers_.size(), 0.0);
   std::set<std::string, std::less<>> codecs_in_use;
-  for (const auto& [job, js] : jobs_)
+  for (const auto& [job, js] : jobs)
     for (const auto& [key, k] : js->keys) {
       codecs_in_use.insert(k.push_spec.name);
       codecs_in_use.insert(k.pull_spec.name);
       codecs_in_use.insert("none");  // the raw stats of every tensor's uncompressed slices
     }
-  owner_->countWaiting(waiting);
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (peer_stats_[r] != nullptr) peer_stats_[r]->queue_depth->Set(waiting[r]);
-  stats_->retireCodecGaugesExcept(codecs_in_use);
+  owner.countWaiting(waiting);
+  for (size_t r = 0; r < peers_.size(); ++r)
+    if (peers_[r] != nullptr) peers_[r]->queue_depth->Set(waiting[r]);
+  stats_.retireCodecGaugesExcept(codecs_in_use);
 }
 
 }  // namespace gcagent::agent

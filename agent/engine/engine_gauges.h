@@ -1,0 +1,43 @@
+// The engine's metrics beyond a counter's bump: the samples of a host coder's encodings
+// (encode times, the planner's cost samples, residual norms, the silent-codec watch), the
+// gauges re-made when a plan changes (tensors by decision and by topology, the cost model),
+// and those computed when read (each peer's queue depth, the codecs in use).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/coding/residual_sampler.h"
+#include "agent/engine/engine_state.h"
+#include "agent/engine/owner_side.h"
+#include "metrics/stats.h"
+#include "scheduler/planner.h"
+
+namespace gcagent::agent {
+
+using EngineJobs = std::unordered_map<uint64_t, std::unique_ptr<JobState>>;
+
+class EngineGauges {
+ public:
+  EngineGauges(metrics::Stats& stats, scheduler::Planner& planner, ResidualSampler& sampler, uint32_t world,
+               uint32_t self);
+
+  // A host coder encoded k's slices of `iteration` (the sum is still in k's first buffer).
+  void encoded(KeyState& k, uint64_t iteration, const std::vector<SliceEncoding>& encodings);
+  // The tensors by decision and by topology, after a declaration or a re-plan.
+  void planned(const EngineJobs& jobs);
+  // The cost model of every codec in use, after the planner re-fitted it.
+  void costs(const EngineJobs& jobs);
+  // Each peer's queue depth (slices owned here that wait for it) and the codecs in use.
+  void refresh(const EngineJobs& jobs, const OwnerSide& owner);
+
+ private:
+  metrics::Stats& stats_;
+  scheduler::Planner& planner_;
+  ResidualSampler& sampler_;
+  std::vector<metrics::PeerStats*> peers_;  // by rank, fetched once; null for this node
+};
+
+}  // namespace gcagent::agent

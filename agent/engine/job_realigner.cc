@@ -1,0 +1,89 @@
+#include "agent/engine/job_realigner.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "agent/wire/peer_frame.h"
+#include "common/log.h"
+#include "common/str_cat.h"
+
+namespace gcagent::agent {
+
+JobRealigner::JobRealigner(transport::Transport& transport, OwnerSide& owner, metrics::Stats& stats, FailKey fail)
+    : transport_(transport), owner_(owner), stats_(stats), fail_(std::move(fail)) {}
+
+uint64_t JobRealigner::frontierOf(const JobState& js) {
+  std::optional<uint64_t> active;
+  uint64_t after = js.align.floor();
+  for (const auto& [key, k] : js.keys) {
+    if (k.active) active = std::min(active.value_or(UINT64_MAX), k.iteration);
+    if (k.completed_once) after = std::max(after, k.last_iteration + 1);
+  }
+  return active.value_or(after);
+}
+
+void JobRealigner::announce(uint64_t job, JobState& js, transport::Rank to) {
+  const uint64_t next = frontierOf(js);
+  if (next == 0 || next <= js.announced[to] || !transport_.peerUp(to)) return;
+  js.announced[to] = next;
+  (void)transport_.send(to, encodePeerFrame(RealignNotice{job, next}), {}, nullptr);
+}
+
+void JobRealigner::announceToAll(uint64_t job, JobState& js) {
+  for (transport::Rank r = 0; r < transport_.size(); ++r)
+    if (r != transport_.rank()) announce(job, js, r);
+}
+
+void JobRealigner::peerUp(uint64_t job, JobState& js, transport::Rank peer) {
+  js.announced[peer] = 0;
+  announce(job, js, peer);
+}
+
+bool JobRealigner::realign(uint64_t job, JobState& js, uint64_t next, const std::string& why) {
+  const uint64_t offset = js.align.offset();
+  if (!js.align.adopt(next)) return false;
+  // A node ahead of `next` gives nothing up; one behind fails what it has in flight below it.
+  bool gave_up = js.align.offset() != offset;
+  const Status given_up = Status::unavailable(strCat("iteration given up to realign with the other nodes: ", why));
+  for (auto& [key, k] : js.keys) {
+    if (k.active && k.iteration < next) {
+      fail_(job, k, given_up);
+      gave_up = true;
+    }
+    owner_.dropSums(job, key, next - 1);
+  }
+  if (!gave_up) return false;
+  ++realignments_;
+  stats_.recovery(metrics::Stats::kRealigned).Increment();
+  GC_LOG(kInfo, "agent", "job ", job, ": realigned: iterations below ", next, " given up (", why,
+         "); this node's trainers go on from their iteration ", next - js.align.offset());
+  return true;
+}
+
+bool JobRealigner::giveUpInFlight(uint64_t job, JobState& js, const std::string& why) {
+  std::optional<uint64_t> newest;
+  for (const auto& [key, k] : js.keys)
+    if (k.active) newest = std::max(newest.value_or(0), k.iteration);
+  if (!newest) return false;
+  realign(job, js, *newest + 1, why);
+  announceToAll(job, js);
+  return true;
+}
+
+bool JobRealigner::onNotice(transport::Rank from, const RealignNotice& notice, JobState* js) {
+  if (js == nullptr) {  // the job is not declared here yet: its first step starts there
+    auto& early = early_[notice.job];
+    early = std::max(early, notice.next);
+    return false;
+  }
+  return realign(notice.job, *js, notice.next, strCat("rank ", from, " goes on at iteration ", notice.next));
+}
+
+void JobRealigner::declared(uint64_t job, JobState& js) {
+  auto early = early_.find(job);
+  if (early == early_.end()) return;
+  js.align.adopt(early->second);  // nothing started here yet: the first step maps onto it
+  early_.erase(early);
+}
+
+}  // namespace gcagent::agent
