@@ -116,6 +116,7 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
   gpu_copy_[1] = &counter(Id::gpu_copy_bytes_total, {"received"});
   gauge(Id::planned_tensors, {"compressed"});
   gauge(Id::planned_tensors, {"uncompressed"});
+  gauge(Id::pending_sums, {});
   for (const char* topology : {"ps", "ring", "allgather"}) gauge(Id::planned_topology, {topology});
   for (ErrorKind kind : {ErrorKind::kBadMessage, ErrorKind::kTimeout, ErrorKind::kPeerLost, ErrorKind::kReductionFailed,
                          ErrorKind::kAuthFailed, ErrorKind::kDeviceUnavailable, ErrorKind::kAcceptFailed})
@@ -193,7 +194,7 @@ PeerStats& Stats::peer(uint32_t rank) {
   auto it = peers_.find(rank);
   if (it != peers_.end()) return it->second;
   const std::string r = strCat(rank);
-  PeerStats s{&gauge(Id::queue_depth, {r}), &gauge(Id::inflight_slices, {r})};
+  PeerStats s{&gauge(Id::queue_depth, {r}), &gauge(Id::inflight_slices, {r}), &gauge(Id::send_queue, {r})};
   return peers_.emplace(rank, s).first->second;
 }
 

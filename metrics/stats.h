@@ -73,6 +73,7 @@ struct JobStats {
 struct PeerStats {
   prometheus::Gauge* queue_depth;
   prometheus::Gauge* inflight;
+  prometheus::Gauge* send_queue;
 };
 
 enum class ErrorKind { kBadMessage, kTimeout, kPeerLost, kReductionFailed, kAuthFailed, kDeviceUnavailable, kAcceptFailed };

@@ -34,6 +34,8 @@
   X(tensors_reduced_total, Counter, None, "", "tensor reductions completed successfully")          \
   X(queue_depth, Gauge, None, "peer", "slices owned here that wait for this peer's contribution")  \
   X(inflight_slices, Gauge, None, "peer", "slices handed to the transport for this peer, not yet sent") \
+  X(send_queue, Gauge, None, "peer", "slices waiting in this peer's priority queue (P3), not yet handed to the transport") \
+  X(pending_sums, Gauge, None, "", "slices owned here whose sum is still being made (their contributions held in memory)") \
   X(trainers_connected, Gauge, None, "", "trainer processes connected to the control socket")     \
   X(peers_up, Gauge, None, "", "peer agents whose link is up")                                     \
   X(residual_l2_norm, Gauge, None, "codec",                                                         \

@@ -66,7 +66,7 @@ void EngineGauges::costs(const EngineJobs& jobs) {
   }
 }
 
-void EngineGauges::refresh(const EngineJobs& jobs, const OwnerSide& owner) {
+void EngineGauges::refresh(const EngineJobs& jobs, const OwnerSide& owner, const PeerLanes& lanes) {
   std::vector<double> waiting(peers_.size(), 0.0);
   std::set<std::string, std::less<>> codecs_in_use;
   for (const auto& [job, js] : jobs)
@@ -77,7 +77,11 @@ void EngineGauges::refresh(const EngineJobs& jobs, const OwnerSide& owner) {
     }
   owner.countWaiting(waiting);
   for (size_t r = 0; r < peers_.size(); ++r)
-    if (peers_[r] != nullptr) peers_[r]->queue_depth->Set(waiting[r]);
+    if (peers_[r] != nullptr) {
+      peers_[r]->queue_depth->Set(waiting[r]);
+      peers_[r]->send_queue->Set(static_cast<double>(lanes.queued(static_cast<uint32_t>(r))));
+    }
+  stats_.gauge(metrics::Id::pending_sums, {}).Set(static_cast<double>(owner.pending()));
   stats_.retireCodecGaugesExcept(codecs_in_use);
 }
 

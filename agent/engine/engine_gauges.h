@@ -1,7 +1,7 @@
 // The engine's metrics beyond a counter's bump: the samples of a host coder's encodings
 // (encode times, the planner's cost samples, residual norms, the silent-codec watch), the
 // gauges re-made when a plan changes (tensors by decision and by topology, the cost model),
-// and those computed when read (each peer's queue depth, the codecs in use).
+// and those computed when read (each peer's queues, the sums being made, the codecs in use).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "agent/coding/residual_sampler.h"
 #include "agent/engine/engine_state.h"
 #include "agent/engine/owner_side.h"
+#include "agent/engine/peer_lanes.h"
 #include "metrics/stats.h"
 #include "scheduler/planner.h"
 
@@ -30,8 +31,9 @@ class EngineGauges {
   void planned(const EngineJobs& jobs);
   // The cost model of every codec in use, after the planner re-fitted it.
   void costs(const EngineJobs& jobs);
-  // Each peer's queue depth (slices owned here that wait for it) and the codecs in use.
-  void refresh(const EngineJobs& jobs, const OwnerSide& owner);
+  // Each peer's queue depth (slices owned here that wait for it) and send queue, the sums
+  // being made here, and the codecs in use.
+  void refresh(const EngineJobs& jobs, const OwnerSide& owner, const PeerLanes& lanes);
 
  private:
   metrics::Stats& stats_;

@@ -97,7 +97,7 @@ void ReductionEngine::onViewInstalled(const MembershipView& before, const Member
       for (const auto& [key, k] : js->keys) {
         const bool hops = traitsOf(k.topology).hops;
         for (uint32_t s = 0; s < k.slice_count; ++s)
-          if (hops || (owner_before(key, s) == self && (!view.contains(self) || ownerOf(key, s) != self)))
+          if (hops || (owner_before(key, s) == self && (!view.contains(self) || membership_.ownerOf(key, s) != self)))
             owner_->forgetResidual(job, key, s);
       }
   for (auto& [job, js] : jobs_) realigner_->announceToAll(job, *js);

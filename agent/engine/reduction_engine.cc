@@ -21,6 +21,10 @@
 
 namespace gcagent::agent {
 
+scheduler::PlannerOptions plannerOptionsOf(const EngineOptions& o, uint32_t nodes) {
+  return {o.selection, o.min_elements, nodes, o.slice_elements, o.refit_interval, o.link_gbps};
+}
+
 uint64_t jobIdOf(std::string_view name) {
   uint64_t h = 1469598103934665603ull;
   for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
@@ -38,12 +42,12 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
                   [this](const MembershipView& before, const MembershipView& view, const std::string&) {
                     onViewInstalled(before, view);
                   }),
-      planner_({options_.selection, options_.min_elements, transport_.size(), options_.slice_elements,
-                options_.refit_interval, options_.link_gbps}),
-      gauges_(*stats_, planner_, sampler_, transport_.size(), transport_.rank()),
+      planner_(options_.planner ? options_.planner
+                                : std::make_shared<scheduler::Planner>(plannerOptionsOf(options_, transport_.size()))),
+      gauges_(*stats_, *planner_, sampler_, transport_.size(), transport_.rank()),
       alive_(std::make_shared<ReductionEngine*>(this)) {
   lanes_ = std::make_unique<PeerLanes>(
-      transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, planner_, options_.now,
+      transport_, options_.inflight_per_peer, options_.inflight_bytes, stats_, *planner_, options_.now,
       [this](const Outgoing& o) {
         // A node may finish before its own shares have left (TopologyTraits), and its
         // trainers may even leave: the peers still need them.
@@ -62,7 +66,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   host_coder_ = std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget);
   owner_ = std::make_unique<OwnerSide>(
       transport_.size(), options_.host_stream,
-      std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget), planner_,
+      std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget), *planner_,
       sampler_,
       [this](uint64_t job, uint64_t key) -> TensorRoute* { return findKey(job, key); },
       [this](const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
@@ -82,35 +86,13 @@ EngineCounters ReductionEngine::counters() const {
 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
-uint32_t ReductionEngine::ownerOf(uint64_t key, uint32_t slice) const {
-  return membership_.ownerOf(key, slice);
-}
-
 RingHop ReductionEngine::hopOf(uint64_t key, uint32_t slice) const {
-  return ringHopOf(membership_.view().members, ownerOf(key, slice), transport_.rank());
+  return ringHopOf(membership_.view().members, membership_.ownerOf(key, slice), transport_.rank());
 }
 
 SliceFlow ReductionEngine::flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded) const {
-  return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, ownerOf(k.spec.key, slice),
+  return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, membership_.ownerOf(k.spec.key, slice),
                      transport_.rank());
-}
-
-size_t ReductionEngine::queuedSlices(transport::Rank peer) const { return lanes_->queued(peer); }
-
-Result<scheduler::Plan> ReductionEngine::planOf(uint64_t job, uint64_t key) const {
-  auto j = jobs_.find(job);
-  if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
-  auto k = j->second->keys.find(key);
-  if (k == j->second->keys.end()) return Status::notFound(strCat("tensor ", key, " is not declared"));
-  return k->second.plan;
-}
-
-Result<Topology> ReductionEngine::topologyOf(uint64_t job, uint64_t key) const {
-  auto j = jobs_.find(job);
-  if (j == jobs_.end()) return Status::notFound(strCat("job ", job, " is not declared"));
-  auto k = j->second->keys.find(key);
-  if (k == j->second->keys.end()) return Status::notFound(strCat("tensor ", key, " is not declared"));
-  return k->second.topology;
 }
 
 Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
@@ -127,7 +109,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
                                    options_.gpu_staged_codecs, transport_.size() == 1};
   std::vector<DeclaredTensor> declared;
   for (const TensorSpec& t : tensors) {
-    GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, planner_, *stats_));
+    GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, *planner_, *stats_));
     declared.push_back({t.key, route.device_coded});
     KeyState k(std::move(route));
     auto old = js.keys.find(t.key);
@@ -151,7 +133,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
     }
   }
   js.keys = std::move(keys);
-  for (auto& [key, k] : js.keys) replan(k, planner_, options_.min_elements, /*log_always=*/true);
+  for (auto& [key, k] : js.keys) replan(k, *planner_, options_.min_elements, /*log_always=*/true);
   gauges_.planned(jobs_);
   // Replay the slices peers sent before this node knew the job.
   for (const EarlySliceStash::Slice& s : stash_.take(job)) onMessage({s.from, s.header, s.payload});
@@ -209,8 +191,8 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.outputs = std::move(buffers);
   k.slices_left = k.slice_count;
   k.started = options_.now();
-  if (planner_.maybeRefit(k.started)) gauges_.costs(jobs_);
-  if (k.plan_epoch != planner_.epoch() && replan(k, planner_, options_.min_elements, /*log_always=*/false))
+  if (planner_->maybeRefit(k.started)) gauges_.costs(jobs_);
+  if (k.plan_epoch != planner_->epoch() && replan(k, *planner_, options_.min_elements, /*log_always=*/false))
     gauges_.planned(jobs_);
   const bool compressed = k.pushCompressed();
   stats_->decision(compressed).Increment();
@@ -432,7 +414,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   KeyState& k = it->second;
   std::optional<RingHop> hop;
   if (traitsOf(k.topology).hops) hop = hopOf(h.key, h.slice);
-  auto checked = checkSlice(h, k, ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
+  auto checked = checkSlice(h, k, membership_.ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;
   const bool contribution = h.kind == SliceKind::kContribution;
@@ -482,9 +464,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
               flow.sum);
 }
 
-size_t ReductionEngine::pendingAccumulators() const { return owner_->pending(); }
-
-void ReductionEngine::refreshStats() { gauges_.refresh(jobs_, *owner_); }
+void ReductionEngine::refreshStats() { gauges_.refresh(jobs_, *owner_, *lanes_); }
 
 void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
   counters_.raw_bytes_sent += copies * raw;

@@ -111,6 +111,9 @@ struct EngineOptions {
   compress::CodecEnv codec_env;
   // Where the engine counts bytes, times and errors; null: a private, unexported set.
   std::shared_ptr<metrics::Stats> stats;
+  // Decides what travels compressed and re-fits its cost model (scheduler/planner.h); null:
+  // one of the engine's own, made by plannerOptionsOf.
+  std::shared_ptr<scheduler::Planner> planner;
   // The clock of the planner's re-fits, the link timings and the reduction times.
   SteadyNow now = steadyNow;
 };
@@ -183,23 +186,10 @@ class ReductionEngine : public JobPart {
   uint64_t trainerIteration(uint64_t job, uint64_t wire_iteration) const;
 
   EngineCounters counters() const;
-  // Slices waiting in the send queue of a peer (not yet handed to the transport).
-  size_t queuedSlices(transport::Rank peer) const;
-  // Whether a declared tensor currently travels compressed, and in how many partitions.
-  Result<scheduler::Plan> planOf(uint64_t job, uint64_t key) const;
-  // The topology a declared tensor travels by (auto resolved).
-  Result<Topology> topologyOf(uint64_t job, uint64_t key) const;
-  // Slices owned here that wait for contributions (all jobs).
-  size_t pendingAccumulators() const;
-  // Allgather tensors of dropped jobs whose shares the lanes may still hold (released by
-  // expireReductions() once the lanes are empty).
-  size_t departedShares() const { return departed_shares_.size(); }
   // Sets the gauges that are cheaper to compute when read than to keep current (queue
   // depth per peer). Call it on the engine's thread.
   void refreshStats();
   metrics::Stats& stats() { return *stats_; }
-  scheduler::Planner& planner() { return planner_; }
-  uint32_t ownerOf(uint64_t key, uint32_t slice) const;
 
  private:
   KeyState* findKey(uint64_t job, uint64_t key);
@@ -242,7 +232,7 @@ class ReductionEngine : public JobPart {
   EngineCounters counters_;
   std::shared_ptr<metrics::Stats> stats_;
   MembershipNode membership_;
-  scheduler::Planner planner_;
+  std::shared_ptr<scheduler::Planner> planner_;
   std::unique_ptr<PeerLanes> lanes_;
   std::shared_ptr<LocalCoder> host_coder_;  // the node's side of host gradients
   std::unique_ptr<OwnerSide> owner_;       // the slices this node owns
@@ -252,6 +242,9 @@ class ReductionEngine : public JobPart {
   // Send completions may run after the engine is gone; they reach it through this.
   std::shared_ptr<ReductionEngine*> alive_;
 };
+
+// The planner an engine makes for itself on `nodes` nodes (EngineOptions::planner).
+scheduler::PlannerOptions plannerOptionsOf(const EngineOptions& options, uint32_t nodes);
 
 // Identifies a job on the wire: a hash of its name, equal on every node.
 uint64_t jobIdOf(std::string_view name);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "agent/engine/reduction_engine.h"
@@ -69,6 +70,8 @@ class Cluster {
       coders_.push_back(with_coder ? host_.makeStaged() : nullptr);
       EngineOptions o = options;
       o.host_stream = host_.stream();
+      if (!o.planner) o.planner = std::make_shared<scheduler::Planner>(plannerOptionsOf(o, nodes));
+      planners_.push_back(o.planner);
       engines_.push_back(std::make_unique<ReductionEngine>(
           *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
             done_[r].push_back({it, key, s});
@@ -99,6 +102,12 @@ class Cluster {
   void settleCoders() { host_.poll(); }
 
   ReductionEngine& engine(uint32_t r) { return *engines_[r]; }
+  scheduler::Planner& planner(uint32_t r) { return *planners_[r]; }
+  // A gauge of node r's engine, its read-time gauges refreshed first.
+  double gauge(uint32_t r, metrics::Id id, const std::vector<std::string>& labels = {}) {
+    engines_[r]->refreshStats();
+    return engines_[r]->stats().gauge(id, labels).Value();
+  }
   // Cuts (or restores) the link between nodes a and b, both ways.
   void cut(uint32_t a, uint32_t b, bool cut) {
     transports_[a]->cut(b, cut);
@@ -118,6 +127,7 @@ class Cluster {
   HostCoders host_{io_};
   std::vector<std::shared_ptr<LocalCoder>> coders_;  // before the engines: they outlive them
   std::vector<std::unique_ptr<CuttableTransport>> transports_;
+  std::vector<std::shared_ptr<scheduler::Planner>> planners_;
   std::vector<std::unique_ptr<ReductionEngine>> engines_;
   std::vector<std::vector<Done>> done_;
   std::vector<std::vector<uint64_t>> contributions_, results_;

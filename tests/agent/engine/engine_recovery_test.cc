@@ -78,7 +78,7 @@ TEST_F(Recovery, AReductionThatNeedsALostPeerFailsAtOnceNamingIt) {
   const auto refused = submit(0, 1, s);
   ASSERT_EQ(refused.size(), 2u);
   EXPECT_EQ(refused[0].message(), "peer rank 1 is down: nothing heard");
-  EXPECT_EQ(c_.engine(0).queuedSlices(1), 0u);
+  EXPECT_EQ(c_.gauge(0, metrics::Id::send_queue, {"1"}), 0u);
 }
 
 TEST_F(Recovery, AfterALossTheNodeBehindJumpsToThePeersIterationAndStepsCompleteWhole) {

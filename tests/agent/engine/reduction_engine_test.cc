@@ -29,9 +29,9 @@ TEST(ReductionEngineTest, AutoPlannerRefitsAtTheFirstReductionOnAMachineThatJust
   o.refit_interval = 3600;
   o.now = testing::clockSinceEpoch();
   Cluster c(2, o);
-  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 0u);
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.planner(r).epoch(), 0u);
   runAndCheck(c, 1, {5000}, 2, 1e-5, "none");
-  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.engine(r).planner().epoch(), 1u) << "node " << r;
+  for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(c.planner(r).epoch(), 1u) << "node " << r;
 }
 
 // P3: eight layers submitted last layer first, each encoded before the next is submitted
@@ -120,7 +120,7 @@ TEST(ReductionEngineTest, ExactAverageAcrossNodesWithNone) {
     SCOPED_TRACE(nodes);
     Cluster c(nodes, smallSlices());
     runAndCheck(c, nodes == 3 ? 2 : 1, {1, 7, 999, 1000, 1001, 12345}, 3, 1e-6);
-    EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+    EXPECT_EQ(c.gauge(0, metrics::Id::pending_sums), 0);
   }
 }
 
@@ -138,7 +138,7 @@ TEST(ReductionEngineTest, CodedNodesAverageExactlyWithNone) {
     SCOPED_TRACE(nodes);
     Cluster c(nodes, smallSlices(), std::vector<bool>(nodes, true));
     runAndCheck(c, 2, {1, 7, 999, 1000, 1001, 12345}, 3, 1e-6);
-    EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+    EXPECT_EQ(c.gauge(0, metrics::Id::pending_sums), 0);
   }
 }
 
@@ -153,7 +153,7 @@ TEST(ReductionEngineTest, CodedAndHostNodesOfOneJobAgreeBitForBit) {
   for (size_t k = 0; k < sizes.size(); ++k)
     for (uint32_t s = 0; s * 1000 < sizes[k]; ++s) {
       const double n = static_cast<double>(std::min<uint64_t>(1000, sizes[k] - s * 1000));
-      sent += 3 * n * (c.engine(0).ownerOf(100 + k, s) == 0 ? 4 : 2);
+      sent += 3 * n * (c.engine(0).membership().ownerOf(100 + k, s) == 0 ? 4 : 2);
       received += 3 * n * 2;
     }
   EXPECT_EQ(c.engine(0).stats().gpuCopy(true).Value(), sent);
@@ -255,8 +255,8 @@ TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextItera
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}, {}}}).ok());
   std::vector<float> a(2000, 0.5f), b(2000, 0.25f);
   // In a slice node 0 sends: the ones it owns go exact, and their owner's codec rejects them.
-  const uint32_t sent_slice = c.engine(0).ownerOf(3, 0) == 1 ? 0 : 1;
-  ASSERT_EQ(c.engine(0).ownerOf(3, sent_slice), 1u);
+  const uint32_t sent_slice = c.engine(0).membership().ownerOf(3, 0) == 1 ? 0 : 1;
+  ASSERT_EQ(c.engine(0).membership().ownerOf(3, sent_slice), 1u);
   a[sent_slice * 1000 + 500] = std::nanf("");
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 3, {a.data()}, c.coder(0)).ok());
   ASSERT_TRUE(c.engine(1).reduce(job, 1, 3, {b.data()}, c.coder(1)).ok());
@@ -356,7 +356,7 @@ TEST(ReductionEngineTest, PeerLossWhileTheCoderEncodesFailsOnceAndTheLateReportI
   EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
   c.pump();  // the encodings arrive for a reduction that has ended
   EXPECT_EQ(c.done(0).size(), 1u);
-  EXPECT_EQ(c.engine(0).queuedSlices(1), 0u);
+  EXPECT_EQ(c.gauge(0, metrics::Id::send_queue, {"1"}), 0u);
   EXPECT_EQ(c.engine(0).counters().wire_bytes_sent, 0u);
   // The next iteration runs on the coder again (the peer is back).
   std::vector<float> b(4000, 3.0f);
@@ -393,8 +393,9 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
     ASSERT_TRUE(transports[r]->connect({}).ok());
     ASSERT_TRUE(e->declareJob(job, {{9, 5000, 0, {}, {}}}).ok());
   }
-  EXPECT_TRUE(engines[0]->planOf(job, 9)->compress);
-  EXPECT_FALSE(engines[1]->planOf(job, 9)->compress);
+  // Node 0's size rule compresses the tensor, node 1's does not.
+  EXPECT_EQ(engines[0]->stats().gauge(metrics::Id::planned_tensors, {"compressed"}).Value(), 1);
+  EXPECT_EQ(engines[1]->stats().gauge(metrics::Id::planned_tensors, {"uncompressed"}).Value(), 1);
   std::vector<float> a(5000), b(5000);
   for (uint64_t i = 0; i < 5000; ++i) a[i] = valueOf(0, 1, 9, i), b[i] = valueOf(1, 1, 9, i);
   std::vector<float> want(5000);
@@ -422,13 +423,13 @@ void switchingToUncompressedDeliversEverythingOwed(std::vector<bool> coded) {
   Cluster c(2, o, coded);
   const auto now = scheduler::Planner::Clock::now();
   for (uint32_t r = 0; r < 2; ++r) {
-    for (int i = 0; i < 64; ++i) c.engine(r).planner().recordWire(i % 2 ? 40000 : 400000, (i % 2 ? 40000 : 400000) / 1e6);
-    ASSERT_TRUE(c.engine(r).planner().maybeRefit(now));
+    for (int i = 0; i < 64; ++i) c.planner(r).recordWire(i % 2 ? 40000 : 400000, (i % 2 ? 40000 : 400000) / 1e6);
+    ASSERT_TRUE(c.planner(r).maybeRefit(now));
   }
   const uint64_t job = jobIdOf("switch");
   const uint64_t n = 100000;
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{1, n, 0, {}, {}}}).ok());
-  ASSERT_TRUE(c.engine(0).planOf(job, 1)->compress) << c.engine(0).planOf(job, 1)->describe();
+  ASSERT_EQ(c.gauge(0, metrics::Id::planned_tensors, {"compressed"}), 1);
   std::vector<double> in_sum(n, 0.0), out_sum(n, 0.0);
   auto step = [&](int it) {
     std::vector<std::vector<float>> g(2, std::vector<float>(n));
@@ -450,11 +451,11 @@ void switchingToUncompressedDeliversEverythingOwed(std::vector<bool> coded) {
   for (uint64_t i = 0; i < n; ++i) compressed_gap = std::max(compressed_gap, std::abs(out_sum[i] - in_sum[i]));
   EXPECT_GT(compressed_gap, 0.01) << "2bit at threshold 0.25 must still owe something";
   for (uint32_t r = 0; r < 2; ++r) {
-    for (int i = 0; i < 4000; ++i) c.engine(r).planner().recordWire(i % 2 ? 40000 : 400000, 1e-6);
-    ASSERT_TRUE(c.engine(r).planner().maybeRefit(now + std::chrono::hours(2)));
+    for (int i = 0; i < 4000; ++i) c.planner(r).recordWire(i % 2 ? 40000 : 400000, 1e-6);
+    ASSERT_TRUE(c.planner(r).maybeRefit(now + std::chrono::hours(2)));
   }
   step(6);
-  EXPECT_FALSE(c.engine(0).planOf(job, 1)->compress) << c.engine(0).planOf(job, 1)->describe();
+  EXPECT_EQ(c.gauge(0, metrics::Id::planned_tensors, {"uncompressed"}), 1) << "re-planned with the fast link";
   double gap = 0;
   for (uint64_t i = 0; i < n; ++i) gap = std::max(gap, std::abs(out_sum[i] - in_sum[i]));
   EXPECT_LT(gap, 1e-5);
@@ -526,7 +527,7 @@ TEST(ReductionEngineTest, SumsAreExactInRankOrderWhateverTheArrivalOrder) {
                                ::testing::PrintToString(std::tuple{it, r, l, k, i}));
             if (::testing::Test::HasFailure()) return;
           }
-      EXPECT_EQ(c.engine(0).pendingAccumulators(), 0u);
+      EXPECT_EQ(c.gauge(0, metrics::Id::pending_sums), 0);
     }
   }
 }
@@ -598,8 +599,9 @@ TEST(ReductionEngineTest, MxnetPolicyCompressesEveryKeyAndSendsResultsUncompress
                     .declareJob(job, {{1, 3000, 0, {"2bit", {}}, {Aggregation::kMxnet, ResultKind::kSum, {}}},
                                       {2, 3000, 0, {"2bit", {}}, {}}})
                     .ok());
-  EXPECT_TRUE(c.engine(0).planOf(job, 1)->compress);
-  EXPECT_FALSE(c.engine(0).planOf(job, 2)->compress);
+  // Tensor 1 (mxnet) compressed whatever its size, tensor 2 left to the size rule.
+  EXPECT_EQ(c.gauge(0, metrics::Id::planned_tensors, {"compressed"}), 1);
+  EXPECT_EQ(c.gauge(0, metrics::Id::planned_tensors, {"uncompressed"}), 1);
   std::vector<float> a(3000, 0.75f), b(3000, -0.25f);
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 1, {a.data()}).ok());
   ASSERT_TRUE(c.engine(1).reduce(job, 1, 1, {b.data()}).ok());
