@@ -267,7 +267,7 @@ Status Agent::run() {
   // Every peer hears when a trainer of a job leaves here, so its trainers of that job fail
   // at once instead of waiting for a contribution that will never come.
   server_options.on_trainer_left = [&transport, &engine](uint64_t job, uint64_t last_completed, const Status& why) {
-    const auto header = encodePeerFrame(JobNotice{job, engine.wireIteration(job, last_completed),
+    const auto header = encodePeerFrame(JobNotice{job, engine.alignmentOf(job).toWire(last_completed),
                                          strCat("node ", transport->rank(), ": ", why.message())});
     for (transport::Rank r = 0; r < transport->size(); ++r)
       if (r != transport->rank() && transport->peerUp(r)) (void)transport->send(r, header, {}, nullptr);
@@ -291,7 +291,7 @@ Status Agent::run() {
                              return;
                            }
                            const auto& notice = std::get<JobNotice>(*parsed);
-                           server.onJobLost(notice.job, engine.trainerIteration(notice.job, notice.last_completed),
+                           server.onJobLost(notice.job, engine.alignmentOf(notice.job).toTrainer(notice.last_completed),
                                             Status::unavailable(strCat("the job cannot go on: ", notice.reason)));
                          },
                          [&engine, &stats, &transport](transport::Rank peer, transport::PeerEvent event,

@@ -8,6 +8,13 @@
 
 namespace gcagent::agent {
 
+void countSent(EngineCounters& counters, metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
+  counters.raw_bytes_sent += copies * raw;
+  counters.wire_bytes_sent += copies * wire;
+  stats.raw_sent->Increment(static_cast<double>(copies * raw));
+  stats.wire_sent->Increment(static_cast<double>(copies * wire));
+}
+
 EngineGauges::EngineGauges(metrics::Stats& stats, scheduler::Planner& planner, ResidualSampler& sampler,
                            uint32_t world, uint32_t self)
     : stats_(stats), planner_(planner), sampler_(sampler) {

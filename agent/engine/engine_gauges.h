@@ -20,6 +20,9 @@ namespace gcagent::agent {
 
 using EngineJobs = std::unordered_map<uint64_t, std::unique_ptr<JobState>>;
 
+// Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
+void countSent(EngineCounters& counters, metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
+
 class EngineGauges {
  public:
   EngineGauges(metrics::Stats& stats, scheduler::Planner& planner, ResidualSampler& sampler, uint32_t world,

@@ -43,7 +43,11 @@ void ReductionEngine::giveUp(uint64_t job, const Status& why) {
 }
 
 void ReductionEngine::expireReductions() {
-  releaseDepartedShares();
+  // The lanes ask about a departed job's share only while they queue it: once they are
+  // empty, none is owed.
+  bool queued = false;
+  for (transport::Rank r = 0; r < transport_.size(); ++r) queued |= lanes_->queued(r) > 0;
+  if (!queued) departed_shares_.clear();
   if (options_.reduction_timeout <= 0) return;
   const SteadyTime now = options_.now();
   const auto timeout = steadySeconds(options_.reduction_timeout);
@@ -58,14 +62,6 @@ void ReductionEngine::expireReductions() {
     realigner_->realign(job, *js, *expired + 1, why);
     realigner_->announceToAll(job, *js);
   }
-}
-
-void ReductionEngine::releaseDepartedShares() {
-  // The lanes ask about a share only while they queue it: once they are empty, none is owed.
-  if (departed_shares_.empty()) return;
-  for (transport::Rank r = 0; r < transport_.size(); ++r)
-    if (lanes_->queued(r) > 0) return;
-  departed_shares_.clear();
 }
 
 size_t ReductionEngine::stalledJobs() const {

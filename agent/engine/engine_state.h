@@ -17,6 +17,17 @@
 
 namespace gcagent::agent {
 
+struct EngineCounters {
+  uint64_t raw_bytes_sent = 0;   // fp32 bytes of the slices sent
+  uint64_t wire_bytes_sent = 0;  // their encoded bytes
+  uint64_t raw_bytes_received = 0;
+  uint64_t wire_bytes_received = 0;
+  uint64_t keys_completed = 0;
+  uint64_t bad_messages = 0;
+  uint64_t stale_slices = 0;  // of iterations given up (after a loss or a realignment), dropped
+  uint64_t realignments = 0;  // times a job gave iterations up to continue with its peers
+};
+
 // A declared tensor: its route, and this node's reduction of it.
 struct KeyState : TensorRoute {
   explicit KeyState(TensorRoute route) : TensorRoute(std::move(route)) {}

@@ -44,6 +44,9 @@ class JobAlignment {
 
   uint64_t floor() const { return floor_; }
   uint64_t offset() const { return offset_; }
+  // A trainer's iteration on the wire, and back (0 for one below the offset).
+  uint64_t toWire(uint64_t trainer_iteration) const { return trainer_iteration + offset_; }
+  uint64_t toTrainer(uint64_t wire_iteration) const { return wire_iteration > offset_ ? wire_iteration - offset_ : 0; }
 
  private:
   uint64_t offset_ = 0;

@@ -86,10 +86,6 @@ EngineCounters ReductionEngine::counters() const {
 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
-RingHop ReductionEngine::hopOf(uint64_t key, uint32_t slice) const {
-  return ringHopOf(membership_.view().members, membership_.ownerOf(key, slice), transport_.rank());
-}
-
 SliceFlow ReductionEngine::flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded) const {
   return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, membership_.ownerOf(k.spec.key, slice),
                      transport_.rank());
@@ -245,7 +241,7 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
   // next; under allgather every node made the result itself.
   const std::vector<uint32_t> to = flowOf(*k, s.slice).sum_to;
   metrics::CodecStats& stats = !compressed ? *k->raw_stats : final ? *k->pull_stats : *k->push_stats;
-  countSent(stats, n * sizeof(float), payload.bytes.size(), static_cast<uint32_t>(to.size()));
+  countSent(counters_, stats, n * sizeof(float), payload.bytes.size(), static_cast<uint32_t>(to.size()));
   for (transport::Rank r : to) {
     lanes_->push(r, k->priority, Outgoing{kind, s.job, s.key, s.iteration, s.slice, header, payload});
     lanes_->send(r);
@@ -337,7 +333,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
       SliceMessage h{SliceKind::kContribution, job, key, iteration, s, k->slice_count, k->spec.elements, fp,
                      k->contributors, membership_.view().epoch, k->topology, membership_.view().proposer};
       const auto header = encodePeerFrame(h);
-      countSent(cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), static_cast<uint32_t>(flow.share_to.size()));
+      countSent(counters_, cs, k->geometry.size(s) * sizeof(float), e.bytes.size(), static_cast<uint32_t>(flow.share_to.size()));
       for (uint32_t to : flow.share_to) {
         lanes_->push(to, k->priority, Outgoing{SliceKind::kContribution, job, key, iteration, s, header,
                                                Payload{e.pin, e.bytes}});
@@ -413,7 +409,8 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   if (it == js.keys.end()) return stash(strCat("tensor ", h.key, " of job ", h.job).c_str());
   KeyState& k = it->second;
   std::optional<RingHop> hop;
-  if (traitsOf(k.topology).hops) hop = hopOf(h.key, h.slice);
+  if (traitsOf(k.topology).hops)
+    hop = ringHopOf(membership_.view().members, membership_.ownerOf(h.key, h.slice), transport_.rank());
   auto checked = checkSlice(h, k, membership_.ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;
@@ -451,7 +448,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
     pin = std::move(copy);
   }
   if (forward) {
-    countSent(compressed ? *k.pull_stats : *k.raw_stats, raw, bytes.size(), 1);
+    countSent(counters_, compressed ? *k.pull_stats : *k.raw_stats, raw, bytes.size(), 1);
     for (uint32_t to : flow.result_forward) {
       lanes_->push(to, k.priority,
                    Outgoing{SliceKind::kResult, h.job, h.key, h.iteration, h.slice,
@@ -466,22 +463,9 @@ void ReductionEngine::onMessage(const transport::Message& m) {
 
 void ReductionEngine::refreshStats() { gauges_.refresh(jobs_, *owner_, *lanes_); }
 
-void ReductionEngine::countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies) {
-  counters_.raw_bytes_sent += copies * raw;
-  counters_.wire_bytes_sent += copies * wire;
-  stats.raw_sent->Increment(static_cast<double>(copies * raw));
-  stats.wire_sent->Increment(static_cast<double>(copies * wire));
-}
-
-uint64_t ReductionEngine::wireIteration(uint64_t job, uint64_t trainer_iteration) const {
+JobAlignment ReductionEngine::alignmentOf(uint64_t job) const {
   auto j = jobs_.find(job);
-  return j == jobs_.end() ? trainer_iteration : trainer_iteration + j->second->align.offset();
-}
-
-uint64_t ReductionEngine::trainerIteration(uint64_t job, uint64_t wire_iteration) const {
-  auto j = jobs_.find(job);
-  const uint64_t offset = j == jobs_.end() ? 0 : j->second->align.offset();
-  return wire_iteration > offset ? wire_iteration - offset : 0;
+  return j == jobs_.end() ? JobAlignment{} : j->second->align;
 }
 
 }  // namespace gcagent::agent

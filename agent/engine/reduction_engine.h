@@ -118,16 +118,6 @@ struct EngineOptions {
   SteadyNow now = steadyNow;
 };
 
-struct EngineCounters {
-  uint64_t raw_bytes_sent = 0;   // fp32 bytes of the slices sent
-  uint64_t wire_bytes_sent = 0;  // their encoded bytes
-  uint64_t raw_bytes_received = 0;
-  uint64_t wire_bytes_received = 0;
-  uint64_t keys_completed = 0;
-  uint64_t bad_messages = 0;
-  uint64_t stale_slices = 0;  // of iterations given up (after a loss or a realignment), dropped
-  uint64_t realignments = 0;  // times a job gave iterations up to continue with its peers
-};
 
 class ReductionEngine : public JobPart {
  public:
@@ -180,10 +170,10 @@ class ReductionEngine : public JobPart {
   // frontier, so they give that iteration up at once rather than at the reduction timeout.
   void giveUp(uint64_t job, const Status& why);
 
-  // A job's iterations as its trainers here number them, and as the job's nodes agree on them
-  // (job_alignment.h): they differ after a realignment. Notices between agents speak wire.
-  uint64_t wireIteration(uint64_t job, uint64_t trainer_iteration) const;
-  uint64_t trainerIteration(uint64_t job, uint64_t wire_iteration) const;
+  // How a job's iterations as its trainers here number them map onto those its nodes agree
+  // on (job_alignment.h): they differ after a realignment. Notices between agents speak wire.
+  // A job not declared here maps each onto itself.
+  JobAlignment alignmentOf(uint64_t job) const;
 
   EngineCounters counters() const;
   // Sets the gauges that are cheaper to compute when read than to keep current (queue
@@ -197,8 +187,6 @@ class ReductionEngine : public JobPart {
   // to the successor (ring) and decoded here; a ring hop's partial sum goes to the successor.
   void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
                 bool final);
-  // This node's place in the ring of a slice (ring_hop.h), under the current membership.
-  RingHop hopOf(uint64_t key, uint32_t slice) const;
   // Where a slice's share, sum and result go from this node (slice_flow.h), under the
   // current membership; `own_share_encoded`: mxnet with the tensor compressed.
   SliceFlow flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded = false) const;
@@ -211,15 +199,12 @@ class ReductionEngine : public JobPart {
                  Result<KeyEncodings> encoded);
   // The coder's results are decoded (or, on a node on its own, the sum is in every buffer).
   void onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status);
-  // Counts `copies` sends of a slice: its fp32 bytes and its bytes on the wire.
-  void countSent(metrics::CodecStats& stats, uint64_t raw, uint64_t wire, uint32_t copies);
   void reject(const transport::Message& m, const Status& why);
   void badMessage(std::string_view why);
   // A view installed here (membership_node.h): what is in flight was sliced for the old
   // owners, so it fails, residuals of slices that moved go, and every job goes on from its
   // nodes' frontier.
   void onViewInstalled(const MembershipView& before, const MembershipView& view);
-  void releaseDepartedShares();
 
   transport::Transport& transport_;
   EngineOptions options_;
