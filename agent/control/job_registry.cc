@@ -19,6 +19,10 @@ Status JobRegistry::declare(LocalJob& job, const std::vector<shm::protocol::Tens
     compress::Params params(t.params.begin(), t.params.end());
     auto policy = takeReductionPolicy(params);  // what is left is the codec's
     if (!policy.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", policy.status().message()));
+    if (policy->contributor && *policy->contributor >= job.local_size)
+      return Status::invalidArgument(strCat("tensor ", t.key, ": reduce.contributor ", *policy->contributor,
+                                            " is not a local rank of job '", job.name, "' (", job.local_size,
+                                            " local trainers)"));
     specs.push_back({t.key, t.elements, t.priority, {t.codec, std::move(params)}, *policy});
   }
   GC_ASSIGN_OR_RETURN(std::vector<DeclaredTensor> declared, declarer_(job.id, specs));

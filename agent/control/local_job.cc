@@ -19,7 +19,11 @@ std::unordered_map<uint64_t, TensorPlacement> placed(const LocalJob& job,
     if (!s) return out;
     members.push_back(*s);
   }
-  for (const auto& [key, route] : job.routes) out[key] = placeTensor(members, route.device_coded);
+  // A tensor one trainer contributes reduces where that trainer's gradient is.
+  for (const auto& [key, route] : job.routes)
+    out[key] = route.contributor && *route.contributor < members.size()
+                   ? placeTensor({members[*route.contributor]}, route.device_coded)
+                   : placeTensor(members, route.device_coded);
   return out;
 }
 
@@ -38,6 +42,11 @@ Joined LocalJob::contribute(uint32_t local_rank, uint64_t iteration, uint64_t ke
       joined.given_up.push_back(other);  // this trainer will never submit `other` again
       it = pending.erase(it);
     }
+  }
+  // A tensor one trainer contributes (reduce.contributor) is ready with that trainer's.
+  if (auto route = routes.find(key); route != routes.end() && route->second.contributor) {
+    joined.ready = std::vector<Contribution>{std::move(mine)};
+    return joined;
   }
   auto& entries = pending[{iteration, key}];
   entries.resize(local_size);
@@ -75,6 +84,13 @@ void LocalJob::routesDeclared(const std::vector<DeclaredTensor>& declared) {
   routes.clear();
   for (const DeclaredTensor& t : declared) routes[t.key] = t;
   placements = placed(*this, slots);
+}
+
+Status LocalJob::checkContributor(uint32_t local_rank, uint64_t key) const {
+  auto route = routes.find(key);
+  if (route == routes.end() || !route->second.contributor || *route->second.contributor == local_rank) return {};
+  return Status::invalidArgument(strCat("tensor ", key, " is contributed by local rank ", *route->second.contributor,
+                                        " alone (reduce.contributor); local rank ", local_rank, " submitted it"));
 }
 
 Status LocalJob::checkSlots(uint32_t local_rank, const MemberSlots& mine) const {

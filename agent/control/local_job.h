@@ -77,7 +77,8 @@ struct LocalJob {
   LogThrottle failure_log;  // failed reductions: a line a second at most
 
   // Local rank `local_rank`'s gradient of (iteration, key) is in: every local trainer's, in
-  // rank order, once the last is (and the entry is gone from pending); nothing before. Local
+  // rank order, once the last is (and the entry is gone from pending), or at once for a
+  // tensor that one trainer contributes (reduce.contributor); nothing before. Local
   // trainers drift apart when each fails steps on its own (while a peer is away) and meet
   // again here: the one behind fails at once until it reaches the one ahead.
   Joined contribute(uint32_t local_rank, uint64_t iteration, uint64_t key, Contribution mine);
@@ -91,6 +92,9 @@ struct LocalJob {
   void loseAfter(uint64_t last_completed, const Status& why);
   // No local trainer is connected.
   bool deserted() const;
+  // Whether `local_rank` may submit `key`: every local trainer may, unless one alone
+  // contributes it (reduce.contributor). The error names both ranks.
+  Status checkContributor(uint32_t local_rank, uint64_t key) const;
   // The engine took the job's tensors (their routes, in declaration order).
   void routesDeclared(const std::vector<DeclaredTensor>& declared);
   // Local rank `local_rank` declared `mine`: once every local trainer has, every tensor's

@@ -178,6 +178,7 @@ Status TrainerSession::onSubmit(uint32_t request, const protocol::Submit& s) {
     return Status::failedPrecondition("the job's tensors were re-declared by another trainer: declare again");
   for (uint64_t key : s.keys) {
     if (slots_.count(key) == 0) return Status::invalidArgument(strCat("tensor ", key, " is not declared"));
+    GC_RETURN_IF_ERROR(job.checkContributor(local_rank_, key));
     auto last = last_iteration_.find(key);
     if (last != last_iteration_.end() && s.iteration <= last->second)
       return Status::invalidArgument(strCat("tensor ", key, ": iteration ", s.iteration,

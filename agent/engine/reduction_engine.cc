@@ -106,7 +106,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
   std::vector<DeclaredTensor> declared;
   for (const TensorSpec& t : tensors) {
     GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, *planner_, *stats_));
-    declared.push_back({t.key, route.device_coded});
+    declared.push_back({t.key, route.device_coded, t.policy.contributor});
     KeyState k(std::move(route));
     auto old = js.keys.find(t.key);
     if (old != js.keys.end()) {

@@ -1,5 +1,7 @@
 #include "agent/engine/reduction_policy.h"
 
+#include <charconv>
+
 #include "common/str_cat.h"
 
 namespace gcagent::agent {
@@ -18,6 +20,7 @@ std::string_view resultName(ResultKind r) { return r == ResultKind::kSum ? "sum"
 std::string describe(const ReductionPolicy& p) {
   std::string text = strCat(aggregationName(p.aggregation), ", ", resultName(p.result));
   if (p.topology) text += strCat(", ", topologyName(*p.topology));
+  if (p.contributor) text += strCat(", local rank ", *p.contributor, " alone");
   return text;
 }
 
@@ -51,9 +54,16 @@ Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
       auto topology = parseTopology(value);
       if (!topology.ok()) return Status::invalidArgument(strCat("reduce.", topology.status().message()));
       policy.topology = *topology;
+    } else if (name == "reduce.contributor") {
+      uint32_t rank = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
+      if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+        return Status::invalidArgument(strCat("reduce.contributor '", value, "' is not a local rank (0, 1, ...)"));
+      policy.contributor = rank;
     } else {
       return Status::invalidArgument(strCat("unknown parameter '", name,
-                                            "' (reduce.* names are reduce.aggregation, reduce.result and reduce.topology)"));
+                                            "' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology "
+                                            "and reduce.contributor)"));
     }
     it = params.erase(it);
   }

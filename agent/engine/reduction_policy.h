@@ -4,6 +4,7 @@
 //   reduce.aggregation = bidirectional (default) | mxnet
 //   reduce.result      = average (default) | sum
 //   reduce.topology    = ps | ring | allgather | auto (default: the agent's scheduler.topology)
+//   reduce.contributor = a local rank (default: every local trainer)
 //
 // bidirectional: a slice's owner adds its own node's sum exactly; every other node sends
 //   its sum encoded with its own residual; the owner encodes the total with its own residual
@@ -30,8 +31,13 @@
 // auto: one of the three per tensor, from the reference cost model
 //   (scheduler/topology_model.h), the same on every node.
 //
+// contributor: only that local trainer of each node contributes the tensor and gets its
+//   result (a shard it alone holds, as FSDP's HSDP shards a node's parameters among its
+//   trainers); the others declare it but never submit it. Its nodes' contributions are then
+//   one trainer's each, so its average is over the nodes.
+//
 // A sum is returned as summed; an average is that sum divided once by the number of
-// trainers (never scaled twice).
+// trainers that contributed (never scaled twice).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +58,8 @@ using scheduler::Topology;
 struct ReductionPolicy {
   Aggregation aggregation = Aggregation::kBidirectional;
   ResultKind result = ResultKind::kAverage;
-  std::optional<Topology> topology;  // unset: the agent's default (scheduler.topology)
+  std::optional<Topology> topology{};  // unset: the agent's default (scheduler.topology)
+  std::optional<uint32_t> contributor{};  // the one local rank that contributes it; unset: every one
   bool operator==(const ReductionPolicy&) const = default;
 };
 
@@ -60,7 +67,8 @@ std::string_view aggregationName(Aggregation a);
 std::string_view resultName(ResultKind r);
 using scheduler::parseTopology;
 using scheduler::topologyName;
-// "mxnet, sum", and the topology when the tensor chose one: "bidirectional, average, ring"
+// "mxnet, sum", and the topology and contributor when the tensor chose them:
+// "bidirectional, average, ring, local rank 1 alone"
 std::string describe(const ReductionPolicy& p);
 
 // Takes the reduce.* entries out of a tensor's parameters (what is left belongs to the

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,7 @@ struct TensorRoute {
 struct DeclaredTensor {
   uint64_t key = 0;
   bool device_coded = true;  // TensorRoute::device_coded
+  std::optional<uint32_t> contributor{};  // ReductionPolicy::contributor: who of the node contributes it
 };
 
 // Builds a tensor's route; the error names the tensor and which codec or policy is wrong.

@@ -82,6 +82,8 @@ TEST(JobRegistryTest, ARefusedDeclarationLeavesTheJobAsItWas) {
   Status bad_policy = registry.declare(*job, {decl(1, "2bit", {{"reduce.result", "median"}})});
   EXPECT_EQ(bad_policy.message(), "tensor 1: reduce.result 'median' is not one of: average, sum");
   EXPECT_EQ(registry.declare(*job, {decl(9, "nope")}).message(), "tensor 9: codec 'nope' is not known");
+  EXPECT_EQ(registry.declare(*job, {decl(3, "none", {{"reduce.contributor", "1"}})}).message(),
+            "tensor 3: reduce.contributor 1 is not a local rank of job 'vgg' (1 local trainers)");
   job->inFlight = 1;
   EXPECT_EQ(registry.declare(*job, {decl(2, "2bit")}).message(),
             "job 'vgg': tensors cannot change while a reduction is in flight");

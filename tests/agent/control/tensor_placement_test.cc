@@ -82,5 +82,32 @@ TEST(TensorPlacementTest, NoTensorMovesWhileAReductionIsInFlight) {
   EXPECT_TRUE(job->checkSlots(1, {}).ok());
 }
 
+TEST(TensorPlacementTest, ATensorOneTrainerContributesJoinsAtOnceAndReducesWhereItsGradientIs) {
+  Coders c;
+  LocalJobs jobs;
+  Status error;
+  auto job = findOrCreateJob(jobs, "hsdp", 2, &error);
+  ASSERT_TRUE(job) << error.toString();
+  // Shard 1 is local rank 0's, shard 2 local rank 1's (reduce.contributor); 3 is everyone's.
+  job->routesDeclared({{1, true, 0}, {2, true, 1}, {3, true, {}}});
+  job->declareSlots(0, {true, c.a});
+  job->declareSlots(1, {});
+  EXPECT_EQ(job->placementOf(1), (TensorPlacement{Placement::kDevice, c.a}));
+  EXPECT_EQ(job->placementOf(2).where, Placement::kHost);
+  EXPECT_EQ(job->placementOf(3).where, Placement::kStaged);
+  float mine = 1;
+  Contribution one;
+  one.host = &mine;
+  auto joined = job->contribute(1, 7, 2, one);
+  ASSERT_TRUE(joined.ready) << "nobody else contributes tensor 2";
+  ASSERT_EQ(joined.ready->size(), 1u);
+  EXPECT_EQ((*joined.ready)[0].host, &mine);
+  EXPECT_TRUE(job->pending.empty());
+  EXPECT_TRUE(job->checkContributor(1, 2).ok());
+  EXPECT_TRUE(job->checkContributor(0, 3).ok());
+  EXPECT_EQ(job->checkContributor(0, 2).message(),
+            "tensor 2 is contributed by local rank 1 alone (reduce.contributor); local rank 0 submitted it");
+}
+
 }  // namespace
 }  // namespace gcagent::agent

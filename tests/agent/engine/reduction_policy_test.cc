@@ -52,7 +52,8 @@ TEST(ReductionPolicy, AnUnknownReduceNameIsRefused) {
   auto policy = takeReductionPolicy(params);
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().message(),
-            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation, reduce.result and reduce.topology)");
+            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology "
+            "and reduce.contributor)");
 }
 
 TEST(ReductionPolicy, ATensorMayChooseItsTopology) {
@@ -72,6 +73,22 @@ TEST(ReductionPolicy, AnUnknownTopologyIsRefusedWithTheChoices) {
   auto policy = takeReductionPolicy(params);
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().message(), "reduce.topology 'tree' is not one of: ps, ring, allgather, auto");
+}
+
+TEST(ReductionPolicy, ATensorMayHaveOneContributorPerNode) {
+  compress::Params params = {{"reduce.contributor", "1"}, {"threshold", "0.5"}};
+  auto policy = takeReductionPolicy(params);
+  ASSERT_TRUE(policy.ok()) << policy.status().message();
+  EXPECT_EQ(policy->contributor, std::optional<uint32_t>(1));
+  EXPECT_EQ(describe(policy.value()), "bidirectional, average, local rank 1 alone");
+  EXPECT_EQ(params.size(), 1u);
+  compress::Params none;
+  EXPECT_FALSE(takeReductionPolicy(none)->contributor.has_value()) << "unset: every local trainer";
+  for (const char* bad : {"", "-1", "one", "1.5", "99999999999"}) {
+    compress::Params p = {{"reduce.contributor", bad}};
+    EXPECT_EQ(takeReductionPolicy(p).status().message(),
+              std::string("reduce.contributor '") + bad + "' is not a local rank (0, 1, ...)");
+  }
 }
 
 }  // namespace

@@ -225,3 +225,63 @@ def test_a_topology_is_checked(agent):
         with pytest.raises(gcagent.GcagentError, match="reduce.topology 'tree' is not one of: ps, ring, allgather, auto"):
             gcagent.Reducer(client).reduce([(1, np.zeros(4, np.float32), 0)], codec="none",
                                            params={"reduce.topology": "tree"})
+
+
+def test_a_shard_one_trainer_holds_is_averaged_over_the_nodes(tmp_path, monkeypatch):
+    """reduce.contributor: 2 nodes x 2 trainers; tensor 1 is local rank 0's shard, tensor 2
+    local rank 1's, tensor 3 everyone's. Each shard's holders alone submit it and get the
+    average over the nodes, bit for bit; the shared tensor is averaged over all four. A
+    trainer that submits another's shard is told whose it is."""
+    import threading
+
+    import gcagent
+    monkeypatch.setenv("GCAGENT_CLIENT_LIB", str(LIBRARY))
+    n = 70001
+    specs = [gcagent.TensorSpec(1, n, 0, "none", {"reduce.contributor": "0"}),
+             gcagent.TensorSpec(2, n, -1, "none", {"reduce.contributor": "1"}),
+             gcagent.TensorSpec(3, n, -2, "none")]
+    mine = {0: [1, 3], 1: [2, 3]}
+
+    def values(node, local, key, it):
+        return _values(100 * node + 10 * local + key, it, n)
+
+    results, errors = {}, []
+
+    def trainer(c, node, local):
+        try:
+            with gcagent.Client(c.sockets[node], "hsdp", local, 2) as client:
+                client.declare(specs)
+                if local == 0:  # refused, and nothing else of the job disturbed
+                    with pytest.raises(gcagent.GcagentError,
+                                       match=r"tensor 2 is contributed by local rank 1 alone \(reduce.contributor\); "
+                                             r"local rank 0 submitted it"):
+                        client.submit(1, [2])
+                        client.wait(1, [2], 60000)
+                for it in range(1, 4):
+                    for key in mine[local]:
+                        client.buffer(key)[:] = values(node, local, key, it)
+                    client.submit(it, mine[local])
+                    assert client.wait(it, mine[local], 60000)
+                    results[(node, local, it)] = {key: client.buffer(key).copy() for key in mine[local]}
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((node, local, e))
+
+    with Cluster(tmp_path, 2, ["--scheduler.slice_elements", "4096"]) as c:
+        threads = [threading.Thread(target=trainer, args=(c, node, local)) for node in range(2) for local in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    for it in range(1, 4):
+        for node in range(2):
+            for local, key in ((0, 1), (1, 2)):
+                want = (values(0, local, key, it) + values(1, local, key, it)) / np.float32(2)
+                got = results[(node, local, it)][key]
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (it, node, key)
+            # Each node's two trainers first (their local sum), then the nodes in rank order.
+            local_sums = [values(m, 0, 3, it) + values(m, 1, 3, it) for m in range(2)]
+            want = (local_sums[0] + local_sums[1]) / np.float32(4)
+            for local in range(2):
+                got = results[(node, local, it)][3]
+                assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (it, node, local)
