@@ -29,9 +29,12 @@ class DeviceCodec {
   virtual Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                                 const compress::SliceId& id, double* seconds = nullptr) = 0;
   // Enqueues out = scale * (the decoding of `in` added to -0.0), bit for bit what
-  // Codec::decode writes.
+  // Codec::decode writes. `seconds`, where the device times it (the host), as encode's.
   virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
-                        const compress::SliceId& id) = 0;
+                        const compress::SliceId& id, double* seconds = nullptr) = 0;
+  // Enqueues acc += the decoding of `in`, bit for bit what Codec::decodeAdd does.
+  virtual Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const compress::SliceId& id,
+                           double* seconds = nullptr) = 0;
 };
 
 class CoderDevice {

@@ -20,6 +20,15 @@ struct Target {
 // Frees and other work that belongs to no tensor report to no one.
 constexpr uint64_t kNoTag = ~uint64_t{0};
 
+// Runs `work`, writing its duration to `seconds` when asked.
+template <class Work>
+Status timed(double* seconds, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = work();
+  if (seconds != nullptr) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
 class HostCodec : public DeviceCodec {
  public:
   HostCodec(std::shared_ptr<const compress::Codec> codec, HostStream& stream, const Target& target)
@@ -30,19 +39,23 @@ class HostCodec : public DeviceCodec {
     const size_t most = codec_->maxEncodedBytes(in.size());
     if (out.size() < most)
       return Status::invalidArgument(strCat("an encoding of ", in.size(), " elements needs ", most, " bytes"));
-    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, state, out, id, seconds]() -> Status {
-      const auto start = std::chrono::steady_clock::now();
-      Result<size_t> written = codec->encode(in, state, out, id);
-      if (seconds != nullptr)
-        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return written.status();
+    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, state, out, id, seconds] {
+      return timed(seconds, [&] { return codec->encode(in, state, out, id).status(); });
     });
     return most;  // fixed-size codecs write exactly that; sparse ones say their count in front
   }
-  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
-                const compress::SliceId& id) override {
-    stream_.enqueue(target_.tag, target_.priority,
-                    [codec = codec_, in, out, scale, id] { return codec->decode(in, out, scale, id); });
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale, const compress::SliceId& id,
+                double* seconds) override {
+    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, out, scale, id, seconds] {
+      return timed(seconds, [&] { return codec->decode(in, out, scale, id); });
+    });
+    return {};
+  }
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const compress::SliceId& id,
+                   double* seconds) override {
+    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, acc, id, seconds] {
+      return timed(seconds, [&] { return codec->decodeAdd(in, acc, id); });
+    });
     return {};
   }
 

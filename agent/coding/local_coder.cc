@@ -85,7 +85,7 @@ void LocalCoder::forgetJob(uint64_t job) {
   }
 }
 
-Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
+Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w, bool buffers) {
   auto found = keys_.find({w.job, w.key});
   if (found != keys_.end()) {
     KeyCoding& old = *found->second;
@@ -120,7 +120,7 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w) {
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
   // On the host, encodings are written into buffers of their own and results are decoded
   // where the transport left them (decode_host is made only if a result must be staged).
-  if (device_->hostAddressable()) return &kc;
+  if (device_->hostAddressable() || !buffers) return &kc;
   GC_ASSIGN_OR_RETURN(kc.decode_host, device_->allocateHost(kc.decode_bytes));
   if (kc.push_spec.name != "none") {  // none is never compressed: every slice leaves from the sum
     GC_ASSIGN_OR_RETURN(kc.encode_device, device_->allocateDevice(kc.device_encode_bytes));
@@ -316,6 +316,42 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
     if (!first.ok()) return done(Status(first.code(), strCat("decoding on ", device_->describe(), ": ", first.message())));
     done({});
   });
+}
+
+void LocalCoder::merge(const KeyWork& w, bool compressed, std::span<const std::byte> bytes, bool first,
+                       double* seconds, Done done, std::shared_ptr<const void> bytes_owner) {
+  tag(w);
+  auto prepared = prepare(w, /*buffers=*/false);
+  if (!prepared.ok()) {
+    forget(w.job, w.key);
+    return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
+  }
+  KeyCoding& k = **prepared;
+  const size_t n = w.geometry.size(0);
+  Status st;
+  std::span<const std::byte> in = bytes;
+  Result<void*> host = static_cast<void*>(nullptr), staged = static_cast<void*>(nullptr);  // a device's staging, freed once the merge has run
+  if (device_->hostAddressable() && !bytes_owner) {  // the caller's memory is gone after the call
+    auto copy = std::make_shared<ByteBuffer>(bytes.begin(), bytes.end());
+    in = *copy;
+    bytes_owner = std::move(copy);
+  } else if (!device_->hostAddressable()) {
+    host = device_->allocateHost(bytes.size());
+    if (host.ok()) staged = device_->allocateDevice(bytes.size());
+    st = host.ok() ? staged.status() : host.status();
+    if (st.ok()) {
+      std::memcpy(*host, bytes.data(), bytes.size());
+      st = device_->copy(*staged, *host, bytes.size());
+      in = {static_cast<const std::byte*>(*staged), bytes.size()};
+    }
+  }
+  DeviceCodec& codec = compressed ? *k.push : *k.raw;
+  const std::span<float> sum(w.buffers.at(0), n);
+  if (st.ok()) st = first ? codec.decode(in, sum, 1.0f, idOf(w, 0), seconds) : codec.decodeAdd(in, sum, idOf(w, 0), seconds);
+  if (host.ok() && *host != nullptr) device_->freeHost(*host);
+  if (staged.ok() && *staged != nullptr) device_->freeDevice(*staged);
+  device_->hold(std::move(bytes_owner));  // until the merge has run
+  device_->after([st, pin = w.keepalive, done = std::move(done)](const Status& ran) { done(st.ok() ? ran : st); });
 }
 
 void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {

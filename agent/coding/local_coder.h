@@ -86,6 +86,16 @@ class LocalCoder {
   // where they are, else they are staged first (the caller's memory is gone after the call).
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
                     float divisor, Done done, std::shared_ptr<const void> bytes_owner = nullptr);
+  // An owner's merge: adds the decoding of one node's contribution to a slice into the
+  // slice's sum, work.buffers[0] (`first`: writes it, the sum's first contribution), with the
+  // push codec when `compressed`, else raw. `work` names the one slice (geometry of one
+  // slice, renamed to the tensor's ids); a merge keeps no residual. The bytes are decoded
+  // where they are on the host (`bytes_owner` held until then), else staged to the device
+  // for this merge alone (sums of several iterations of one slice may merge at once).
+  // `seconds`, where the device times it (the host), gets the decode's duration; `done`
+  // reports once it has run, with the codec's error for bytes it cannot decode.
+  void merge(const KeyWork& work, bool compressed, std::span<const std::byte> bytes, bool first, double* seconds,
+             Done done, std::shared_ptr<const void> bytes_owner);
   // The reduction `work` ends before its coder reported (it failed): the buffers' memory stays
   // until the work already queued on it has run.
   void abandon(const KeyWork& work);
@@ -104,7 +114,8 @@ class LocalCoder {
 
  private:
   struct KeyCoding;
-  Result<KeyCoding*> prepare(const KeyWork& work);
+  // The key's codecs, and with `buffers` its staging memory (a merge stages per call).
+  Result<KeyCoding*> prepare(const KeyWork& work, bool buffers = true);
   void tag(const KeyWork& work);
   static compress::SliceId idOf(const KeyWork& work, uint32_t slice);
   // A slice's residual state on the device, allocated (zeroed) at its first compressed encode

@@ -1,7 +1,6 @@
 #include "agent/engine/owner_side.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -10,8 +9,10 @@
 namespace gcagent::agent {
 namespace {
 
-// The stream's merge work and the result residuals are keyed apart from the node's side.
-constexpr uint64_t kMergeTag = 0x6a09e667f3bcc909ull;
+// The merges and the result residuals are keyed apart from the node's side.
+uint64_t mergeKeyOf(uint64_t key, uint32_t slice) {
+  return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0x6a09e667f3bcc909ull);
+}
 uint64_t residualKeyOf(uint64_t key, uint32_t slice) {
   return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0xbb67ae8584caa73bull);
 }
@@ -21,7 +22,7 @@ uint64_t hopResidualKeyOf(uint64_t key, uint32_t slice) { return residualKeyOf(k
 }  // namespace
 
 struct OwnerSide::Sum {
-  std::shared_ptr<FloatBuffer> values = std::make_shared<FloatBuffer>();  // shared with the merge in flight
+  std::shared_ptr<float> values;  // in the coder's memory; shared with the merge in flight
   std::vector<uint32_t> order;  // whose contributions, in merge order
   bool final = true;            // the slice's whole sum, not a ring hop's partial sum
   std::vector<bool> seen;  // which nodes' contributions arrived (merged, merging or parked)
@@ -32,11 +33,9 @@ struct OwnerSide::Sum {
   uint64_t serial = 0;   // tells a merge's report from one of an earlier sum of the same id
 };
 
-OwnerSide::OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::shared_ptr<LocalCoder> coder,
-                     scheduler::Planner& planner, ResidualSampler& sampler, RouteOf route_of, Ready ready,
-                     Refused refused)
-    : nodes_(nodes), stream_(std::move(stream)), coder_(std::move(coder)),
-      raw_(std::move(compress::makeCodec(compress::CodecSpec{"none", {}})).value()), planner_(planner), route_of_(std::move(route_of)),
+OwnerSide::OwnerSide(uint32_t nodes, std::shared_ptr<LocalCoder> coder, scheduler::Planner& planner,
+                     ResidualSampler& sampler, RouteOf route_of, Ready ready, Refused refused)
+    : nodes_(nodes), coder_(std::move(coder)), planner_(planner), route_of_(std::move(route_of)),
       ready_(std::move(ready)), refused_(std::move(refused)), sampler_(sampler), alive_(std::make_shared<OwnerSide*>(this)) {
   for (uint32_t r = 0; r < nodes_; ++r) members_.push_back(r);
 }
@@ -49,6 +48,17 @@ void OwnerSide::setMembers(std::vector<uint32_t> members) {
 void OwnerSide::forgetResidual(uint64_t job, uint64_t key, uint32_t slice) {
   coder_->forget(job, residualKeyOf(key, slice));
   coder_->forget(job, hopResidualKeyOf(key, slice));
+  coder_->forget(job, mergeKeyOf(key, slice));
+}
+
+Result<std::shared_ptr<float>> OwnerSide::sumBuffer(size_t n) {
+  if (coder_->device().hostAddressable()) {  // left uninitialised: the first merge writes it
+    auto buffer = std::make_shared<FloatBuffer>(n);
+    return std::shared_ptr<float>(buffer, buffer->data());
+  }
+  GC_ASSIGN_OR_RETURN(void* p, coder_->device().allocateDevice(n * sizeof(float)));
+  // Freed once the work that uses it has run; the coder outlives every sum.
+  return std::shared_ptr<float>(static_cast<float*>(p), [coder = coder_](float* q) { coder->device().freeDevice(q); });
 }
 
 OwnerSide::~OwnerSide() { *alive_ = nullptr; }
@@ -91,28 +101,24 @@ void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   sum.merging = true;
   const auto& [job, key, slice, iteration] = id;
   const bool first = sum.next == 0;
-  if (first) sum.values->resize(route.geometry.size(slice));  // left uninitialised: the first decode writes it
-  std::shared_ptr<const compress::Codec> codec = c.compressed ? route.push : raw_;
+  const uint64_t n = route.geometry.size(slice);
+  auto report = [owner = std::weak_ptr<OwnerSide*>(alive_), id, serial = sum.serial, from = sum.next,
+                 contributors = c.contributors, compressed = c.compressed, bytes = c.bytes.size()](
+                    double seconds, const Status& s) {
+    if (auto o = owner.lock(); o && *o) (*o)->onMerged(id, serial, from, contributors, compressed, bytes, seconds, s);
+  };
+  if (first) {
+    auto values = sumBuffer(n);
+    if (!values.ok()) return report(0, values.status());
+    sum.values = std::move(values).value();
+  }
+  // One slice under a key of its own, coded with the contribution's codec (a ring hop's
+  // partial sum travels as a contribution too).
+  KeyWork work{job,  mergeKeyOf(key, slice), iteration,      route.push_spec, route.push_spec, {n, n}, {sum.values.get()},
+               route.priority, sum.values, /*renamed=*/true, key,             slice};
   auto seconds = std::make_shared<double>(0);
-  const compress::SliceId slice_id{key, slice, iteration};
-  const uint64_t tag = (job * 0x9e3779b97f4a7c15ull ^ key) ^ kMergeTag;
-  const std::span<const std::byte> bytes = c.bytes;
-  stream_->enqueue(tag, route.priority, [codec, values = sum.values, bytes, first, slice_id, seconds]() -> Status {
-    const auto start = std::chrono::steady_clock::now();
-    Status s = first ? codec->decode(bytes, *values, 1.0f, slice_id) : codec->decodeAdd(bytes, *values, slice_id);
-    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return s;
-  });
-  // Released on this thread once the merge has run (a transport's receive buffer goes back
-  // to its pool here).
-  stream_->hold(tag, route.priority, std::move(c.pin));
-  stream_->after(tag, route.priority,
-                 [owner = std::weak_ptr<OwnerSide*>(alive_), id, serial = sum.serial, from = sum.next,
-                  contributors = c.contributors, compressed = c.compressed, bytes = c.bytes.size(),
-                  seconds](const Status& s) {
-                   if (auto o = owner.lock(); o && *o)
-                     (*o)->onMerged(id, serial, from, contributors, compressed, bytes, *seconds, s);
-                 });
+  coder_->merge(work, c.compressed, c.bytes, first, seconds.get(),
+                [report, seconds](const Status& s) { report(*seconds, s); }, std::move(c.pin));
 }
 
 void OwnerSide::onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t contributors, bool compressed,
@@ -150,10 +156,10 @@ void OwnerSide::encode(const Id& id, Sum& sum, const TensorRoute& route) {
   const compress::CodecSpec& spec = final ? route.pull_spec : route.push_spec;
   const uint64_t n = route.geometry.size(slice);
   // Sent uncompressed, the sum goes to every node from where it is: the encoding pins it.
-  const std::shared_ptr<FloatBuffer> values = sum.values;
+  const std::shared_ptr<float> values = sum.values;
   const uint64_t residual_key = final ? residualKeyOf(key, slice) : hopResidualKeyOf(key, slice);
   KeyWork work{job,           residual_key, iteration, spec,          spec,     {n, n},
-               {values->data()}, route.priority, values, /*renamed=*/true, key, slice};
+               {values.get()}, route.priority, values, /*renamed=*/true, key, slice};
   const Slice s{job, key, slice, iteration};
   const uint32_t contributors = sum.contributors;
   sums_.erase(id);

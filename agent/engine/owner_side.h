@@ -63,8 +63,10 @@ class OwnerSide {
 
   // `planner` gets the merges' and encodes' timings, `sampler` the result residuals (shared
   // with the node's side: one encode in 64 of either is sampled).
-  OwnerSide(uint32_t nodes, std::shared_ptr<HostStream> stream, std::shared_ptr<LocalCoder> coder,
-            scheduler::Planner& planner, ResidualSampler& sampler, RouteOf route_of, Ready ready, Refused refused);
+  // Every merge and result encoding runs on `coder` (the host's, or a GPU's: the sums then
+  // live in its memory).
+  OwnerSide(uint32_t nodes, std::shared_ptr<LocalCoder> coder, scheduler::Planner& planner, ResidualSampler& sampler,
+            RouteOf route_of, Ready ready, Refused refused);
   ~OwnerSide();
 
   // Every contribution to one sum names the same shape.
@@ -90,6 +92,8 @@ class OwnerSide {
  private:
   struct Sum;
   using Id = std::tuple<uint64_t, uint64_t, uint32_t, uint64_t>;  // job, key, slice, iteration
+  // Memory for a slice's sum of n elements where the coder works.
+  Result<std::shared_ptr<float>> sumBuffer(size_t n);
   void mergeNext(const Id& id, Sum& sum, const TensorRoute& route);
   void onMerged(const Id& id, uint64_t serial, uint32_t from, uint32_t contributors, bool compressed, size_t bytes,
                 double seconds, const Status& status);
@@ -98,9 +102,7 @@ class OwnerSide {
 
   uint32_t nodes_;
   std::vector<uint32_t> members_;  // ascending; a sum of the default shape merges them in this order
-  std::shared_ptr<HostStream> stream_;
   std::shared_ptr<LocalCoder> coder_;
-  std::shared_ptr<const compress::Codec> raw_;
   scheduler::Planner& planner_;
   RouteOf route_of_;
   Ready ready_;
@@ -108,7 +110,7 @@ class OwnerSide {
   std::map<Id, Sum> sums_;
   uint64_t serials_ = 0;
   ResidualSampler& sampler_;
-  // The stream's reports may run after this is gone; they reach it through this.
+  // The coder's reports may run after this is gone; they reach it through this.
   std::shared_ptr<OwnerSide*> alive_;
 };
 

@@ -65,9 +65,11 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
   const auto budget = options_.residual_budget_bytes;
   host_coder_ = std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget);
   owner_ = std::make_unique<OwnerSide>(
-      transport_.size(), options_.host_stream,
-      std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget), *planner_,
-      sampler_,
+      transport_.size(),
+      options_.owner_coder
+          ? options_.owner_coder
+          : std::make_shared<LocalCoder>(makeHostCoderDevice(options_.host_stream, options_.codec_env), budget),
+      *planner_, sampler_,
       [this](uint64_t job, uint64_t key) -> TensorRoute* { return findKey(job, key); },
       [this](const OwnerSide::Slice& s, Result<SliceEncoding> result, bool compressed, uint32_t contributors,
              bool final) { onResult(s, std::move(result), compressed, contributors, final); },

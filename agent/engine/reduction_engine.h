@@ -90,6 +90,10 @@ struct EngineOptions {
   // Where the host's codec work runs (the node's side of host gradients, and every owner's
   // merge and result encoding): a thread of its own, most urgent tensor first. Required.
   std::shared_ptr<HostStream> host_stream;
+  // Where the slices this node owns are merged and their results encoded (owner_side.h): a
+  // GPU's coder puts the sums in its memory; null: a coder on the host stream, with
+  // residual_budget_bytes.
+  std::shared_ptr<LocalCoder> owner_coder;
   size_t stash_budget_bytes = 256u << 20;  // slices that arrive before their job is declared here
   // A reduction not complete after this many seconds fails, and its iteration is given up on
   // every node (transport.reduction_timeout); 0: no deadline.

@@ -167,14 +167,21 @@ class CudaCodec : public DeviceCodec {
   }
 
   // As compress::Codec::decode: -0.0 fill, decodeAdd, multiply.
-  Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
-                const compress::SliceId& id) override {
+  Status decode(std::span<const std::byte> in, std::span<float> out, float scale, const compress::SliceId& id,
+                double* /*seconds: not timed per slice*/) override {
     GC_RETURN_IF_ERROR(queue_->use());
     queue_->touch(cell_);
     GC_RETURN_IF_ERROR(queue_->fillNegativeZero(out.data(), out.size()));
     GC_RETURN_IF_ERROR(cell_->codec->decodeAdd(in, out, id, queue_->stream));
     if (scale != 1.0f) return queue_->scale(out.data(), out.size(), scale);
     return {};
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const compress::SliceId& id,
+                   double* /*seconds: not timed per slice*/) override {
+    GC_RETURN_IF_ERROR(queue_->use());
+    queue_->touch(cell_);
+    return cell_->codec->decodeAdd(in, acc, id, queue_->stream);
   }
 
  private:

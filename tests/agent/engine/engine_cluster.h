@@ -59,10 +59,11 @@ struct Done {
 
 // N engines over loopback. Every node's side runs on its host coder; nodes marked `coded`
 // are handed a coder of their own with each reduction, one that stages its encodings and
-// results as a GPU's does (StagedDevice), as a GPU node's gradients are.
+// results as a GPU's does (StagedDevice), as a GPU node's gradients are. With
+// `staged_owners`, every node's owner side works on such a coder too, as a GPU owner's.
 class Cluster {
  public:
-  Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {})
+  Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {}, bool staged_owners = false)
       : done_(nodes), contributions_(nodes), results_(nodes) {
     for (auto& t : transport::makeLoopbackGroup(nodes)) transports_.push_back(std::make_unique<CuttableTransport>(std::move(t)));
     for (uint32_t r = 0; r < nodes; ++r) {
@@ -71,6 +72,7 @@ class Cluster {
       EngineOptions o = options;
       o.host_stream = host_.stream();
       if (!o.planner) o.planner = std::make_shared<scheduler::Planner>(plannerOptionsOf(o, nodes));
+      if (staged_owners) o.owner_coder = host_.makeStaged();
       planners_.push_back(o.planner);
       engines_.push_back(std::make_unique<ReductionEngine>(
           *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {

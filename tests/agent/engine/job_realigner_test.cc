@@ -26,7 +26,7 @@ class JobRealignerTest : public ::testing::Test {
       : transports_(transport::makeLoopbackGroup(3)),
         host_(io_),
         stream_(host_.stream()),
-        owner_(3, stream_, host_.make(), planner_, sampler_, [](uint64_t, uint64_t) { return nullptr; },
+        owner_(3, host_.make(), planner_, sampler_, [](uint64_t, uint64_t) { return nullptr; },
                [](const OwnerSide::Slice&, Result<SliceEncoding>, bool, uint32_t, bool) {},
                [](const std::string&) {}),
         realigner_(*transports_[0], owner_, stats_, [this](uint64_t job, KeyState& k, const Status& why) {

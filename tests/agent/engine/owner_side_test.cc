@@ -19,7 +19,7 @@ class OwnerSideTest : public ::testing::Test {
       : planner_({scheduler::Selection::kSize, 0, 3, 1000, 5.0}),
         route_(makeRoute({5, 1000, 0, {"none", {}}, {}}, {{"none", {}}, "same", 1000, {}, true}, planner_, stats_).value()),
         stream_(host_.stream()),
-        owner_(3, stream_, std::make_shared<LocalCoder>(makeHostCoderDevice(stream_)), planner_, sampler_,
+        owner_(3, std::make_shared<LocalCoder>(makeHostCoderDevice(stream_)), planner_, sampler_,
                [this](uint64_t job, uint64_t key) -> TensorRoute* { return job == 1 && key == 5 ? &route_ : nullptr; },
                [this](const OwnerSide::Slice& s, Result<SliceEncoding> r, bool compressed, uint32_t contributors, bool) {
                  ASSERT_TRUE(r.ok()) << r.status().toString();

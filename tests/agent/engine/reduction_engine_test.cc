@@ -163,6 +163,27 @@ TEST(ReductionEngineTest, CodedAndHostNodesOfOneJobAgreeBitForBit) {
   runAndCheck(sparse, 1, {5000}, 2, 2.0, "dgc");  // dgc sends 0.1%: only the agreement is checked
 }
 
+TEST(ReductionEngineTest, OwnersThatWorkAsAGpuDoGiveTheHostOwnersBytesForEveryCodec) {
+  // The owner side through a coder that stages as a GPU's (sums in its memory, each
+  // contribution staged in for its merge, the result encoded there and copied out): bit for
+  // bit what host owners give, under every topology that merges at an owner or a hop.
+  for (Topology topology : {Topology::kPs, Topology::kRing, Topology::kAllgather})
+    for (const char* codec : {"none", "fp16", "2bit", "onebit", "terngrad", "topk", "dgc"}) {
+      SCOPED_TRACE(::testing::Message() << codec << " " << topologyName(topology));
+      EngineOptions o = smallSlices();
+      o.topology = topology;
+      std::vector<std::vector<float>> on_host, on_staged;
+      Cluster host(3, o);
+      runAndCheck(host, 2, {3000, 17, 4096}, 3, 8.0, codec, &on_host);
+      Cluster staged(3, o, {}, /*staged_owners=*/true);
+      runAndCheck(staged, 2, {3000, 17, 4096}, 3, 8.0, codec, &on_staged);
+      ASSERT_EQ(on_host.size(), on_staged.size());
+      for (size_t i = 0; i < on_host.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(on_host[i].data(), on_staged[i].data(), on_host[i].size() * sizeof(float))) << i;
+      EXPECT_EQ(staged.gauge(0, metrics::Id::pending_sums), 0);
+    }
+}
+
 TEST(ReductionEngineTest, CodedJobsGiveTheHostJobsBytesForEveryCodec) {
   // A node's side of the reduction on its coder (sum, encode with its residuals, decode) is
   // bit for bit the engine's own: a job run on coded nodes gives what it gives on host nodes.
