@@ -350,10 +350,7 @@ Status Agent::run() {
   // Gauges computed from state that only this thread may read, refreshed every second.
   asio::steady_timer refresh(io);
   std::function<void()> refresh_stats = [&] {
-    engine.refreshStats();
-    engine.expireReductions();
-    engine.reviewMembership();
-    const size_t stalled = engine.stalledJobs();
+    const size_t stalled = engine.tick();
     stats.gauge(metrics::Id::stalled_jobs, {}).Set(static_cast<double>(stalled));
     health.setStalledJobs(static_cast<uint32_t>(stalled));
     const auto lost = engine.membership().lost();

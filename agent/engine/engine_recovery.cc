@@ -64,7 +64,10 @@ void ReductionEngine::expireReductions() {
   }
 }
 
-size_t ReductionEngine::stalledJobs() const {
+size_t ReductionEngine::tick() {
+  expireReductions();
+  membership_.review();
+  gauges_.refresh(jobs_, *owner_, *lanes_);
   if (options_.reduction_timeout <= 0) return 0;
   const SteadyTime now = options_.now();
   const auto window = steadySeconds(options_.reduction_timeout);

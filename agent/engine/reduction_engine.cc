@@ -463,8 +463,6 @@ void ReductionEngine::onMessage(const transport::Message& m) {
               flow.sum);
 }
 
-void ReductionEngine::refreshStats() { gauges_.refresh(jobs_, *owner_, *lanes_); }
-
 JobAlignment ReductionEngine::alignmentOf(uint64_t job) const {
   auto j = jobs_.find(job);
   return j == jobs_.end() ? JobAlignment{} : j->second->align;

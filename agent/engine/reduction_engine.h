@@ -156,18 +156,16 @@ class ReductionEngine : public JobPart {
   void onPeerDown(transport::Rank peer, const Status& why, bool shut_down = false);
   // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
   void onPeerUp(transport::Rank peer);
-  // Fails the reductions past their deadline (reduction_timeout), giving their iteration up
-  // on every node, and forgets the shares dropped jobs owed once they are sent. Call it every
-  // second or so.
-  void expireReductions();
-  // The view's leader proposes a membership change when a member stayed away past the grace
-  // period or a node outside it is back (on_peer_loss = kShrink). Call it every second or so.
-  void reviewMembership() { membership_.review(); }
+  // Every second or so: fails the reductions past their deadline (reduction_timeout), giving
+  // their iteration up on every node; forgets the shares dropped jobs owed once they are sent;
+  // lets the view's leader propose a membership change (a member away past the grace period,
+  // or a node outside the view back, under on_peer_loss = kShrink); refreshes the gauges that
+  // are cheaper to compute when read. Returns the jobs that cannot make progress (stalled:
+  // reductions kept failing and none completed for a whole reduction_timeout while the
+  // trainers were still trying).
+  size_t tick();
   // This node's part in the membership: the installed view, the members away and lost.
   const MembershipNode& membership() const { return membership_; }
-  // Jobs that cannot make progress: reductions kept failing and none completed for a whole
-  // reduction_timeout while the trainers were still trying.
-  size_t stalledJobs() const;
   // Fails the reductions in flight of one job (a trainer left, the agent shuts down).
   void failJob(uint64_t job, const Status& why) override;
   // Fails this node's reductions of the job in flight and tells every peer the job's new
@@ -180,9 +178,6 @@ class ReductionEngine : public JobPart {
   JobAlignment alignmentOf(uint64_t job) const;
 
   EngineCounters counters() const;
-  // Sets the gauges that are cheaper to compute when read than to keep current (queue
-  // depth per peer). Call it on the engine's thread.
-  void refreshStats();
   metrics::Stats& stats() { return *stats_; }
 
  private:
@@ -209,6 +204,8 @@ class ReductionEngine : public JobPart {
   // owners, so it fails, residuals of slices that moved go, and every job goes on from its
   // nodes' frontier.
   void onViewInstalled(const MembershipView& before, const MembershipView& view);
+  // tick()'s deadlines: the reductions past theirs fail, their iterations given up everywhere.
+  void expireReductions();
 
   transport::Transport& transport_;
   EngineOptions options_;

@@ -63,7 +63,7 @@ TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
   for (uint32_t r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     EXPECT_EQ(nodes[r].completed, 2 * kIterations);
-    nodes[r].engine->refreshStats();
+    nodes[r].engine->tick();
     nodes[r].stats->updateRatios();
     const auto& reg = *nodes[r].stats->registry();
     const double raw = read(reg, "gcagent_raw_bytes_total", {{"codec", "2bit"}, {"direction", "sent"}}).value;

@@ -107,7 +107,7 @@ class Cluster {
   scheduler::Planner& planner(uint32_t r) { return *planners_[r]; }
   // A gauge of node r's engine, its read-time gauges refreshed first.
   double gauge(uint32_t r, metrics::Id id, const std::vector<std::string>& labels = {}) {
-    engines_[r]->refreshStats();
+    engines_[r]->tick();
     return engines_[r]->stats().gauge(id, labels).Value();
   }
   // Cuts (or restores) the link between nodes a and b, both ways.

@@ -94,7 +94,7 @@ class Membership3 : public ::testing::TestWithParam<Topology> {
   }
 
   void review() {
-    for (uint32_t r = 0; r < 3; ++r) c_.engine(r).reviewMembership();
+    for (uint32_t r = 0; r < 3; ++r) c_.engine(r).tick();
     c_.pump();
   }
 
@@ -194,7 +194,7 @@ TEST(EngineMembership, TheFailPolicyNeverShrinks) {
   c.engine(0).onPeerUp(1);
   c.engine(0).onPeerDown(1, Status::unavailable("gone"));
   clock.jump(std::chrono::hours(1));
-  c.engine(0).reviewMembership();
+  c.engine(0).tick();
   EXPECT_EQ(c.engine(0).membership().view(), (MembershipView{0, 0, 0, {0, 1}, {}}));
 }
 

@@ -59,7 +59,7 @@ class Partition : public ::testing::TestWithParam<Topology> {
   }
 
   void review() {
-    for (uint32_t r = 0; r < kNodes; ++r) c_.engine(r).reviewMembership();
+    for (uint32_t r = 0; r < kNodes; ++r) c_.engine(r).tick();
     c_.pump();
   }
 
@@ -157,7 +157,7 @@ TEST_P(Partition, APartitionDuringAMembershipChangeInstallsNothingUntilAMajority
   ASSERT_EQ(stepUntil({0, 1, 2, 3}), all({0, 1, 2, 3}));
   link({0, 1, 2}, {3}, false);
   clock_.jump(std::chrono::seconds(11));
-  c_.engine(0).reviewMembership();  // node 0's prepares are on their way...
+  c_.engine(0).tick();  // node 0's prepares are on their way...
   link({0, 1}, {2}, false);         // ...when node 2 is cut off from it
   review();
   for (uint32_t r = 0; r < kNodes; ++r) EXPECT_EQ(c_.engine(r).membership().view().epoch, 0u) << r;

@@ -167,10 +167,10 @@ TEST_F(Deadline, AReductionPastItsDeadlineFailsAndItsIterationIsGivenUpEverywher
   Step a1(0, 1);
   submit(0, 1, a1);
   c_.pump();
-  c_.engine(0).expireReductions();
+  c_.engine(0).tick();
   EXPECT_TRUE(reports(0).empty()) << "not yet due";
   clock_.jump(std::chrono::seconds(31));
-  c_.engine(0).expireReductions();
+  c_.engine(0).tick();
   auto failed = reports(0);
   ASSERT_EQ(failed.size(), 2u);
   EXPECT_EQ(failed[0].status.code(), StatusCode::kUnavailable);
@@ -193,13 +193,13 @@ TEST_F(Deadline, AJobWhoseReductionsKeepFailingIsStalled) {
     Step a(0, step);
     submit(0, step, a);
   }
-  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u) << "failing for less than a reduction timeout";
+  EXPECT_EQ(c_.engine(0).tick(), 0u) << "failing for less than a reduction timeout";
   clock_.jump(std::chrono::seconds(31));
   Step a(0, 4);
   submit(0, 4, a);
-  EXPECT_EQ(c_.engine(0).stalledJobs(), 1u);
+  EXPECT_EQ(c_.engine(0).tick(), 1u);
   clock_.jump(std::chrono::seconds(31));
-  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u) << "its trainers stopped trying: idle, not stalled";
+  EXPECT_EQ(c_.engine(0).tick(), 0u) << "its trainers stopped trying: idle, not stalled";
   restore();
   c_.pump();
   // Node 1 started nothing yet: its first step lands where node 0 goes on.
@@ -209,7 +209,7 @@ TEST_F(Deadline, AJobWhoseReductionsKeepFailingIsStalled) {
   c_.pump();
   expectCompleted(reports(0), 5);
   expectCompleted(reports(1), 1);
-  EXPECT_EQ(c_.engine(0).stalledJobs(), 0u);
+  EXPECT_EQ(c_.engine(0).tick(), 0u);
 }
 
 }  // namespace

@@ -363,7 +363,7 @@ TEST(EngineAllgather, ANodeWhoseTrainersLeftStillSendsTheSharesItOwes) {
   // Its trainers leave once they have their result: the job is dropped there.
   nodeZeroFinishesFirst([](ReductionEngine& e, uint64_t job) {
     e.dropJob(job);
-    e.expireReductions();  // the shares it owes are still queued: they are kept
+    e.tick();  // the shares it owes are still queued: they are kept
   });
 }
 
