@@ -359,9 +359,7 @@ Status Agent::run() {
       else GC_LOG(kInfo, "agent", "every member node is reachable again");
     }
     health.setLostNode(lost ? std::optional<uint32_t>(lost->rank) : std::nullopt, lost ? lost->why : "");
-    std::vector<metrics::AwayNode> away;
-    for (const auto& m : engine.membership().away()) away.push_back({m.rank, m.seconds, m.shut_down, m.why});
-    health.setAwayNodes(std::move(away));
+    health.setAwayNodes(engine.membership().away());
     stats.updateRatios();
     const uint32_t up = peers_connected();
     stats.peersUp().Set(up);

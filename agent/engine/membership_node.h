@@ -13,6 +13,7 @@
 #include "agent/membership/membership.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "metrics/health.h"
 #include "metrics/stats.h"
 #include "transport/transport.h"
 
@@ -27,13 +28,8 @@ struct MembershipNodeOptions {
   SteadyNow now = steadyNow;
 };
 
-// A member whose link is down.
-struct AwayMember {
-  uint32_t rank = 0;
-  double seconds = 0;      // since its link went down
-  bool shut_down = false;  // it said goodbye
-  std::string why;
-};
+// A member whose link is down: as /healthz reports it.
+using AwayMember = metrics::AwayNode;
 
 class MembershipNode {
  public:
