@@ -1,14 +1,15 @@
 // The owner's half of a reduction. For each slice this node owns, every node's contribution
 // (its own included) is merged into the slice's sum strictly in node-rank order, so the sum
 // has the same bits whatever order the network delivers them in; one that arrives before its
-// turn is parked. Merges run on the host stream one contribution at a time per slice, at the
-// tensor's priority, so the contributions of the most urgent tensor are merged first. Once
-// every node's contribution is in, the sum is encoded on the stream with the owner's result
-// residual (a LocalCoder of its own, under keys apart from the node's side) and handed to
-// `ready`. Under the ring topology the same merge makes each hop's partial sum: the
-// predecessor's partial, then this node's own share, encoded with the push codec and a
-// residual of the hop's own (the slice's result residual when this node owns the slice).
-// Runs on the comm thread; only the stream's work runs elsewhere.
+// turn is parked. Merges run on the owner's LocalCoder (the host stream, or a GPU's stream:
+// the sums live in its memory) one contribution at a time per slice, at the tensor's
+// priority, so the contributions of the most urgent tensor are merged first. Once every
+// node's contribution is in, the sum is encoded by the same coder with the owner's result
+// residual (under keys apart from the node's side) and handed to `ready`. Under the ring
+// topology the same merge makes each hop's partial sum: the predecessor's partial, then this
+// node's own share, encoded with the push codec and a residual of the hop's own (the slice's
+// result residual when this node owns the slice). Runs on the comm thread; only the coder's
+// work runs elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,6 @@
 #include <tuple>
 #include <vector>
 
-#include "agent/coding/host_stream.h"
 #include "agent/coding/local_coder.h"
 #include "agent/coding/residual_sampler.h"
 #include "agent/engine/tensor_route.h"
