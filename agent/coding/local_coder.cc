@@ -318,8 +318,8 @@ void LocalCoder::decodeResult(const KeyWork& w, uint32_t slice, bool compressed,
   });
 }
 
-void LocalCoder::merge(const KeyWork& w, bool compressed, std::span<const std::byte> bytes, bool first,
-                       double* seconds, Done done, std::shared_ptr<const void> bytes_owner) {
+void LocalCoder::merge(const KeyWork& w, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
+                       bool first, double* seconds, Done done, std::shared_ptr<const void> bytes_owner) {
   tag(w);
   auto prepared = prepare(w, /*buffers=*/false);
   if (!prepared.ok()) {
@@ -327,7 +327,7 @@ void LocalCoder::merge(const KeyWork& w, bool compressed, std::span<const std::b
     return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
   }
   KeyCoding& k = **prepared;
-  const size_t n = w.geometry.size(0);
+  const size_t n = w.geometry.size(slice);
   Status st;
   std::span<const std::byte> in = bytes;
   Result<void*> host = static_cast<void*>(nullptr), staged = static_cast<void*>(nullptr);  // a device's staging, freed once the merge has run
@@ -347,7 +347,8 @@ void LocalCoder::merge(const KeyWork& w, bool compressed, std::span<const std::b
   }
   DeviceCodec& codec = compressed ? *k.push : *k.raw;
   const std::span<float> sum(w.buffers.at(0), n);
-  if (st.ok()) st = first ? codec.decode(in, sum, 1.0f, idOf(w, 0), seconds) : codec.decodeAdd(in, sum, idOf(w, 0), seconds);
+  const compress::SliceId id = idOf(w, slice);
+  if (st.ok()) st = first ? codec.decode(in, sum, 1.0f, id, seconds) : codec.decodeAdd(in, sum, id, seconds);
   if (host.ok() && *host != nullptr) device_->freeHost(*host);
   if (staged.ok() && *staged != nullptr) device_->freeDevice(*staged);
   device_->hold(std::move(bytes_owner));  // until the merge has run

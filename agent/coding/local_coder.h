@@ -86,16 +86,17 @@ class LocalCoder {
   // where they are, else they are staged first (the caller's memory is gone after the call).
   void decodeResult(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes,
                     float divisor, Done done, std::shared_ptr<const void> bytes_owner = nullptr);
-  // An owner's merge: adds the decoding of one node's contribution to a slice into the
+  // An owner's merge: adds the decoding of one node's contribution to `slice` into that
   // slice's sum, work.buffers[0] (`first`: writes it, the sum's first contribution), with the
-  // push codec when `compressed`, else raw. `work` names the one slice (geometry of one
-  // slice, renamed to the tensor's ids); a merge keeps no residual. The bytes are decoded
+  // push codec when `compressed`, else raw. `work` is the tensor's (its geometry, under a key
+  // of the owner's that every slice's merges share; a merge keeps no residual), its buffer the
+  // one slice's sum. The bytes are decoded
   // where they are on the host (`bytes_owner` held until then), else staged to the device
   // for this merge alone (sums of several iterations of one slice may merge at once).
   // `seconds`, where the device times it (the host), gets the decode's duration; `done`
   // reports once it has run, with the codec's error for bytes it cannot decode.
-  void merge(const KeyWork& work, bool compressed, std::span<const std::byte> bytes, bool first, double* seconds,
-             Done done, std::shared_ptr<const void> bytes_owner);
+  void merge(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes, bool first,
+             double* seconds, Done done, std::shared_ptr<const void> bytes_owner);
   // The reduction `work` ends before its coder reported (it failed): the buffers' memory stays
   // until the work already queued on it has run.
   void abandon(const KeyWork& work);

@@ -10,9 +10,7 @@ namespace gcagent::agent {
 namespace {
 
 // The merges and the result residuals are keyed apart from the node's side.
-uint64_t mergeKeyOf(uint64_t key, uint32_t slice) {
-  return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0x6a09e667f3bcc909ull);
-}
+uint64_t mergeKeyOf(uint64_t key) { return (key * 0x9e3779b97f4a7c15ull) ^ 0x6a09e667f3bcc909ull; }
 uint64_t residualKeyOf(uint64_t key, uint32_t slice) {
   return (key * 0x9e3779b97f4a7c15ull) ^ (slice + 0xbb67ae8584caa73bull);
 }
@@ -48,7 +46,6 @@ void OwnerSide::setMembers(std::vector<uint32_t> members) {
 void OwnerSide::forgetResidual(uint64_t job, uint64_t key, uint32_t slice) {
   coder_->forget(job, residualKeyOf(key, slice));
   coder_->forget(job, hopResidualKeyOf(key, slice));
-  coder_->forget(job, mergeKeyOf(key, slice));
 }
 
 Result<std::shared_ptr<float>> OwnerSide::sumBuffer(size_t n) {
@@ -114,10 +111,10 @@ void OwnerSide::mergeNext(const Id& id, Sum& sum, const TensorRoute& route) {
   }
   // One slice under a key of its own, coded with the contribution's codec (a ring hop's
   // partial sum travels as a contribution too).
-  KeyWork work{job,  mergeKeyOf(key, slice), iteration,      route.push_spec, route.push_spec, {n, n}, {sum.values.get()},
-               route.priority, sum.values, /*renamed=*/true, key,             slice};
+  KeyWork work{job,           mergeKeyOf(key), iteration,        route.push_spec, route.push_spec, route.geometry,
+               {sum.values.get()}, route.priority, sum.values, /*renamed=*/true, key,          0};
   auto seconds = std::make_shared<double>(0);
-  coder_->merge(work, c.compressed, c.bytes, first, seconds.get(),
+  coder_->merge(work, slice, c.compressed, c.bytes, first, seconds.get(),
                 [report, seconds](const Status& s) { report(*seconds, s); }, std::move(c.pin));
 }
 
@@ -202,6 +199,7 @@ void OwnerSide::dropSums(uint64_t job) {
 
 void OwnerSide::forget(uint64_t job, uint64_t key, uint32_t slice_count) {
   dropSums(job, key, UINT64_MAX);
+  coder_->forget(job, mergeKeyOf(key));
   for (uint32_t s = 0; s < slice_count; ++s) forgetResidual(job, key, s);
 }
 
