@@ -104,6 +104,17 @@ Result<Segment> Segment::open(const std::string& name) {
   }
 }
 
+Result<int> Segment::openDescriptor() const {
+  try {
+    bip::shared_memory_object shm(bip::open_only, name_.c_str(), bip::read_write);
+    const int fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return Status::unavailable(strCat("shm segment ", name_, ": dup failed: ", std::strerror(errno)));
+    return fd;
+  } catch (const bip::interprocess_exception& e) {
+    return Status::unavailable(strCat("shm segment ", name_, ": open failed: ", e.what()));
+  }
+}
+
 Segment::Segment(Segment&& other) noexcept
     : name_(std::move(other.name_)),
       base_(std::exchange(other.base_, nullptr)),

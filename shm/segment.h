@@ -39,6 +39,9 @@ class Segment {
   // Removes the name now (the owner's segment) and keeps the mapping until destruction: a
   // send may still read it, while a new segment of the same name must be creatable.
   void unlink();
+  // A new read-write descriptor of this segment, opened by its name, for a caller that maps
+  // it for itself (its mapping then outlives this object's). The caller closes it.
+  Result<int> openDescriptor() const;
 
  private:
   Segment(std::string name, void* base, size_t size, bool owner)

@@ -12,11 +12,15 @@ Workloads:
 
 Hooks (--hook): allreduce (DDP's default gloo allreduce), fp16 (default_hooks.fp16_compress_hook),
 powersgd1 / powersgd4 (powerSGD_hook at that rank, from the second iteration on: DDP needs two
-iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC). The gcagent hook
+iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC), optimizer (no DDP:
+gcagent.torch.DistributedOptimizer, whose step() reduces every gradient through the agent after
+the backward pass; its sync time is backward + synchronize() minus the backward alone). The gcagent hook
 learns DDP's buckets first (process-group allreduce while the bucket list still changes: the
 first three iterations); the worker fails when a timed gradset iteration did not go through the
 agent, so give it --warmup 4 or more.
 Bytes on the wire are the namespace's non-loopback tx bytes over the timed iterations.
+CPU: cpu_s is the whole process's CPU time per timed iteration (backward included), shim_cpu_s
+the part gcagent's shim spent (the hook's completion thread and its calls, or synchronize()).
 
 --check exact|fp16 (gradset): after the timed iterations, one more synced iteration from zeroed
 gradients, and every gradient compared with the average of every rank's gradient tensor
@@ -103,7 +107,55 @@ def check_average(model, shapes, tolerance):
     return worst
 
 
+def optimizer_gradset(a, rank):
+    """The gradient set through gcagent.torch.DistributedOptimizer: no DDP, every gradient
+    reduced by the agent at step(); zero_grad() keeps the gradients in the agent's slots."""
+    import gcagent.torch
+    shapes = read_shapes(a.model)
+    model = GradientSet(shapes)
+    opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0))
+    x = torch.ones(())
+
+    def backward():
+        opt.zero_grad()
+        model(x).backward()
+
+    for _ in range(a.warmup):
+        backward()
+        opt.step()
+    dist.barrier()
+    times, shim, tx0, cpu0 = [], 0.0, wire_tx(), time.process_time()
+    for _ in range(a.iterations):
+        dist.barrier()
+        t = time.perf_counter()
+        backward()
+        c = time.thread_time()
+        opt.synchronize()
+        shim += time.thread_time() - c
+        times.append(time.perf_counter() - t)
+    cpu = (time.process_time() - cpu0) / a.iterations
+    dist.barrier()
+    tx = (wire_tx() - tx0) / a.iterations
+    local = []
+    for _ in range(a.iterations):
+        t = time.perf_counter()
+        backward()
+        local.append(time.perf_counter() - t)
+    out = {"iteration_s": times, "local_s": statistics.median(local),
+           "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
+           "shim_cpu_s": shim / a.iterations, "grad_bytes": sum(p.numel() for p in model.params) * 4}
+    if a.check != "none":
+        dist.barrier()
+        backward()
+        opt.synchronize()
+        out["check"] = a.check
+        out["check_max_error"] = check_average(model, shapes, TOLERANCE[a.check])
+    return out
+
+
 def gradset(a, rank):
+    if a.hook == "optimizer":
+        return optimizer_gradset(a, rank)
     shapes = read_shapes(a.model)
     model = GradientSet(shapes)
     # PowerSGD issues its second and third allreduce of a bucket from future callbacks: with
@@ -122,6 +174,7 @@ def gradset(a, rank):
         step()
     dist.barrier()
     agent0, fallback0 = (state.agent_buckets, state.fallback_buckets) if state else (0, 0)
+    shim0 = state.cpu_seconds() if state else 0.0
     times, tx0, cpu0 = [], wire_tx(), time.process_time()
     for _ in range(a.iterations):
         dist.barrier()
@@ -129,6 +182,7 @@ def gradset(a, rank):
         step()
         times.append(time.perf_counter() - t)
     cpu = (time.process_time() - cpu0) / a.iterations
+    shim = (state.cpu_seconds() - shim0) / a.iterations if state else 0.0
     # a rank is done once its own results are in; the agents may still be sending the peers'
     dist.barrier()
     tx = (wire_tx() - tx0) / a.iterations
@@ -148,7 +202,8 @@ def gradset(a, rank):
            "grad_bytes": elements * 4}
     if state is not None:
         out.update(agent_buckets=(state.agent_buckets - agent0) // a.iterations,
-                   fallback_buckets=state.fallback_buckets)
+                   fallback_buckets=state.fallback_buckets, shim_cpu_s=shim, moved_buckets=state.moved_buckets,
+                   copied_buckets=state.copied_buckets)
     if a.check != "none":
         dist.barrier()
         for p in model.params:

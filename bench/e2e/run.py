@@ -15,7 +15,8 @@ Workloads:
 Systems: ddp (gloo allreduce), ddp-fp16, powersgd1, powersgd4 (DDP hooks), horovod; a codec
 name (none, fp16, 2bit, onebit, dgc, threshold): gcagent through the C test trainer (gradient
 sets) or its DDP comm hook (mlp); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
-comm hook and that codec on any workload (rows "ddp+gcagent <codec>"), the agents started in the
+comm hook and that codec on any workload (rows "ddp+gcagent <codec>"); opt-<codec> (gradient
+sets): gcagent.torch.DistributedOptimizer without DDP (rows "optimizer+gcagent <codec>"); the agents started in the
 namespaces as for the C trainer and with the same scheduling, so gcagent overlaps with the
 backward pass as DDP's allreduce does. gcagent's rows run once per --scheduling.
 
@@ -30,7 +31,7 @@ measured in this run. Needs root (ip netns, tc).
 
     bench/e2e/run.py [--rates 1gbit,10gbit] [--models vgg16,resnet50,bert_base,mlp]
         [--systems ddp,ddp-fp16,powersgd1,powersgd4,horovod,none,fp16,2bit,onebit,dgc,threshold,
-                   hook-none,hook-fp16,hook-2bit,hook-onebit,hook-dgc,hook-threshold]
+                   hook-none,hook-fp16,hook-2bit,hook-onebit,hook-dgc,hook-threshold,opt-none,opt-2bit,...]
         [--scheduling P3,FIFO] [--nodes 4] [--iterations 2] [--no-check] [--out bench/results]
 """
 
@@ -66,8 +67,11 @@ CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "one
           "topk": ("topk", ["ratio=0.01"])}
 # DDP with gcagent's comm hook: system -> codec label
 HOOKS = {f"hook-{c}": c for c in CODECS}
+# gcagent.torch.DistributedOptimizer (no DDP): system -> codec label
+OPTIMIZERS = {f"opt-{c}": c for c in CODECS}
 # the synced gradients checked against the average of every rank's (gradient sets)
-CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16"}
+CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
+          ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
 # the same under another topology (agent/engine/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...
@@ -197,7 +201,7 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations), "--warmup", str(warmup)]
     if model_csv:
         args += ["--model", str(model_csv)]
-    mode = CHECKS.get((hook, gcagent_codec) if hook == "gcagent" else hook)
+    mode = CHECKS.get((hook, gcagent_codec) if gcagent_codec is not None else hook)
     if check and workload == "gradset" and mode:
         args += ["--check", mode]
     if workload == "mlp":
@@ -246,9 +250,14 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     per_iter = [max(r["iteration_s"][i] for r in res) for i in range(len(res[0]["iteration_s"]))]
     out = {"sync_s": max(r["sync_s"] for r in res), "iteration_s": per_iter,
            "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"], **agent}
-    for key in ("agent_buckets", "fallback_buckets", "check"):
+    for key in ("agent_buckets", "fallback_buckets", "check", "moved_buckets", "copied_buckets"):
         if key in res[0]:
             out[key] = res[0][key]
+    if "shim_cpu_s" in res[0]:
+        out["shim_cpu_s"] = statistics.mean(r["shim_cpu_s"] for r in res)
+    if "cpu_s" in res[0]:
+        # the trainers' CPU share: CPU seconds over wall seconds of the timed iterations, summed over trainers
+        out["trainer_cpu_share"] = sum(r["cpu_s"] / statistics.mean(r["iteration_s"]) for r in res)
     if "check_max_error" in res[0]:
         out["check_max_error"] = max(r["check_max_error"] for r in res)
     if "cpu_s" in res[0]:
@@ -265,7 +274,8 @@ def main():
     ap.add_argument("--models", default="vgg16", help="vgg16, resnet50, bert_base (bench/models), mlp, "
                     "or the path of a gradient-set CSV (name,elements)")
     ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS),
-                    help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook)")
+                    help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook), " + ",".join(OPTIMIZERS) +
+                    " (gcagent.torch.DistributedOptimizer)")
     ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority); "
                     "P3-ring, P3-allgather, P3-auto (FIFO-... likewise): the same on that topology")
     ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
@@ -316,11 +326,13 @@ def main():
                             for sched in a.scheduling.split(","):
                                 runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
                                     ns, csv, s, agent_flags(q, rate), a.iterations, a.timeout)))
-                    elif system in HOOKS:
+                    elif system in HOOKS or (system in OPTIMIZERS and workload == "gradset"):
+                        hook, codec = ("gcagent", HOOKS[system]) if system in HOOKS else ("optimizer", OPTIMIZERS[system])
+                        label = f"{'ddp' if hook == 'gcagent' else 'optimizer'}+gcagent {codec}"
                         for sched in a.scheduling.split(","):
-                            runs.append((f"ddp+gcagent {HOOKS[system]}", sched,
-                                         lambda s=HOOKS[system], q=sched: run_torch(
-                                             ns, workload, csv, "gcagent", a.iterations, a.timeout, gcagent_codec=s,
+                            runs.append((label, sched,
+                                         lambda h=hook, s=codec, q=sched: run_torch(
+                                             ns, workload, csv, h, a.iterations, a.timeout, gcagent_codec=s,
                                              agent_extra=agent_flags(q, rate), check=not a.no_check)))
                     else:
                         raise SystemExit(f"e2e: unknown system {system!r}")

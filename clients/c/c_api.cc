@@ -231,6 +231,29 @@ GCAGENT_API int gcagent_poll(gcagent_client* client, uint64_t iteration, const u
   return gcagent_wait(client, iteration, keys, count, 0);
 }
 
+GCAGENT_API int gcagent_wait_any(gcagent_client* client, const gcagent_step* steps, size_t count, int timeout_ms,
+                                 int wake_fd, size_t* index) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (index == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "index is NULL");
+    *index = count;
+    if (steps == nullptr || count == 0) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "no steps listed");
+    std::vector<gcagent::client::Client::Step> list(count);
+    for (size_t i = 0; i < count; ++i) list[i] = {steps[i].iteration, steps[i].key};
+    return client->impl->waitAny(list, timeout_ms, wake_fd, index);
+  });
+}
+
+GCAGENT_API int gcagent_buffer_fd(gcagent_client* client, uint64_t key, uint64_t* offset) {
+  if (client == nullptr) return -1;
+  int fd = -1;
+  const int rc = guarded(client->last_error, [&]() -> Outcome {
+    if (offset == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "offset is NULL");
+    return client->impl->bufferFd(key, &fd, offset);
+  });
+  return rc == GCAGENT_OK ? fd : -1;
+}
+
 GCAGENT_API int gcagent_set_reply_timeout(gcagent_client* client, int timeout_ms) {
   if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
   client->impl->setReplyTimeout(timeout_ms);

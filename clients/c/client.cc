@@ -1,5 +1,6 @@
 #include "client.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +17,11 @@
 namespace gcagent::client {
 namespace protocol = shm::protocol;
 namespace {
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
 
 protocol::MessageType typeOf(const protocol::Message& m) {
   return static_cast<protocol::MessageType>(m.body.index() + 1);
@@ -403,23 +409,34 @@ Outcome Client::submitSlots(uint64_t iteration, std::span<const uint64_t> keys) 
   return success();
 }
 
+Outcome Client::waitable(uint64_t iteration, uint64_t key, const Slot** out) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+  const Slot& slot = it->second;
+  if (slot.state == KeyState::kIdle) return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was never submitted"));
+  if (slot.iteration != iteration)
+    return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was not submitted for iteration ", iteration,
+                                             " (its last submit was for iteration ", slot.iteration, ")"));
+  *out = &slot;
+  return success();
+}
+
+Outcome Client::receiveOne(Deadline deadline, int wake_fd) {
+  Deadline check = Deadline::never();
+  GCAGENT_CLIENT_RETURN_IF_FAILED(keepAlive(&check));
+  protocol::Message message;
+  Outcome r = channel_.receive(Deadline::earliest(deadline, check), wake_fd, &message);
+  if (r.code == GCAGENT_ERR_TIMEOUT) return r;  // the caller tells a liveness check from its own deadline
+  if (!r.ok()) return breakWith(std::move(r));
+  return handle(std::move(message));
+}
+
 Outcome Client::wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms) {
   if (!broken_.ok()) return broken_;
   if (keys.empty()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "wait lists no keys");
   // handle() never inserts into slots_, so these pointers stay valid while messages arrive.
-  std::vector<const Slot*> slots;
-  slots.reserve(keys.size());
-  for (uint64_t key : keys) {
-    auto it = slots_.find(key);
-    if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
-    const Slot& slot = it->second;
-    if (slot.state == KeyState::kIdle)
-      return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was never submitted"));
-    if (slot.iteration != iteration)
-      return failure(GCAGENT_ERR_STATE, strCat("key ", key, " was not submitted for iteration ", iteration,
-                                               " (its last submit was for iteration ", slot.iteration, ")"));
-    slots.push_back(&slot);
-  }
+  std::vector<const Slot*> slots(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) GCAGENT_CLIENT_RETURN_IF_FAILED(waitable(iteration, keys[i], &slots[i]));
   const Deadline deadline = Deadline::after(timeout_ms);
   for (;;) {
     size_t incomplete = 0;
@@ -430,18 +447,54 @@ Outcome Client::wait(uint64_t iteration, std::span<const uint64_t> keys, int tim
       if (slots[i]->state == KeyState::kPending && incomplete++ == 0) first = keys[i];
     }
     if (incomplete == 0) return success();
-    Deadline check = Deadline::never();
-    GCAGENT_CLIENT_RETURN_IF_FAILED(keepAlive(&check));
-    protocol::Message message;
-    Outcome r = channel_.receive(Deadline::earliest(deadline, check), &message);
+    Outcome r = receiveOne(deadline, -1);
     if (r.code == GCAGENT_ERR_TIMEOUT && !deadline.passed()) continue;  // time to check on the agent
     if (r.code == GCAGENT_ERR_TIMEOUT)
       return failure(GCAGENT_ERR_TIMEOUT, strCat("iteration ", iteration, " is not complete after ", timeout_ms,
                                                  " ms: ", incomplete, " of ", keys.size(),
                                                  " keys still pending (first: key ", first, ")"));
-    if (!r.ok()) return breakWith(std::move(r));
-    GCAGENT_CLIENT_RETURN_IF_FAILED(handle(std::move(message)));
+    GCAGENT_CLIENT_RETURN_IF_FAILED(r);
   }
+}
+
+Outcome Client::waitAny(std::span<const Step> steps, int timeout_ms, int wake_fd, size_t* index) {
+  *index = steps.size();
+  if (!broken_.ok()) return broken_;
+  if (steps.empty()) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "wait lists no keys");
+  std::vector<const Slot*> slots(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i)
+    GCAGENT_CLIENT_RETURN_IF_FAILED(waitable(steps[i].iteration, steps[i].key, &slots[i]));
+  const Deadline deadline = Deadline::after(timeout_ms);
+  for (;;) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i]->state == KeyState::kPending) continue;
+      *index = i;
+      if (slots[i]->state == KeyState::kFailed)
+        return failure(GCAGENT_ERR_AGENT, strCat("key ", steps[i].key, ": ", *slots[i]->error));
+      return success();
+    }
+    Outcome r = receiveOne(deadline, wake_fd);
+    if (r.code != GCAGENT_ERR_TIMEOUT) {
+      GCAGENT_CLIENT_RETURN_IF_FAILED(r);
+      continue;
+    }
+    // Woken, or the deadline passed; otherwise it was time to check on the agent.
+    if (deadline.passed() || (wake_fd >= 0 && readable(wake_fd)))
+      return failure(GCAGENT_ERR_TIMEOUT, strCat("none of ", steps.size(), " keys completed (woken or timed out)"));
+  }
+}
+
+Outcome Client::bufferFd(uint64_t key, int* fd, uint64_t* offset) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+  if (!segment_ || it->second.data == nullptr)
+    return failure(GCAGENT_ERR_STATE, strCat("key ", key, " is declared on the device: it has no host slot"));
+  auto opened = segment_->openDescriptor();
+  if (!opened.ok())
+    return failure(GCAGENT_ERR_IO, strCat("cannot open the agent's shared segment again: ", opened.status().message()));
+  *fd = *opened;
+  *offset = static_cast<uint64_t>(reinterpret_cast<std::byte*>(it->second.data) - segment_->bytes().data());
+  return success();
 }
 
 std::vector<uint32_t> Client::resultNodes() const {

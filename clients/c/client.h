@@ -54,6 +54,16 @@ class Client {
   uint64_t elements(uint64_t key) const;
   Outcome submit(uint64_t iteration, std::span<const uint64_t> keys);
   Outcome wait(uint64_t iteration, std::span<const uint64_t> keys, int timeout_ms);
+  // Until one of the (iteration, key) pairs is complete (OK) or failed (GCAGENT_ERR_AGENT), its
+  // place in *index; GCAGENT_ERR_TIMEOUT (*index = steps.size()) at the timeout or as soon as
+  // wake_fd is readable.
+  struct Step {
+    uint64_t iteration;
+    uint64_t key;
+  };
+  Outcome waitAny(std::span<const Step> steps, int timeout_ms, int wake_fd, size_t* index);
+  // A new descriptor of the segment holding key's host slot, and the slot's offset in it.
+  Outcome bufferFd(uint64_t key, int* fd, uint64_t* offset) const;
   void setReplyTimeout(int timeout_ms) { reply_timeout_ms_ = timeout_ms; }
   // How long a wait may hear nothing from the agent before the connection is given up as
   // frozen (GCAGENT_CLIENT_LIVENESS_TIMEOUT, seconds, default 10); <= 0: no limit.
@@ -94,6 +104,10 @@ class Client {
   Outcome adoptDevice(const std::vector<shm::protocol::TensorDecl>& tensors, const shm::protocol::DeclaredDevice& offer,
                       int fd);
   Outcome submitSlots(uint64_t iteration, std::span<const uint64_t> keys);
+  // The slot of a key submitted for `iteration`, or why a wait for it is not valid.
+  Outcome waitable(uint64_t iteration, uint64_t key, const Slot** out) const;
+  // Reads and handles the next message (or times out), pinging a quiet agent meanwhile.
+  Outcome receiveOne(Deadline deadline, int wake_fd);
   // While keys are pending: pings an agent quiet for half the liveness timeout, and gives the
   // connection up when the ping stays unanswered as long. Returns when to check again.
   Outcome keepAlive(Deadline* next_check);

@@ -191,7 +191,9 @@ Outcome ControlChannel::send(const protocol::Message& message, Deadline deadline
   return success();
 }
 
-Outcome ControlChannel::receive(Deadline deadline, protocol::Message* out) {
+Outcome ControlChannel::receive(Deadline deadline, protocol::Message* out) { return receive(deadline, -1, out); }
+
+Outcome ControlChannel::receive(Deadline deadline, int wake_fd, protocol::Message* out) {
   if (fd_ < 0) return failure(GCAGENT_ERR_IO, "the connection to the agent is closed");
   for (;;) {
     const size_t available = in_.size() - in_begin_;
@@ -222,11 +224,11 @@ Outcome ControlChannel::receive(Deadline deadline, protocol::Message* out) {
                      available == 0
                          ? strCat("the agent at ", path_, " closed the connection (did it exit?)")
                          : strCat("the agent at ", path_, " closed the connection in the middle of a message"));
-    pollfd p{fd_, POLLIN, 0};
-    const int rc = ::poll(&p, 1, deadline.pollTimeoutMs());
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int rc = ::poll(p, wake_fd >= 0 ? 2 : 1, deadline.pollTimeoutMs());
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return failure(GCAGENT_ERR_IO, strCat("poll on the agent's socket failed: ", errnoText(errno)));
-    if (rc == 0) return failure(GCAGENT_ERR_TIMEOUT, "");
+    if (rc == 0 || (p[0].revents == 0 && p[1].revents != 0)) return failure(GCAGENT_ERR_TIMEOUT, "");
     GCAGENT_CLIENT_RETURN_IF_FAILED(readAvailable());
   }
 }

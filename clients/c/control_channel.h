@@ -58,6 +58,9 @@ class ControlChannel {
   // the deadline; GCAGENT_ERR_IO once the agent has closed the socket and every whole frame it
   // sent before has been returned; GCAGENT_ERR_PROTOCOL for a frame that does not decode.
   Outcome receive(Deadline deadline, shm::protocol::Message* out);
+  // receive, but also GCAGENT_ERR_TIMEOUT as soon as `wake_fd` (>= 0) is readable; the
+  // descriptor is only watched, never read.
+  Outcome receive(Deadline deadline, int wake_fd, shm::protocol::Message* out);
 
   const std::string& path() const { return path_; }
 

@@ -23,8 +23,9 @@
  *
  * ABI: the library is libgcagent_client.so.1 and exports only the gcagent_* symbols, versioned
  * GCAGENT_CLIENT_1 (ABI version 1), GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls below)
- * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags) and GCAGENT_CLIENT_4 (ABI
- * version 4 added gcagent_result_nodes and gcagent_resync_root). A shim compiled against
+ * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags), GCAGENT_CLIENT_4 (ABI
+ * version 4 added gcagent_result_nodes and gcagent_resync_root) and GCAGENT_CLIENT_5 (ABI
+ * version 5 added gcagent_wait_any and gcagent_buffer_fd). A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
  * Numeric values of gcagent_status never change.
@@ -42,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 4
+#define GCAGENT_CLIENT_ABI_VERSION 5
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -179,6 +180,33 @@ GCAGENT_API uint32_t gcagent_result_nodes(const gcagent_client* client, uint32_t
  * same step: they then broadcast from that node's local rank 0 trainer (gcagent.torch's
  * sync_parameters does), as DDP broadcasts at its start. -1 for every other step. */
 GCAGENT_API int64_t gcagent_resync_root(const gcagent_client* client);
+
+/* ---- Waiting without polling, and slots a caller maps itself (ABI version 5) ---- */
+
+/* One submitted key of one iteration, as gcagent_wait_any lists them. */
+typedef struct gcagent_step {
+  uint64_t iteration;
+  uint64_t key;
+} gcagent_step;
+
+/* Sleeps until one of `count` submitted (iteration, key) pairs is complete or failed, or
+ * `wake_fd` (>= 0; -1: none) is readable, or timeout_ms passes (< 0: no limit). Then:
+ * GCAGENT_OK with *index the first listed pair that is complete; GCAGENT_ERR_AGENT with *index
+ * the first that failed (gcagent_last_error says why); GCAGENT_ERR_TIMEOUT with *index = count
+ * when the timeout passed or wake_fd became readable first (the call never reads wake_fd: its
+ * owner drains it); GCAGENT_ERR_IO when the agent went away. Pairs already complete return at
+ * once. One thread can so wait for a whole step's keys as they complete while another wakes it
+ * to submit more (the client stays single-threaded: the waiting thread makes every call). */
+GCAGENT_API int gcagent_wait_any(gcagent_client* client, const gcagent_step* steps, size_t count, int timeout_ms,
+                                 int wake_fd, size_t* index);
+
+/* A new read-write descriptor of the shared segment that holds the host slot of `key`, and the
+ * slot's byte offset in it, for a caller that maps the slot itself (mmap of
+ * offset + gcagent_buffer_elements * 4 bytes, rounded out to pages): its mapping stays valid
+ * after a later declare or gcagent_close, which unmap only the library's own. The caller closes
+ * the descriptor. Returns the descriptor, or -1 (gcagent_last_error says why: an unknown key, a
+ * key declared on the device). A framework's gradients can so live in the slots themselves. */
+GCAGENT_API int gcagent_buffer_fd(gcagent_client* client, uint64_t key, uint64_t* offset);
 
 /* ---- GPU tensors (ABI version 2) ---- */
 

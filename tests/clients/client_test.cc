@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -531,6 +534,131 @@ TEST_F(ClientTest, RedeclareReplacesTheMapping) {
   gcagent_close(client_);
   client_ = nullptr;
   EXPECT_EQ(mappings(second), 1) << "close left the client's mapping behind";
+}
+
+// gcagent_wait_any: one thread sleeps on a whole step's keys and takes each as it completes.
+TEST_F(ClientTest, WaitAnyReturnsEachKeyAsItCompletes) {
+  connect();
+  ASSERT_EQ(declare({{10, 64}, {11, 3}, {12, 1000}}), GCAGENT_OK) << lastError();
+  agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSplitReversed;
+  agent_->hold_submits = 2;
+  for (uint64_t key : {10, 11, 12}) fill(key, static_cast<float>(key));
+  const uint64_t first[] = {10}, rest[] = {11, 12};
+  ASSERT_EQ(gcagent_submit(client_, 1, first, 1), GCAGENT_OK) << lastError();
+  ASSERT_EQ(gcagent_submit(client_, 1, rest, 2), GCAGENT_OK) << lastError();
+  std::vector<gcagent_step> steps = {{1, 10}, {1, 11}, {1, 12}};
+  std::vector<uint64_t> order;
+  while (!steps.empty()) {
+    size_t index = 99;
+    ASSERT_EQ(gcagent_wait_any(client_, steps.data(), steps.size(), 5000, -1, &index), GCAGENT_OK) << lastError();
+    ASSERT_LT(index, steps.size());
+    order.push_back(steps[index].key);
+    steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+  EXPECT_THAT(order, ::testing::UnorderedElementsAre(10, 11, 12));
+  for (uint64_t key : {10, 11, 12}) expectReduced(key, static_cast<float>(key));
+}
+
+TEST_F(ClientTest, WaitAnyWakesOnItsDescriptorTimesOutAndNamesAFailedKey) {
+  connect();
+  ASSERT_EQ(declare({{1, 16}, {2, 16}}), GCAGENT_OK) << lastError();
+  agent_->on_submit = ScriptedAgent::OnSubmit::kSilent;
+  const uint64_t keys[] = {1};
+  ASSERT_EQ(gcagent_submit(client_, 5, keys, 1), GCAGENT_OK);
+  const gcagent_step step{5, 1};
+  size_t index = 0;
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, 50, -1, &index), GCAGENT_ERR_TIMEOUT);
+  EXPECT_EQ(index, 1u);
+
+  // No time limit: only the descriptor ends the wait, and the call leaves it unread.
+  const int wake = ::eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(wake, 0);
+  std::thread waker([wake] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t one = 1;
+    ASSERT_EQ(::write(wake, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  });
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, -1, wake, &index), GCAGENT_ERR_TIMEOUT) << lastError();
+  waker.join();
+  EXPECT_EQ(index, 1u);
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, -1, wake, &index), GCAGENT_ERR_TIMEOUT) << "still readable";
+  ::close(wake);
+
+  const gcagent_step never{5, 2};
+  EXPECT_EQ(gcagent_wait_any(client_, &never, 1, 0, -1, &index), GCAGENT_ERR_STATE);
+  EXPECT_EQ(lastError(), "key 2 was never submitted");
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, 0, -1, nullptr), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), "index is NULL");
+  EXPECT_EQ(gcagent_wait_any(client_, nullptr, 0, 0, -1, &index), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), "no steps listed");
+  EXPECT_EQ(gcagent_wait_any(nullptr, &step, 1, 0, -1, &index), GCAGENT_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(ClientTest, WaitAnyNamesTheKeyTheAgentFailed) {
+  connect();
+  ASSERT_EQ(declare({{10, 8}, {11, 8}}), GCAGENT_OK) << lastError();
+  agent_->fail_key = 11;
+  const uint64_t keys[] = {10, 11};
+  ASSERT_EQ(gcagent_submit(client_, 1, keys, 2), GCAGENT_OK);
+  // The agent completes key 10, then fails key 11: each call returns one of them, named.
+  std::vector<gcagent_step> steps = {{1, 11}, {1, 10}};
+  std::vector<std::pair<uint64_t, int>> outcomes;
+  while (!steps.empty()) {
+    size_t index = 9;
+    const int rc = gcagent_wait_any(client_, steps.data(), steps.size(), 5000, -1, &index);
+    ASSERT_LT(index, steps.size()) << lastError();
+    if (rc == GCAGENT_ERR_AGENT) {
+      EXPECT_THAT(lastError(), HasSubstr("key 11: "));
+    }
+    outcomes.emplace_back(steps[index].key, rc);
+    steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+  EXPECT_THAT(outcomes, ::testing::UnorderedElementsAre(std::pair<uint64_t, int>{10, GCAGENT_OK},
+                                                        std::pair<uint64_t, int>{11, GCAGENT_ERR_AGENT}));
+}
+
+// gcagent_buffer_fd: a mapping of the caller's own sees the slot the agent reduces into, and
+// outlives the declaration and the client.
+TEST_F(ClientTest, ASlotMappedThroughItsDescriptorOutlivesTheDeclarationAndTheClient) {
+  connect();
+  ASSERT_EQ(declare({{1, 100}, {2, 3000}}), GCAGENT_OK) << lastError();
+  uint64_t first = 0, offset = 0;
+  const int fd1 = gcagent_buffer_fd(client_, 1, &first);
+  ASSERT_GE(fd1, 0) << lastError();
+  ::close(fd1);
+  const int fd = gcagent_buffer_fd(client_, 2, &offset);
+  ASSERT_GE(fd, 0) << lastError();
+  EXPECT_EQ(reinterpret_cast<std::byte*>(gcagent_buffer(client_, 2)) -
+                reinterpret_cast<std::byte*>(gcagent_buffer(client_, 1)),
+            static_cast<std::ptrdiff_t>(offset - first));
+  const size_t bytes = offset + 3000 * sizeof(float);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(base, MAP_FAILED);
+  auto* mine = reinterpret_cast<float*>(static_cast<std::byte*>(base) + offset);
+  for (int i = 0; i < 3000; ++i) mine[i] = static_cast<float>(i);
+  EXPECT_EQ(gcagent_buffer(client_, 2)[2999], 2999.0f) << "the same memory as the library's slot";
+  const uint64_t key = 2;
+  ASSERT_EQ(gcagent_submit(client_, 1, &key, 1), GCAGENT_OK);
+  ASSERT_EQ(gcagent_wait(client_, 1, &key, 1, 5000), GCAGENT_OK) << lastError();
+  EXPECT_EQ(mine[7], 8.0f) << "the result lands where the caller's mapping sees it";
+
+  ASSERT_EQ(declare({{3, 10}}), GCAGENT_OK) << lastError();
+  gcagent_close(client_);
+  client_ = nullptr;
+  EXPECT_EQ(mine[2999], 3000.0f) << "the caller's mapping stays valid";
+  ::munmap(base, bytes);
+}
+
+TEST_F(ClientTest, ABufferDescriptorIsRefusedForUnknownKeys) {
+  connect();
+  uint64_t offset = 0;
+  EXPECT_EQ(gcagent_buffer_fd(client_, 1, &offset), -1);
+  EXPECT_EQ(lastError(), "key 1 is not declared");
+  ASSERT_EQ(declare({{1, 10}}), GCAGENT_OK) << lastError();
+  EXPECT_EQ(gcagent_buffer_fd(client_, 1, nullptr), -1);
+  EXPECT_EQ(lastError(), "offset is NULL");
+  EXPECT_EQ(gcagent_buffer_fd(nullptr, 1, &offset), -1);
 }
 
 // Runs the C test trainer; returns its exit status and its stdout and stderr.

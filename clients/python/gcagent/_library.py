@@ -10,6 +10,7 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "_bundled"
 ABI_VERSION = 1         # the oldest library this package works with (host tensors)
 DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
 MEMBERSHIP_ABI_VERSION = 4  # gcagent_result_nodes and gcagent_resync_root
+WAIT_ANY_ABI_VERSION = 5  # gcagent_wait_any and gcagent_buffer_fd
 
 
 class Tensor(ctypes.Structure):
@@ -22,6 +23,10 @@ class Tensor(ctypes.Structure):
         ("param_values", ctypes.POINTER(ctypes.c_char_p)),
         ("param_count", ctypes.c_size_t),
     ]
+
+
+class Step(ctypes.Structure):
+    _fields_ = [("iteration", ctypes.c_uint64), ("key", ctypes.c_uint64)]
 
 
 def _candidates():
@@ -79,6 +84,12 @@ def _declare(lib, version):
         sigs.update({
             "gcagent_result_nodes": (u32, [client_p, ctypes.POINTER(u32), u32]),
             "gcagent_resync_root": (ctypes.c_int64, [client_p]),
+        })
+    if version >= WAIT_ANY_ABI_VERSION:
+        sigs.update({
+            "gcagent_wait_any": (ctypes.c_int, [client_p, ctypes.POINTER(Step), sz, ctypes.c_int, ctypes.c_int,
+                                                ctypes.POINTER(sz)]),
+            "gcagent_buffer_fd": (ctypes.c_int, [client_p, u64, ctypes.POINTER(u64)]),
         })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

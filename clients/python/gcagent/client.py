@@ -3,6 +3,7 @@ the synchronous "average (or sum, or broadcast) these arrays over every trainer"
 shims share."""
 
 import ctypes
+import mmap
 import os
 import sys
 import warnings
@@ -13,7 +14,7 @@ import numpy as np
 
 from gcagent import _library
 
-OK, ERR_IO, ERR_TIMEOUT = 0, 2, 3
+OK, ERR_IO, ERR_TIMEOUT, ERR_AGENT = 0, 2, 3, 5
 DEFAULT_SOCKET = "/run/gcagent/control.sock"
 CONNECT_ABI_VERSION = 3      # gcagent_connect_flags
 CONNECT_WAIT_FOR_AGENT = 1   # its flag: retry while the socket does not exist
@@ -232,6 +233,67 @@ class Client:
             raise GcagentError(6, f"gcagent: tensor {key} is not declared")
         return np.ctypeslib.as_array(ptr, shape=(n,))
 
+    def slot(self, key: int) -> np.ndarray:
+        """The shared slot of `key` as a float32 array that maps the segment itself: unlike
+        buffer(), it stays valid after a later declare or close (the mapping lives as long as
+        the array and its views), so a framework can keep its gradients there. Writes are the
+        agent's input at the next submit of `key`, and its result lands there."""
+        n = self._lib.gcagent_buffer_elements(self._handle, key)
+        if getattr(self._lib, "abi_version", 1) < _library.WAIT_ANY_ABI_VERSION:
+            raise GcagentError(10, f"gcagent: slots mapped by the caller need C ABI {_library.WAIT_ANY_ABI_VERSION}, "
+                                   f"the loaded library has {self._lib.abi_version}")
+        offset = ctypes.c_uint64()
+        fd = self._lib.gcagent_buffer_fd(self._handle, key, ctypes.byref(offset))
+        if fd < 0:
+            raise GcagentError(6, f"gcagent: slot of tensor {key}: {self._lib.gcagent_last_error(self._handle).decode()}")
+        start = offset.value - offset.value % mmap.ALLOCATIONGRANULARITY
+        try:
+            mapping = mmap.mmap(fd, offset.value - start + n * 4, offset=start)
+        finally:
+            os.close(fd)
+        return np.frombuffer(mapping, dtype=np.float32, count=n, offset=offset.value - start)
+
+    def wait_any(self, steps: Sequence[Tuple[int, int]], timeout_ms: int = -1,
+                 wake_fd: int = -1) -> Tuple[Optional[int], Optional[GcagentError]]:
+        """Sleeps until one of the submitted (iteration, key) pairs is done, wake_fd is readable
+        (it is not read), or the timeout passes. Returns (index, None) for a completed pair,
+        (index, error) for one the agent failed, (None, None) when woken or timed out; raises
+        when the connection failed. With a library older than C ABI 5 it polls instead."""
+        if getattr(self._lib, "abi_version", 1) < _library.WAIT_ANY_ABI_VERSION:
+            return self._poll_any(steps, timeout_ms, wake_fd)
+        arr = (_library.Step * len(steps))(*steps)
+        index = ctypes.c_size_t()
+        rc = self._lib.gcagent_wait_any(self._handle, arr, len(steps), timeout_ms, wake_fd, ctypes.byref(index))
+        if rc == OK:
+            return index.value, None
+        if rc == ERR_TIMEOUT:
+            return None, None
+        error = GcagentError(rc, f"gcagent: wait for iteration {steps[min(index.value, len(steps) - 1)][0]}: "
+                                 f"{self._lib.gcagent_last_error(self._handle).decode()}")
+        if rc == ERR_AGENT and index.value < len(steps):
+            return index.value, error
+        raise error
+
+    def _poll_any(self, steps, timeout_ms, wake_fd):
+        import select
+        import time
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        while True:
+            for i, (it, key) in enumerate(steps):
+                try:
+                    if self.wait(it, [key], 0):
+                        return i, None
+                except GcagentError as e:
+                    if e.code != ERR_AGENT:
+                        raise
+                    return i, e
+            if deadline is not None and time.monotonic() >= deadline:
+                return None, None
+            if wake_fd >= 0 and select.select([wake_fd], [], [], 0.0005)[0]:
+                return None, None
+            if wake_fd < 0:
+                time.sleep(0.0005)
+
     @staticmethod
     def _keys(keys: Iterable[int]):
         keys = list(keys)
@@ -292,6 +354,7 @@ class Reducer:
         self._specs: Dict[int, tuple] = {}
         self._stale = False
         self._iteration: Dict[int, int] = {}
+        self._slots: Dict[int, np.ndarray] = {}  # key -> its slot (Client.slot), until the next declare
 
     # Horovod's names: this trainer's place among all trainers of the job, and on its node.
     def rank(self) -> int:
@@ -324,6 +387,7 @@ class Reducer:
             self._stale = True  # until the agent takes it: a refused declaration is asked again
             self.client.declare([self._tensor_spec(k) for k in sorted(self._specs)])
             self._stale = False
+            self._slots = {}
 
     def redeclare(self):
         """Declares the known keys again, with the current codec, on the next reduce."""
@@ -351,6 +415,25 @@ class Reducer:
         self._ensure_declared({k: (int(a.size), p, codec, own, tuple(sorted(policy.items()))) for k, a, p in arrays})
         return self._exchange(arrays)
 
+    def slots(self, tensors: Sequence[Tuple[int, int, int]], codec=_REDUCER_CODEC,
+              params: Optional[Dict[str, str]] = None) -> List[np.ndarray]:
+        """(key, elements, priority) -> each key's shared slot, declared as reduce() declares
+        (averaged): float32 arrays that map the agent's segment themselves (Client.slot). Write a
+        gradient into its slot, or keep it there for good, and reduce_slots() averages it in
+        place, without a copy either way. The arrays stay valid after a later declaration; the
+        slots they map are then no longer the keys' (call slots() again: same arrays while
+        nothing changed)."""
+        own = tuple(sorted((params or {}).items()))
+        self._ensure_declared({k: (int(n), p, codec, own, ()) for k, n, p in tensors})
+        for k, _, _ in tensors:
+            if k not in self._slots:
+                self._slots[k] = self.client.slot(k)
+        return [self._slots[k] for k, _, _ in tensors]
+
+    def reduce_slots(self, keys: Sequence[int]):
+        """Averages what the slots of `keys` (declared by slots()) hold, in place."""
+        self._submit_and_wait(list(keys))
+
     def broadcast(self, arrays: Sequence[Tuple[int, np.ndarray, int]], root: int = 0) -> List[np.ndarray]:
         """(key, array, priority) -> the arrays of the trainer whose world rank is root, bit
         for bit. Travels uncompressed on its own keys (BROADCAST_KEY_BASE + key): every other
@@ -361,9 +444,14 @@ class Reducer:
         return self.reduce(contributions, codec="none", result="sum")
 
     def _exchange(self, arrays) -> List[np.ndarray]:
-        groups: Dict[int, List[int]] = {}
         for key, a, _ in arrays:
             self.client.buffer(key)[:] = np.asarray(a, dtype=np.float32).reshape(-1)
+        self._submit_and_wait([key for key, _, _ in arrays])
+        return [self.client.buffer(key).copy().reshape(np.shape(a)) for key, a, _ in arrays]
+
+    def _submit_and_wait(self, keys: List[int]):
+        groups: Dict[int, List[int]] = {}
+        for key in keys:
             it = self._iteration.get(key, 0) + 1
             self._iteration[key] = it
             groups.setdefault(it, []).append(key)
@@ -372,7 +460,6 @@ class Reducer:
         for it, keys in groups.items():
             if not self.client.wait(it, keys, self.timeout_ms):
                 raise GcagentError(ERR_TIMEOUT, f"gcagent: no result for iteration {it} within {self.timeout_ms} ms")
-        return [self.client.buffer(key).copy().reshape(np.shape(a)) for key, a, _ in arrays]
 
 
 _default_reducer: Optional[Reducer] = None

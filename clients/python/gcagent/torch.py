@@ -9,7 +9,12 @@ the hook first learns them: while the bucket list of an iteration differs from t
 buckets go through the process group's allreduce; once two iterations agree, the hook declares
 one agent tensor per bucket (priority: minus the index of the bucket's first layer, so front
 layers go first) and from then on writes each bucket into its shared slot, submits it, and
-completes the future from a background thread. An agent error or a timeout fails the bucket's
+completes the future from a background thread that sleeps until the agent answers or a bucket
+is due (gcagent_wait_any: no polling). With DistributedDataParallel(..., gradient_as_bucket_view=True)
+the first step through the agent moves each bucket, and the gradients that are views of it, into
+the bucket's shared slot (Tensor.set_): from then on autograd writes the gradients straight into
+the agent's memory and the average lands in them, no copy either way. Without it (DDP's default)
+the hook copies each bucket into its slot and the result back. An agent error or a timeout fails the bucket's
 future, and backward() raises it as the gcagent.GcagentError it is (the hook raises it at the
 end of the backward pass, before DDP would, as DDP can only say RuntimeError); nothing waits
 forever.
@@ -31,8 +36,10 @@ and on completion the stream waits for the agent's event before the copy back; t
 waits for the GPU. The agent must run on the same GPU; when it has none or another, declaring
 fails with the agent's message naming both GPUs."""
 
+import collections
 import contextlib
-import queue
+import os
+import select
 import threading
 import time
 
@@ -104,15 +111,32 @@ class State:
         self.resyncs = 0            # times sync_parameters loaded another node's weights
         self._model_elements = 0    # the model's key, declared beside the buckets once used
         self._lost = None           # the error that lost the connection, until it is made anew
-        self._queue = queue.Queue()
+        self.moved_buckets = 0      # buckets moved into their slots (no copies from then on)
+        self.copied_buckets = 0     # buckets copied into their slots and back (not views: see above)
+        self._hook_cpu_s = 0.0      # CPU time spent in on_bucket (the autograd thread's share)
+        self._slots = {}            # key -> its slot (a CPU tensor over the agent's segment, or a device slot)
+        self._queue = collections.deque()  # buckets handed over, for the completion thread to submit
+        self._wakeup = _Wakeup()
         self._pending = []
         self._watch_step, self._watched = None, []  # this backward's agent futures, checked at its end
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._complete_loop, name="gcagent-hook", daemon=True)
         self._thread.start()
 
+    def cpu_seconds(self) -> float:
+        """CPU time the hook has spent so far: its completion thread's and its own calls' from
+        the autograd thread (the benchmark's "hook CPU per step")."""
+        return self._hook_cpu_s + _thread_cpu_seconds(self._thread)
+
     # Runs in the hook (autograd) thread.
     def on_bucket(self, bucket):
+        started = time.thread_time()
+        try:
+            return self._on_bucket(bucket)
+        finally:
+            self._hook_cpu_s += time.thread_time() - started
+
+    def _on_bucket(self, bucket):
         index, buf = bucket.index(), bucket.buffer()
         if self._lost is not None and not self.seen and self.declared:  # a step's first bucket
             self._reconnect()
@@ -126,12 +150,13 @@ class State:
                 fut = torch.futures.Future(devices=[self.device])
                 stream = torch.cuda.current_stream(self.device)
                 self._slots[index].copy_(buf.reshape(-1), non_blocking=True)  # on `stream`
-                self._queue.put((self.step, index, fut, buf, time.monotonic(), stream))
+                self._hand_over((self.step, index, fut, buf, time.monotonic(), stream))
             else:
                 fut = torch.futures.Future()
-                slot = torch.from_numpy(self._slots[index])
-                slot.copy_(buf.reshape(-1))
-                self._queue.put((self.step, index, fut, buf, time.monotonic(), None))
+                slot = self._slots[index]
+                if buf.data_ptr() != slot.data_ptr():
+                    self._into_slot(bucket, buf, slot)
+                self._hand_over((self.step, index, fut, buf, time.monotonic(), None))
             fut = fut.then(_settled_with(buf) if self._watch(fut) else _bucket_result)
         else:
             self.declared = {}
@@ -139,6 +164,27 @@ class State:
         if bucket.is_last():
             self._end_iteration()
         return fut
+
+    def _hand_over(self, item):
+        self._queue.append(item)
+        self._wakeup.set()
+
+    def _into_slot(self, bucket, buf, slot):
+        """Copies the bucket into its slot. When DDP's gradients are views of the bucket
+        (gradient_as_bucket_view=True), also moves the bucket and those views into the slot: they
+        are the tensors DDP's reducer holds, so autograd and DDP write there from now on."""
+        slot.copy_(buf.reshape(-1))
+        grads = [p.grad for p in bucket.parameters()]
+        bucket_storage = buf.untyped_storage().data_ptr()
+        if not all(g is not None and g.untyped_storage().data_ptr() == bucket_storage for g in grads):
+            self.copied_buckets += 1
+            return
+        target, base = slot.untyped_storage(), slot.storage_offset() - buf.storage_offset()
+        with torch.no_grad():
+            for g in grads:
+                g.set_(target, base + g.storage_offset(), g.size(), g.stride())
+            buf.set_(target, slot.storage_offset(), buf.size(), buf.stride())
+        self.moved_buckets += 1
 
     def _watch(self, fut):
         """Has the end of this backward pass raise the GcagentError a bucket failed with: raised
@@ -203,7 +249,7 @@ class State:
             return {k: torch.as_tensor(_DeviceSlot(client.device_buffer(k), n), device=self.device)
                     for k, n in keys.items()}
         client.declare(specs)
-        return {k: client.buffer(k) for k in keys}
+        return {k: torch.from_numpy(client.slot(k)) for k in keys}
 
     def sync_parameters(self, module) -> bool:
         """Call after every step, failed or not. When the step just completed was the first under a
@@ -229,7 +275,6 @@ class State:
         slot = self._slots[_MODEL_KEY]
         with torch.no_grad(), self._lock:
             # The weights go straight into the slot and come straight back out: one copy each way.
-            slot = slot if self.device is not None else torch.from_numpy(slot)
             offset = 0
             for t in tensors if mine else ():
                 slot[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
@@ -277,21 +322,37 @@ class State:
             self._lost = e
 
     def _drain(self):
-        while not self._queue.empty() or self._pending:
+        while self._queue or self._pending:
             time.sleep(0.001)
 
-    # Runs in the completion thread: every client call after the declaration happens here.
+    # Runs in the completion thread: every client call after the declaration happens here. It
+    # sleeps in gcagent_wait_any until a bucket completes, the hook hands over another (the
+    # wake-up descriptor), or the oldest bucket's time is up.
     def _complete_loop(self):
         while True:
-            block = not self._pending
+            self._wakeup.clear()
+            while self._queue:
+                self._submit(self._queue[0])
+                self._queue.popleft()  # only now: _drain sees the bucket in one list or the other
+            if not self._pending:
+                self._wakeup.wait()
+                continue
+            due = min(item[4] for item in self._pending) + self.timeout_s
+            timeout_ms = max(0, int((due - time.monotonic()) * 1000) + 1)
             try:
-                while True:
-                    item = self._queue.get(block=block, timeout=None if block else 0.0005)
-                    block = False
-                    self._submit(item)
-            except queue.Empty:
-                pass
-            self._collect()
+                with self._lock:
+                    index, error = self.client.wait_any([(item[0], item[1]) for item in self._pending], timeout_ms,
+                                                        self._wakeup.fd)
+            except Exception as e:  # noqa: BLE001 - the connection failed: every bucket in flight fails
+                self._note_loss(e)
+                failed, self._pending = self._pending, []
+                for item in failed:
+                    item[2].set_exception(e)
+                continue
+            if index is None:
+                self._expire()
+            else:
+                self._finish(self._pending.pop(index), error)
 
     def _submit(self, item):
         step, index, fut, stream = item[0], item[1], item[2], item[5]
@@ -306,34 +367,64 @@ class State:
             self._note_loss(e)
             fut.set_exception(e)
 
-    def _collect(self):
-        still = []
-        for item in self._pending:
-            step, index, fut, buf, started, stream = item
-            try:
-                timeout = 1 if item is self._pending[0] else 0
-                with self._lock:
-                    if stream is not None:
-                        done = self.client.wait_device(step, [index], timeout, stream.cuda_stream)
-                    else:
-                        done = self.client.wait(step, [index], timeout)
-                if done and stream is not None:
-                    # `stream` now waits for the agent's writes; the copy back queues behind them.
-                    with torch.cuda.stream(stream):
-                        buf.copy_(self._slots[index].reshape(buf.shape), non_blocking=True)
-                        fut.set_result(buf)
-                elif done:
-                    buf.copy_(torch.from_numpy(self._slots[index]).reshape(buf.shape))
+    def _finish(self, item, error):
+        step, index, fut, buf, _, stream = item
+        try:
+            if error is not None:
+                raise error
+            if stream is not None:
+                with self._lock:  # complete: returns at once, and `stream` now waits for the agent's writes
+                    self.client.wait_device(step, [index], 0, stream.cuda_stream)
+                with torch.cuda.stream(stream):  # the copy back queues behind them
+                    buf.copy_(self._slots[index].reshape(buf.shape), non_blocking=True)
                     fut.set_result(buf)
-                elif time.monotonic() - started > self.timeout_s:
-                    fut.set_exception(GcagentError(3, f"gcagent: bucket {index} of iteration {step} "
-                                                      f"not reduced within {self.timeout_s} s"))
-                else:
-                    still.append(item)
-            except Exception as e:  # noqa: BLE001
-                self._note_loss(e)
-                fut.set_exception(e)
+                return
+            slot = self._slots[index]
+            if buf.data_ptr() != slot.data_ptr():  # a bucket that is not in its slot (see _into_slot)
+                buf.copy_(slot.reshape(buf.shape))
+            fut.set_result(buf)
+        except Exception as e:  # noqa: BLE001
+            self._note_loss(e)
+            fut.set_exception(e)
+
+    def _expire(self):
+        now, still = time.monotonic(), []
+        for item in self._pending:
+            step, index, fut, _, started, _ = item
+            if now - started > self.timeout_s:
+                fut.set_exception(GcagentError(3, f"gcagent: bucket {index} of iteration {step} "
+                                                  f"not reduced within {self.timeout_s} s"))
+            else:
+                still.append(item)
         self._pending = still
+
+
+class _Wakeup:
+    """An eventfd the completion thread sleeps on, beside the agent's socket in gcagent_wait_any."""
+
+    def __init__(self):
+        self.fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+
+    def set(self):
+        os.eventfd_write(self.fd, 1)
+
+    def clear(self):
+        try:
+            os.eventfd_read(self.fd)
+        except BlockingIOError:
+            pass
+
+    def wait(self):
+        select.select([self.fd], [], [])
+
+
+def _thread_cpu_seconds(thread) -> float:
+    """CPU time of another thread of this process (Linux: its schedstat, in nanoseconds)."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, TypeError):
+        return 0.0
 
 
 def sync_parameters(state: State, module) -> bool:
@@ -350,6 +441,13 @@ def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Te
 class DistributedOptimizer:
     """Horovod-style wrapper for training without DDP: step() first replaces every gradient by
     its average over all trainers (one agent tensor per parameter, front layers first).
+
+    The gradients of float32 CPU parameters live in the agent's shared slots: the first
+    synchronize() moves each into its slot (a missing one becomes zeros, as Horovod fills it),
+    autograd then accumulates into the slot in place, and the average lands there: no copy
+    either way. zero_grad() therefore zeroes those gradients in place instead of setting them
+    to None (a None gradient would cost a copy into the slot on the next step). Other
+    parameters (GPU, other dtypes) are copied into their slots and back.
 
     reducer: default_reducer() when none. backward_passes_per_step: as Horovod's, how many
     backward passes may add into the gradients (autograd sums them) before step() reduces the
@@ -388,11 +486,48 @@ class DistributedOptimizer:
 
     def synchronize(self):
         """Replaces every gradient by its average over all trainers (step() calls it)."""
-        params = [(i, p) for i, p in enumerate(self._params()) if p.grad is not None]
-        averaged = self.reducer.reduce([(i, p.grad.detach().to("cpu", torch.float32).numpy(), -i) for i, p in params])
-        for (_, p), a in zip(params, averaged):
-            p.grad.copy_(torch.from_numpy(a))
+        params = [(i, p) for i, p in enumerate(self._params()) if p.requires_grad]
+        slots = self.reducer.slots([(i, p.numel(), -i) for i, p in params])
+        copied = []
+        with torch.no_grad():
+            for (_, p), s in zip(params, slots):
+                slot = torch.from_numpy(s).view(p.shape)
+                if p.grad is not None and p.grad.data_ptr() == slot.data_ptr():
+                    continue  # already there
+                if p.grad is None:
+                    slot.zero_()
+                else:
+                    slot.copy_(p.grad)
+                if p.dtype == torch.float32 and p.device.type == "cpu":
+                    p.grad = slot  # lives in its slot from now on
+                else:
+                    copied.append((p, slot))
+        self.reducer.reduce_slots([i for i, _ in params])
+        with torch.no_grad():
+            for p, slot in copied:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.copy_(slot)
         self._passes.clear()
+
+    def zero_grad(self, set_to_none: bool = True):
+        """Zeroes the gradients that live in their slots in place (whatever set_to_none says),
+        and the others as the optimizer does."""
+        slots = {p.grad.data_ptr() for p in self._params() if p.grad is not None} & self._slot_pointers()
+        with torch.no_grad():
+            for p in self._params():
+                if p.grad is not None and p.grad.data_ptr() in slots:
+                    p.grad.zero_()
+                elif p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.zero_()
+
+    def _slot_pointers(self):
+        if self._reducer is None:
+            return set()
+        return {s.ctypes.data for s in self._reducer._slots.values()}
 
     @contextlib.contextmanager
     def skip_synchronize(self):

@@ -27,8 +27,18 @@ def test_ddp_hook_and_distributed_optimizer(tmp_path):
         # The hook learns DDP's buckets until two iterations agree: DDP rebuilds them after
         # the first, so iterations 1-3 go through the process group, and from then on every
         # bucket goes through the agent. With codec none the result is the reference average.
-        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 3, exact
+        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 5, exact
         assert len(exact["declared"]) >= 3, exact
+        # DDP's default buckets are not views: copied into their slots and back at every step.
+        assert exact["moved"] == 0 and exact["copied"] == 5 * len(exact["declared"]), exact
+        # gradient_as_bucket_view=True: each bucket moved into its slot once, at the first step
+        # through the agent; from then on every gradient lives there, whether zero_grad set it
+        # to None (DDP copies autograd's new gradient into the moved bucket) or zeroed it.
+        views = r["views"]
+        assert views["agent_buckets"] == exact["agent_buckets"], views
+        assert views["moved"] == len(views["declared"]) and views["copied"] == 0, views
+        assert views["in_slots"] == [False] * 3 + [True] * 5, views
+        assert max(views["errors"]) < 2e-7, views
         # Priorities follow the layers: the bucket holding the first layer goes first.
         firsts = exact["first_param_by_priority"]
         assert firsts[0] == 0 and firsts == sorted(firsts), exact
@@ -39,6 +49,7 @@ def test_ddp_hook_and_distributed_optimizer(tmp_path):
         # DistributedOptimizer: the broadcast gives rank 0's weights, the gradients the average.
         assert opt["broadcast_exact"], opt
         assert max(opt["errors"]) < 2e-7, opt
+        assert opt["in_slots"] == [True] * 4, opt  # the gradients live in the agent's slots
     assert all(r["exact"]["declared"] == rep[0]["exact"]["declared"] for r in rep)
     # Every trainer applied identical averaged gradients.
     assert len({r["train"]["param_sum"] for r in rep}) == 1, rep
@@ -61,7 +72,7 @@ def test_ddp_hook_with_cuda_buckets_takes_the_device_path(tmp_path):
     for r in rep:
         exact, train = r["exact"], r["train"]
         assert exact["device"] == train["device"] == "cuda:0", r
-        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 3, exact
+        assert exact["agent_buckets"] == [0, 0, 0] + [len(exact["declared"])] * 5, exact
         assert max(exact["errors"]) < 1e-5, exact  # the GPU's float32 against the CPU's float64
         assert train["last_loss"] < 0.6 * train["first_loss"], train
         assert train["agent_buckets"] >= 2 * 30, train

@@ -60,15 +60,24 @@ def init_group():
                             rank=RANK, world_size=WORLD)
 
 
-def ddp(model):
+def ddp(model, views=False):
     # Small buckets: several of them, so priorities and the rebuild matter.
-    return DistributedDataParallel(model.to(DEVICE), bucket_cap_mb=0.01)
+    return DistributedDataParallel(model.to(DEVICE), bucket_cap_mb=0.01, gradient_as_bucket_view=views)
 
 
-def ddp_exact():
+def in_slots(params, slots):
+    """Whether every gradient lies inside one of the agent's slots (torch tensors)."""
+    ranges = [(s.data_ptr(), s.data_ptr() + s.numel() * s.element_size()) for s in slots]
+    return all(p.grad is not None and any(a <= p.grad.data_ptr() < b for a, b in ranges) for p in params)
+
+
+def ddp_exact(views=False):
+    """views: gradient_as_bucket_view=True, so the hook moves the buckets into their slots; the
+    iterations then alternate zero_grad(set_to_none=True) (autograd makes new gradients, which
+    DDP copies into the moved buckets) and set_to_none=False (they stay in the slots)."""
     ref = mlp()
-    model = ddp(mlp())
-    state = gcagent.torch.State(gcagent.Client(job="exact"), codec="none")
+    model = ddp(mlp(), views)
+    state = gcagent.torch.State(gcagent.Client(job="exact-views" if views else "exact"), codec="none")
     position = {id(p): i for i, p in enumerate(model.parameters())}
     first_param = {}  # bucket index -> position of its first-layer-most parameter
 
@@ -77,18 +86,20 @@ def ddp_exact():
         return gcagent.torch.hook(s, bucket)
 
     model.register_comm_hook(state, recording_hook)
-    errors, buckets = [], []
-    for it in range(1, 7):
-        model.zero_grad()
+    errors, buckets, in_slot = [], [], []
+    for it in range(1, 9):
+        model.zero_grad(set_to_none=it % 2 == 0)
         x, y = batch(RANK, it)
         before = state.agent_buckets
         nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE)).backward()
         errors.append(max_error(model.parameters(), reference_grads(ref, it)))
         buckets.append(state.agent_buckets - before)
+        in_slot.append(state.device is None and in_slots(model.parameters(), state._slots.values()))
     # Priority order of the buckets, highest first, and where each bucket's layers start.
     order = sorted(state.priorities, key=lambda i: -state.priorities[i])
     return {"errors": errors, "agent_buckets": buckets, "fallback": state.fallback_buckets, "device": str(state.device),
-            "declared": sorted(state.declared.items()), "first_param_by_priority": [first_param[i] for i in order]}
+            "declared": sorted(state.declared.items()), "first_param_by_priority": [first_param[i] for i in order],
+            "moved": state.moved_buckets, "copied": state.copied_buckets, "in_slots": in_slot}
 
 
 def ddp_train():
@@ -121,20 +132,24 @@ def optimizer_exact():
     ref = mlp(seed=0)
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters()))
     opt = gcagent.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), reducer)
-    errors = []
-    for it in range(1, 4):
-        opt.zero_grad()
+    errors, in_slot = [], []
+    for it in range(1, 5):
+        if it == 3:
+            model.zero_grad()  # None gradients: moved into their slots again at the next step
+        else:
+            opt.zero_grad()  # zeroed where they are, in their slots
         x, y = batch(RANK, it)
         nn.functional.cross_entropy(model(x), y).backward()
         opt.synchronize()
         errors.append(max_error(model.parameters(), reference_grads(copy.deepcopy(model), it)))
+        in_slot.append(in_slots(model.parameters(), [torch.from_numpy(s) for s in reducer._slots.values()]))
         opt.optimizer.step()
-    return {"broadcast_exact": same, "errors": errors}
+    return {"broadcast_exact": same, "errors": errors, "in_slots": in_slot}
 
 
 def suite():
     init_group()
-    return {"exact": ddp_exact(), "train": ddp_train(), "optimizer": optimizer_exact()}
+    return {"exact": ddp_exact(), "views": ddp_exact(views=True), "train": ddp_train(), "optimizer": optimizer_exact()}
 
 
 def suite_cuda():
