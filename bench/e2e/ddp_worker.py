@@ -14,7 +14,7 @@ Hooks (--hook): allreduce (DDP's default gloo allreduce), fp16 (default_hooks.fp
 powersgd1 / powersgd4 (powerSGD_hook at that rank, from the second iteration on: DDP needs two
 iterations first), gcagent (gcagent.torch.hook; codec from GCAGENT_CODEC), optimizer (no DDP:
 gcagent.torch.DistributedOptimizer, whose step() reduces every gradient through the agent after
-the backward pass; its sync time is backward + synchronize() minus the backward alone). The gcagent hook
+the backward pass; its sync time is synchronize()'s, begun together on every rank). The gcagent hook
 learns DDP's buckets first (process-group allreduce while the bucket list still changes: the
 first three iterations); the worker fails when a timed gradset iteration did not go through the
 agent, so give it --warmup 4 or more.
@@ -68,6 +68,31 @@ def wire_tx():
     return total
 
 
+def thread_cpu_seconds(thread) -> float:
+    """CPU time of another thread of this process (its schedstat, in nanoseconds)."""
+    with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+class ShimClock:
+    """The CPU time gcagent's DDP hook spends: its calls in the autograd thread and its
+    completion thread's, measured here so that any version of the shim can be compared."""
+
+    def __init__(self, state):
+        self.state, self.in_calls = state, 0.0
+
+    def hook(self, state, bucket):
+        import gcagent.torch
+        started = time.thread_time()
+        try:
+            return gcagent.torch.hook(state, bucket)
+        finally:
+            self.in_calls += time.thread_time() - started
+
+    def seconds(self):
+        return self.in_calls + thread_cpu_seconds(self.state._thread)
+
+
 def register(model, hook, rank):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -80,7 +105,8 @@ def register(model, hook, rank):
     elif hook == "gcagent":
         import gcagent.torch
         state = gcagent.torch.State()
-        model.register_comm_hook(state, gcagent.torch.hook)
+        state.clock = ShimClock(state)
+        model.register_comm_hook(state, state.clock.hook)
         return state
     elif hook != "allreduce":
         raise SystemExit(f"ddp_worker: unknown hook {hook!r}")
@@ -109,7 +135,9 @@ def check_average(model, shapes, tolerance):
 
 def optimizer_gradset(a, rank):
     """The gradient set through gcagent.torch.DistributedOptimizer: no DDP, every gradient
-    reduced by the agent at step(); zero_grad() keeps the gradients in the agent's slots."""
+    reduced by the agent at step(), after the backward pass (nothing overlaps). The sync time is
+    synchronize()'s, every rank starting it together (a barrier after the backward pass), as
+    the C trainer submits every layer at once; zero_grad() keeps the gradients in the slots."""
     import gcagent.torch
     shapes = read_shapes(a.model)
     model = GradientSet(shapes)
@@ -119,33 +147,24 @@ def optimizer_gradset(a, rank):
     def backward():
         opt.zero_grad()
         model(x).backward()
+        dist.barrier()
 
     for _ in range(a.warmup):
         backward()
         opt.step()
-    dist.barrier()
     times, shim, tx0, cpu0 = [], 0.0, wire_tx(), time.process_time()
     for _ in range(a.iterations):
-        dist.barrier()
-        t = time.perf_counter()
         backward()
-        c = time.thread_time()
+        t, c = time.perf_counter(), time.thread_time()
         opt.synchronize()
         shim += time.thread_time() - c
         times.append(time.perf_counter() - t)
     cpu = (time.process_time() - cpu0) / a.iterations
     dist.barrier()
     tx = (wire_tx() - tx0) / a.iterations
-    local = []
-    for _ in range(a.iterations):
-        t = time.perf_counter()
-        backward()
-        local.append(time.perf_counter() - t)
-    out = {"iteration_s": times, "local_s": statistics.median(local),
-           "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
+    out = {"iteration_s": times, "sync_s": statistics.median(times), "wire_bytes": tx, "cpu_s": cpu,
            "shim_cpu_s": shim / a.iterations, "grad_bytes": sum(p.numel() for p in model.params) * 4}
     if a.check != "none":
-        dist.barrier()
         backward()
         opt.synchronize()
         out["check"] = a.check
@@ -174,7 +193,7 @@ def gradset(a, rank):
         step()
     dist.barrier()
     agent0, fallback0 = (state.agent_buckets, state.fallback_buckets) if state else (0, 0)
-    shim0 = state.cpu_seconds() if state else 0.0
+    shim0 = state.clock.seconds() if state else 0.0
     times, tx0, cpu0 = [], wire_tx(), time.process_time()
     for _ in range(a.iterations):
         dist.barrier()
@@ -182,7 +201,7 @@ def gradset(a, rank):
         step()
         times.append(time.perf_counter() - t)
     cpu = (time.process_time() - cpu0) / a.iterations
-    shim = (state.cpu_seconds() - shim0) / a.iterations if state else 0.0
+    shim = (state.clock.seconds() - shim0) / a.iterations if state else 0.0
     # a rank is done once its own results are in; the agents may still be sending the peers'
     dist.barrier()
     tx = (wire_tx() - tx0) / a.iterations
@@ -202,8 +221,8 @@ def gradset(a, rank):
            "grad_bytes": elements * 4}
     if state is not None:
         out.update(agent_buckets=(state.agent_buckets - agent0) // a.iterations,
-                   fallback_buckets=state.fallback_buckets, shim_cpu_s=shim, moved_buckets=state.moved_buckets,
-                   copied_buckets=state.copied_buckets)
+                   fallback_buckets=state.fallback_buckets, shim_cpu_s=shim,
+                   moved_buckets=getattr(state, "moved_buckets", 0), copied_buckets=getattr(state, "copied_buckets", 0))
     if a.check != "none":
         dist.barrier()
         for p in model.params:

@@ -52,7 +52,7 @@ def markdown(rows):
     if any(r["system"].startswith("ddp+gcagent") for r in rows):
         lines[-2:-2] = ["\"ddp+gcagent <codec>\": DDP with gcagent's comm hook, its sync time taken as DDP's "
                         "(the backward pass minus the same pass under no_sync()); \"optimizer+gcagent <codec>\": "
-                        "gcagent.torch.DistributedOptimizer without DDP (backward + synchronize() minus the backward).",
+                        "gcagent.torch.DistributedOptimizer without DDP (synchronize() after the backward pass, begun together).",
                         ""]
     for r in rows:
         if "sync_s" not in r:

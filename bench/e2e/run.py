@@ -33,6 +33,7 @@ measured in this run. Needs root (ip netns, tc).
         [--systems ddp,ddp-fp16,powersgd1,powersgd4,horovod,none,fp16,2bit,onebit,dgc,threshold,
                    hook-none,hook-fp16,hook-2bit,hook-onebit,hook-dgc,hook-threshold,opt-none,opt-2bit,...]
         [--scheduling P3,FIFO] [--nodes 4] [--iterations 2] [--no-check] [--out bench/results]
+        [--shim OTHER_CHECKOUT/clients/python]
 """
 
 import argparse
@@ -59,6 +60,7 @@ CACHE = Path(os.environ.get("GCAGENT_CACHE", Path.home() / ".cache" / "gcagent")
 TORCH_PY = Path(os.environ.get("GCAGENT_TORCH_PYTHON", CACHE / "venv-torch" / "bin" / "python"))
 BENCH_PY = Path(os.environ.get("GCAGENT_BENCH_PYTHON", CACHE / "venv-bench" / "bin" / "python"))
 WORKER = Path(__file__).resolve().parent / "ddp_worker.py"
+SHIM = ROOT / "clients" / "python"  # the gcagent package the workers import (--shim)
 
 DDP_SYSTEMS = {"ddp": "allreduce", "ddp-fp16": "fp16", "powersgd1": "powersgd1", "powersgd4": "powersgd4"}
 # codec label -> (codec, params)
@@ -194,7 +196,7 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     port = 29500 + (os.getpid() + int(time.time())) % 2000
     base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
             "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT / "clients" / "python")}
+            "PYTHONPATH": str(SHIM)}
     # gcagent's hook sends the first three iterations through the process group while it learns
     # DDP's buckets; two more pay the agents' connection set-up
     warmup = (5 if hook == "gcagent" else 3) if workload == "gradset" else 20
@@ -283,7 +285,12 @@ def main():
     ap.add_argument("--no-check", action="store_true",
                     help="skip the check of DDP's synced gradient sets against the average of every rank's")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--shim", help="the clients/python folder of another checkout: its gcagent package runs the "
+                    "hook and optimizer rows (a previous version against this one; give it its own --out)")
     a = ap.parse_args()
+    if a.shim:
+        global SHIM
+        SHIM = Path(a.shim).resolve()
     ok, why = Namespaces.available()
     if not ok:
         raise SystemExit(f"e2e: {why}")

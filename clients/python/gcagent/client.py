@@ -402,6 +402,14 @@ class Reducer:
         "sum". codec and params: for these keys (default: the Reducer's). aggregation:
         "bidirectional" or "mxnet" (see the operator guide; default: the agent's).
         topology: "ps", "ring", "allgather" or "auto" (default: the agent's scheduler.topology)."""
+        policy = self._policy(result, aggregation, topology)
+        own = tuple(sorted((params or {}).items()))
+        self._ensure_declared({k: (int(a.size), p, codec, own, policy) for k, a, p in arrays})
+        return self._exchange(arrays)
+
+    @staticmethod
+    def _policy(result, aggregation, topology):
+        """The reduce.* entries of a declaration, checked."""
         if result not in ("average", "sum"):
             raise ValueError(f"gcagent: result '{result}' is not one of: average, sum")
         if topology not in (None, "ps", "ring", "allgather", "auto"):
@@ -411,27 +419,27 @@ class Reducer:
             policy["reduce.aggregation"] = aggregation
         if topology is not None:
             policy["reduce.topology"] = topology
-        own = tuple(sorted((params or {}).items()))
-        self._ensure_declared({k: (int(a.size), p, codec, own, tuple(sorted(policy.items()))) for k, a, p in arrays})
-        return self._exchange(arrays)
+        return tuple(sorted(policy.items()))
 
     def slots(self, tensors: Sequence[Tuple[int, int, int]], codec=_REDUCER_CODEC,
-              params: Optional[Dict[str, str]] = None) -> List[np.ndarray]:
+              params: Optional[Dict[str, str]] = None, result: str = "average",
+              aggregation: Optional[str] = None, topology: Optional[str] = None) -> List[np.ndarray]:
         """(key, elements, priority) -> each key's shared slot, declared as reduce() declares
-        (averaged): float32 arrays that map the agent's segment themselves (Client.slot). Write a
+        (the same options): float32 arrays that map the agent's segment themselves (Client.slot). Write a
         gradient into its slot, or keep it there for good, and reduce_slots() averages it in
         place, without a copy either way. The arrays stay valid after a later declaration; the
         slots they map are then no longer the keys' (call slots() again: same arrays while
         nothing changed)."""
+        policy = self._policy(result, aggregation, topology)
         own = tuple(sorted((params or {}).items()))
-        self._ensure_declared({k: (int(n), p, codec, own, ()) for k, n, p in tensors})
+        self._ensure_declared({k: (int(n), p, codec, own, policy) for k, n, p in tensors})
         for k, _, _ in tensors:
             if k not in self._slots:
                 self._slots[k] = self.client.slot(k)
         return [self._slots[k] for k, _, _ in tensors]
 
     def reduce_slots(self, keys: Sequence[int]):
-        """Averages what the slots of `keys` (declared by slots()) hold, in place."""
+        """Reduces what the slots of `keys` (declared by slots()) hold, in place."""
         self._submit_and_wait(list(keys))
 
     def broadcast(self, arrays: Sequence[Tuple[int, np.ndarray, int]], root: int = 0) -> List[np.ndarray]:

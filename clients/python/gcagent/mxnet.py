@@ -27,6 +27,7 @@ Keys are declared to the agent as the store first meets them, with the priority 
 it (push, pushpull, Trainer.step). A dgc codec meeting an optimizer with momentum (set_optimizer)
 warns."""
 
+import ctypes
 import pickle
 
 import mxnet as mx
@@ -142,6 +143,22 @@ class GcagentKVStore(KVStoreBase):
             total = total + group
         return total
 
+    @staticmethod
+    def _sum_into(slot, arrays):
+        """_local_sum written into `slot` (a float32 array): the first array through MXNet's own
+        copy straight into it, the groups added there, in the same order and rounding."""
+        first = arrays[0]
+        if first.dtype == np.float32 and first.size == slot.size:
+            mx.base.check_call(mx.base._LIB.MXNDArraySyncCopyToCPU(
+                first.handle, slot.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(slot.size)))
+        else:
+            slot[:] = first.asnumpy().astype(np.float32, copy=False).reshape(-1)
+        for i in range(1, len(arrays), 4):
+            group = arrays[i].asnumpy().astype(np.float32, copy=False)
+            for a in arrays[i + 1:i + 4]:
+                group = group + a.asnumpy().astype(np.float32, copy=False)
+            np.add(slot, group.reshape(-1), out=slot)
+
     def _reduce_options(self):
         codec, params, aggregation = self._codec or (self._reducer.codec or "none", self._reducer.params, None)
         return {"codec": codec, "params": params, "result": "sum", "aggregation": aggregation}
@@ -167,10 +184,15 @@ class GcagentKVStore(KVStoreBase):
             pairs.setdefault(k, []).extend(vals)
         pairs = list(pairs.items())
         ids = [self._id(k, priority) for k, _ in pairs]
-        sums = self._reducer.reduce([(agent_key, self._local_sum(vals), p) for (agent_key, p), (_, vals) in
-                                     zip(ids, pairs)], **self._reduce_options())
-        for (k, _), total in zip(pairs, sums):
-            total = mx.nd.array(total, dtype=np.float32)
+        # The local sums are written into the agent's slots and reduced there: one copy in,
+        # one out (into the stored NDArray).
+        slots = self._reducer.slots([(agent_key, vals[0].size, p) for (agent_key, p), (_, vals) in zip(ids, pairs)],
+                                    **self._reduce_options())
+        for slot, (_, vals) in zip(slots, pairs):
+            self._sum_into(slot, vals)
+        self._reducer.reduce_slots([agent_key for agent_key, _ in ids])
+        for (k, vals), slot in zip(pairs, slots):
+            total = mx.nd.array(slot.reshape(vals[0].shape), dtype=np.float32)
             if self._updater is None:
                 self._stored[k] = total
                 continue

@@ -113,7 +113,6 @@ class State:
         self._lost = None           # the error that lost the connection, until it is made anew
         self.moved_buckets = 0      # buckets moved into their slots (no copies from then on)
         self.copied_buckets = 0     # buckets copied into their slots and back (not views: see above)
-        self._hook_cpu_s = 0.0      # CPU time spent in on_bucket (the autograd thread's share)
         self._slots = {}            # key -> its slot (a CPU tensor over the agent's segment, or a device slot)
         self._queue = collections.deque()  # buckets handed over, for the completion thread to submit
         self._wakeup = _Wakeup()
@@ -123,20 +122,8 @@ class State:
         self._thread = threading.Thread(target=self._complete_loop, name="gcagent-hook", daemon=True)
         self._thread.start()
 
-    def cpu_seconds(self) -> float:
-        """CPU time the hook has spent so far: its completion thread's and its own calls' from
-        the autograd thread (the benchmark's "hook CPU per step")."""
-        return self._hook_cpu_s + _thread_cpu_seconds(self._thread)
-
     # Runs in the hook (autograd) thread.
     def on_bucket(self, bucket):
-        started = time.thread_time()
-        try:
-            return self._on_bucket(bucket)
-        finally:
-            self._hook_cpu_s += time.thread_time() - started
-
-    def _on_bucket(self, bucket):
         index, buf = bucket.index(), bucket.buffer()
         if self._lost is not None and not self.seen and self.declared:  # a step's first bucket
             self._reconnect()
@@ -416,15 +403,6 @@ class _Wakeup:
 
     def wait(self):
         select.select([self.fd], [], [])
-
-
-def _thread_cpu_seconds(thread) -> float:
-    """CPU time of another thread of this process (Linux: its schedstat, in nanoseconds)."""
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
-            return int(f.read().split()[0]) / 1e9
-    except (OSError, ValueError, TypeError):
-        return 0.0
 
 
 def sync_parameters(state: State, module) -> bool:
