@@ -1,7 +1,7 @@
 """Smoke test of bench/e2e: real agents in two namespaces, the numbers the benchmark reports and
-the table it writes; with the torch venv (GCAGENT_TORCH_PYTHON), DDP gloo and DDP with gcagent's
-comm hook on a small gradient set through run.py itself, the synced gradients checked against
-the average of every rank's."""
+the table it writes; with the torch venv (GCAGENT_TORCH_PYTHON), DDP gloo, DDP with gcagent's
+comm hook and gcagent's DistributedOptimizer on a small gradient set through run.py itself, the
+synced gradients checked against the average of every rank's."""
 import json
 import subprocess
 import sys
@@ -96,22 +96,28 @@ def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
                    "l2.weight,300000\n")
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(E2E / "run.py"), "--nodes", "2", "--rates", "1gbit", "--models", str(csv),
-                        "--systems", "ddp,hook-none,hook-2bit", "--scheduling", "P3", "--iterations", "2",
+                        "--systems", "ddp,hook-none,hook-2bit,opt-none", "--scheduling", "P3", "--iterations", "2",
                         "--timeout", "300", "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     rows = {row["system"]: row for row in json.loads((out / "e2e.json").read_text())}
-    assert set(rows) == {"ddp", "ddp+gcagent none", "ddp+gcagent 2bit"}
+    assert set(rows) == {"ddp", "ddp+gcagent none", "ddp+gcagent 2bit", "optimizer+gcagent none"}
     for row in rows.values():
         assert "error" not in row, row.get("error")
         assert row["model"] == "small" and row["nodes"] == 2 and row["sync_s"] > 0
     grad = 4 * (400000 * 2 + 300000 + 2000)
-    ddp, none, twobit = rows["ddp"], rows["ddp+gcagent none"], rows["ddp+gcagent 2bit"]
+    ddp, none, twobit, opt = rows["ddp"], rows["ddp+gcagent none"], rows["ddp+gcagent 2bit"], rows["optimizer+gcagent none"]
     assert ddp["scheduling"] == "-" and none["scheduling"] == twobit["scheduling"] == "P3"
     assert ddp["grad_bytes"] == none["grad_bytes"] == twobit["grad_bytes"] == grad
     # every rank compared the gradients of one synced iteration with the average of every
     # rank's: gloo and the agent (uncompressed) within fp32 rounding
-    assert ddp["check"] == none["check"] == "exact" and "check" not in twobit
-    assert ddp["check_max_error"] <= 1e-6 and none["check_max_error"] <= 1e-6
+    assert ddp["check"] == none["check"] == opt["check"] == "exact" and "check" not in twobit
+    assert ddp["check_max_error"] <= 1e-6 and none["check_max_error"] <= 1e-6 and opt["check_max_error"] <= 1e-6
+    # the worker's DDP has gradient_as_bucket_view=True: the hook moved each bucket into its
+    # slot once and copied none; the shim's CPU per step is reported for every gcagent row
+    for row in (none, twobit):
+        assert row["moved_buckets"] == row["agent_buckets"] and row["copied_buckets"] == 0, row
+    for row in (none, twobit, opt):
+        assert 0 < row["shim_cpu_s"] < row["worker_cpu_s"] and row["trainer_cpu_share"] > 0, row
     # the timed iterations went through the agents (the worker fails otherwise), whose metrics
     # were read: no errors, and at least the timed and checked iterations completed
     for row in (none, twobit):
@@ -127,3 +133,7 @@ def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
     assert "| small | 1gbit | ddp+gcagent none | P3 |" in table
     assert "| small | 1gbit | ddp+gcagent 2bit | P3 |" in table
     assert "- ddp+gcagent none vs DDP gloo (small, 1gbit):" in table
+    assert "| small | 1gbit | optimizer+gcagent none | P3 |" in table
+    assert "- ddp+gcagent none vs the link-rate bound (small, 1gbit):" in table
+    shim_rows = table.split("The framework path's CPU")[1]
+    assert "| small | 1gbit | ddp+gcagent 2bit | P3 |" in shim_rows and "| 2 / 0 |" in shim_rows
