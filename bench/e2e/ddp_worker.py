@@ -19,8 +19,8 @@ learns DDP's buckets first (process-group allreduce while the bucket list still 
 first three iterations); the worker fails when a timed gradset iteration did not go through the
 agent, so give it --warmup 4 or more.
 Bytes on the wire are the namespace's non-loopback tx bytes over the timed iterations.
-CPU: cpu_s is the whole process's CPU time per timed iteration (backward included), shim_cpu_s
-the part gcagent's shim spent (the hook's completion thread and its calls, or synchronize()).
+CPU: cpu_s is the whole process's CPU time per timed iteration (backward included; wall_s the
+iterations' whole wall times), shim_cpu_s the part gcagent's shim spent (the hook's completion thread and its calls, or synchronize()).
 
 --check exact|fp16 (gradset): after the timed iterations, one more synced iteration from zeroed
 gradients, and every gradient compared with the average of every rank's gradient tensor
@@ -152,17 +152,19 @@ def optimizer_gradset(a, rank):
     for _ in range(a.warmup):
         backward()
         opt.step()
-    times, shim, tx0, cpu0 = [], 0.0, wire_tx(), time.process_time()
+    times, walls, shim, tx0, cpu0 = [], [], 0.0, wire_tx(), time.process_time()
     for _ in range(a.iterations):
+        w = time.perf_counter()
         backward()
         t, c = time.perf_counter(), time.thread_time()
         opt.synchronize()
         shim += time.thread_time() - c
         times.append(time.perf_counter() - t)
+        walls.append(time.perf_counter() - w)
     cpu = (time.process_time() - cpu0) / a.iterations
     dist.barrier()
     tx = (wire_tx() - tx0) / a.iterations
-    out = {"iteration_s": times, "sync_s": statistics.median(times), "wire_bytes": tx, "cpu_s": cpu,
+    out = {"iteration_s": times, "wall_s": walls, "sync_s": statistics.median(times), "wire_bytes": tx, "cpu_s": cpu,
            "shim_cpu_s": shim / a.iterations, "grad_bytes": sum(p.numel() for p in model.params) * 4}
     if a.check != "none":
         backward()
@@ -216,7 +218,7 @@ def gradset(a, rank):
             step()
             local.append(time.perf_counter() - t)
     elements = sum(p.numel() for p in model.params)
-    out = {"iteration_s": times, "local_s": statistics.median(local),
+    out = {"iteration_s": times, "wall_s": times, "local_s": statistics.median(local),
            "sync_s": statistics.median(times) - statistics.median(local), "wire_bytes": tx, "cpu_s": cpu,
            "grad_bytes": elements * 4}
     if state is not None:

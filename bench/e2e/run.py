@@ -259,7 +259,7 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
         out["shim_cpu_s"] = statistics.mean(r["shim_cpu_s"] for r in res)
     if "cpu_s" in res[0]:
         # the trainers' CPU share: CPU seconds over wall seconds of the timed iterations, summed over trainers
-        out["trainer_cpu_share"] = sum(r["cpu_s"] / statistics.mean(r["iteration_s"]) for r in res)
+        out["trainer_cpu_share"] = sum(r["cpu_s"] / statistics.mean(r["wall_s"]) for r in res)
     if "check_max_error" in res[0]:
         out["check_max_error"] = max(r["check_max_error"] for r in res)
     if "cpu_s" in res[0]:
