@@ -102,6 +102,19 @@ class ClientTest : public ::testing::Test {
 
   std::string lastError() const { return gcagent_last_error(client_); }
 
+  // Keys 10, 11 and 12 of iteration 1 submitted as {10} then {11, 12}; the scripted agent
+  // answers the second submit first, key 12 then 11, and then key 10.
+  void submitThreeKeysCompletedInReverse() {
+    connect();
+    ASSERT_EQ(declare({{10, 64}, {11, 3}, {12, 1000}}), GCAGENT_OK) << lastError();
+    agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSplitReversed;
+    agent_->hold_submits = 2;
+    for (uint64_t key : {10, 11, 12}) fill(key, static_cast<float>(key));
+    const uint64_t first[] = {10}, rest[] = {11, 12};
+    ASSERT_EQ(gcagent_submit(client_, 1, first, 1), GCAGENT_OK) << lastError();
+    ASSERT_EQ(gcagent_submit(client_, 1, rest, 2), GCAGENT_OK) << lastError();
+  }
+
   int declareDevice(uint64_t key, uint64_t elements) {
     static const uint8_t kGpu[16] = {0xaa, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const gcagent_tensor t{key, elements, 0, nullptr, nullptr, nullptr, 0};
@@ -190,14 +203,8 @@ TEST_F(ClientTest, DeviceRefusalAndHostOnlyCallsAreNamed) {
 }
 
 TEST_F(ClientTest, SplitAndOutOfOrderCompletionsAreRemembered) {
-  connect();
-  ASSERT_EQ(declare({{10, 64}, {11, 3}, {12, 1000}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSplitReversed;
-  agent_->hold_submits = 2;
-  for (uint64_t key : {10, 11, 12}) fill(key, static_cast<float>(key));
+  ASSERT_NO_FATAL_FAILURE(submitThreeKeysCompletedInReverse());
   const uint64_t first[] = {10}, rest[] = {11, 12};
-  ASSERT_EQ(gcagent_submit(client_, 1, first, 1), GCAGENT_OK) << lastError();
-  ASSERT_EQ(gcagent_submit(client_, 1, rest, 2), GCAGENT_OK) << lastError();
   // The agent answers the second submit first, key 12 then 11, and then key 10: waiting for
   // key 10 reads all three completions.
   ASSERT_EQ(gcagent_wait(client_, 1, first, 1, 5000), GCAGENT_OK) << lastError();
@@ -538,14 +545,7 @@ TEST_F(ClientTest, RedeclareReplacesTheMapping) {
 
 // gcagent_wait_any: one thread sleeps on a whole step's keys and takes each as it completes.
 TEST_F(ClientTest, WaitAnyReturnsEachKeyAsItCompletes) {
-  connect();
-  ASSERT_EQ(declare({{10, 64}, {11, 3}, {12, 1000}}), GCAGENT_OK) << lastError();
-  agent_->on_submit = ScriptedAgent::OnSubmit::kCompleteSplitReversed;
-  agent_->hold_submits = 2;
-  for (uint64_t key : {10, 11, 12}) fill(key, static_cast<float>(key));
-  const uint64_t first[] = {10}, rest[] = {11, 12};
-  ASSERT_EQ(gcagent_submit(client_, 1, first, 1), GCAGENT_OK) << lastError();
-  ASSERT_EQ(gcagent_submit(client_, 1, rest, 2), GCAGENT_OK) << lastError();
+  ASSERT_NO_FATAL_FAILURE(submitThreeKeysCompletedInReverse());
   std::vector<gcagent_step> steps = {{1, 10}, {1, 11}, {1, 12}};
   std::vector<uint64_t> order;
   while (!steps.empty()) {
