@@ -110,6 +110,64 @@ def test_reducer_with_one_trainer_returns_its_values(agent):
         assert reducer._iteration == {1: 2, 2: 1, 3: 1}
 
 
+def test_slots_reduce_in_place_and_outlive_their_declaration(agent):
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "slots", 0, 1) as client:
+        reducer = gcagent.Reducer(client, codec="none")
+        a, b = reducer.slots([(1, 6, 0), (2, 3, -1)], result="sum")
+        assert a.dtype == np.float32 and (a.size, b.size) == (6, 3)
+        assert reducer.slots([(1, 6, 0), (2, 3, -1)], result="sum")[0] is a  # nothing changed: the same arrays
+        a[:] = np.arange(6)
+        b[:] = -1.5
+        reducer.reduce_slots([1, 2])
+        assert np.array_equal(a, np.arange(6, dtype=np.float32)) and np.array_equal(b, np.full(3, -1.5, np.float32))
+        assert reducer._iteration == {1: 1, 2: 1}
+        # A new key declares again: the old arrays stay readable (their own mapping), the keys
+        # have new slots.
+        c = reducer.slots([(1, 6, 0), (3, 4, -2)], result="sum")[0]
+        assert c is not a and a[5] == 5.0
+    assert a[4] == 4.0  # the client is closed; the array still maps the memory
+
+
+@pytest.mark.parametrize("abi", ["current", "before wait_any"])
+def test_waiting_for_any_key_answers_each_key_and_wakes_on_a_descriptor(agent, abi):
+    """Client.wait_any, and with a library older than C ABI 5 (no gcagent_wait_any) the polling
+    that stands in for it: the same answers."""
+    import os
+    import gcagent
+    with gcagent.Client(agent.sockets[0], "any", 0, 1) as client:
+        real = client._lib.abi_version
+        client._lib.abi_version = real if abi == "current" else 4
+        try:
+            client.declare([gcagent.TensorSpec(7, 4, 0, "none"), gcagent.TensorSpec(8, 4, 0, "none")])
+            client.buffer(7)[:] = 1.0
+            client.buffer(8)[:] = 2.0
+            client.submit(1, [7, 8])
+            steps, done = [(1, 7), (1, 8)], []
+            while steps:
+                index, error = client.wait_any(steps, 5000)
+                assert error is None and index is not None
+                done.append(steps.pop(index)[1])
+            assert sorted(done) == [7, 8] and client.buffer(8)[0] == 2.0
+        finally:
+            client._lib.abi_version = real
+    # A key that cannot complete (the node's second trainer never submits): the timeout, or a
+    # readable descriptor, ends the wait with (None, None).
+    with gcagent.Client(agent.sockets[0], "stuck", 0, 2) as client:
+        client._lib.abi_version = real if abi == "current" else 4
+        try:
+            client.declare([gcagent.TensorSpec(1, 4, 0, "none")])
+            client.submit(1, [1])
+            assert client.wait_any([(1, 1)], 50) == (None, None)
+            wake = os.eventfd(1)
+            try:
+                assert client.wait_any([(1, 1)], -1, wake) == (None, None)
+            finally:
+                os.close(wake)
+        finally:
+            client._lib.abi_version = real
+
+
 def test_an_unknown_codec_is_refused_at_declare(agent):
     import gcagent
     with gcagent.Client(agent.sockets[0], "bad", 0, 1) as client:
