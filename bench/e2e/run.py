@@ -149,8 +149,8 @@ def profile_from_metrics(text):
 def run_gcagent(ns, model_csv, codec, agent_args, iterations, timeout):
     name, params = CODECS[codec]
     # Every layer submitted at once, then one blocking wait, as DDP's sync after a backward pass
-    # whose cost is measured apart. (The trainer's --backward-ms mode polls every key every
-    # 50 us: on a small shared machine that polling takes the CPU the agents need.)
+    # whose cost is measured apart. (The trainer's --backward-ms mode, which hands the layers
+    # over one by one, is bench/scheduler_bench.py's.)
     args = ["--model", str(model_csv), "--iterations", str(iterations + 1), "--check", "none", "--report",
             "--codec", name]
     for p in params:

@@ -24,7 +24,7 @@
  * the reduction, not the fill); later iterations reduce whatever the buffers hold.
  *
  * --backward-ms MS submits the keys one at a time, last key first, MS milliseconds apart, as a
- * backward pass hands over its layers' gradients, and waits for each key on its own. With
+ * backward pass hands over its layers' gradients, sleeping in gcagent_wait_any in between. With
  * --report it prints, per iteration and in completion order, "key_done key=K ms=T" (T since
  * the first submit of the iteration) and "first_layer_ms=T" for key 0.
  *
@@ -128,35 +128,44 @@ static gcagent_client* reconnect(gcagent_client* c, const char* socket_path, con
 
 static int connection_lost(int rc) { return rc == GCAGENT_ERR_IO || rc == GCAGENT_ERR_PROTOCOL; }
 
-/* Submits keys last to first, backward_ms apart, and notes when each one completes. */
+/* Submits keys last to first, backward_ms apart, and notes when each one completes. Between
+ * submits it sleeps in gcagent_wait_any on the keys in flight, until one completes or the next
+ * submit is due: no polling. */
 static void backward_pass(gcagent_client* c, uint64_t it, const uint64_t* keys, size_t count, double backward_ms,
                           int timeout_ms, int report, double start) {
-  char* done = calloc(count, 1);
-  if (done == NULL) die(2, "out of memory", NULL);
-  size_t submitted = 0, completed = 0;
+  gcagent_step* pending = calloc(count, sizeof *pending);
+  if (pending == NULL) die(2, "out of memory", NULL);
+  size_t submitted = 0, in_flight = 0, completed = 0;
   double next_submit = start;
   while (completed < count) {
-    const double now = now_ms();
-    if (submitted < count && now >= next_submit) {
-      check_call(gcagent_submit(c, it, &keys[count - 1 - submitted], 1), "submit", c);
+    double now = now_ms();
+    while (submitted < count && now >= next_submit) {
+      const uint64_t key = keys[count - 1 - submitted];
+      check_call(gcagent_submit(c, it, &key, 1), "submit", c);
+      pending[in_flight++] = (gcagent_step){it, key};
       ++submitted;
       next_submit += backward_ms;
     }
-    for (size_t i = count - submitted; i < count; ++i) {
-      if (done[i]) continue;
-      const int rc = gcagent_poll(c, it, &keys[i], 1);
-      if (rc == GCAGENT_ERR_TIMEOUT) continue;
-      check_call(rc, "poll", c);
-      done[i] = 1;
-      ++completed;
-      if (report) printf("key_done key=%" PRIu64 " ms=%.3f\n", keys[i], now_ms() - start);
-      if (report && keys[i] == 0) printf("first_layer_ms=%.3f\n", now_ms() - start);
+    if (now - start > timeout_ms) die(2, "backward pass: keys still incomplete after --timeout-ms", NULL);
+    const double until = submitted < count ? next_submit : start + timeout_ms + 1;
+    const int wait_ms = until > now ? (int)(until - now) + 1 : 0;
+    if (in_flight == 0) {
+      struct timespec pause = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
+      nanosleep(&pause, NULL);
+      continue;
     }
-    if (now_ms() - start > timeout_ms) die(2, "backward pass: keys still incomplete after --timeout-ms", NULL);
-    struct timespec pause = {0, 50000};
-    nanosleep(&pause, NULL);
+    size_t index = in_flight;
+    const int rc = gcagent_wait_any(c, pending, in_flight, wait_ms, -1, &index);
+    if (rc == GCAGENT_ERR_TIMEOUT) continue;
+    check_call(rc, "wait", c);
+    const uint64_t key = pending[index].key;
+    pending[index] = pending[--in_flight];
+    ++completed;
+    now = now_ms();
+    if (report) printf("key_done key=%" PRIu64 " ms=%.3f\n", key, now - start);
+    if (report && key == 0) printf("first_layer_ms=%.3f\n", now - start);
   }
-  free(done);
+  free(pending);
 }
 
 static double now_ms(void) {
