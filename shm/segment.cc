@@ -98,28 +98,30 @@ Result<Segment> Segment::open(const std::string& name) {
       return Status::failedPrecondition(strCat("shm segment ", name, ": empty or unreadable size"));
     auto base = mapFd(shm.get_mapping_handle().handle, static_cast<size_t>(size), name);
     if (!base.ok()) return base.status();
-    return Segment(name, *base, static_cast<size_t>(size), false);
+    const int fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      ::munmap(*base, static_cast<size_t>(size));
+      return Status::unavailable(strCat("shm segment ", name, ": dup failed: ", std::strerror(errno)));
+    }
+    return Segment(name, *base, static_cast<size_t>(size), false, fd);
   } catch (const bip::interprocess_exception& e) {
     return Status::unavailable(strCat("shm segment ", name, ": open failed: ", e.what()));
   }
 }
 
-Result<int> Segment::openDescriptor() const {
-  try {
-    bip::shared_memory_object shm(bip::open_only, name_.c_str(), bip::read_write);
-    const int fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return Status::unavailable(strCat("shm segment ", name_, ": dup failed: ", std::strerror(errno)));
-    return fd;
-  } catch (const bip::interprocess_exception& e) {
-    return Status::unavailable(strCat("shm segment ", name_, ": open failed: ", e.what()));
-  }
+Result<int> Segment::duplicateDescriptor() const {
+  if (fd_ < 0) return Status::failedPrecondition(strCat("shm segment ", name_, ": not opened by this process"));
+  const int fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return Status::unavailable(strCat("shm segment ", name_, ": dup failed: ", std::strerror(errno)));
+  return fd;
 }
 
 Segment::Segment(Segment&& other) noexcept
     : name_(std::move(other.name_)),
       base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      owner_(std::exchange(other.owner_, false)) {}
+      owner_(std::exchange(other.owner_, false)),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
@@ -128,6 +130,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
     owner_ = std::exchange(other.owner_, false);
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }
@@ -142,8 +145,10 @@ void Segment::unlink() {
 void Segment::release() {
   if (base_ != nullptr) ::munmap(base_, size_);
   if (owner_) bip::shared_memory_object::remove(name_.c_str());
+  if (fd_ >= 0) ::close(fd_);
   base_ = nullptr;
   owner_ = false;
+  fd_ = -1;
 }
 
 std::string segmentName(const std::string& prefix, uint32_t trainer_id) {

@@ -39,19 +39,21 @@ class Segment {
   // Removes the name now (the owner's segment) and keeps the mapping until destruction: a
   // send may still read it, while a new segment of the same name must be creatable.
   void unlink();
-  // A new read-write descriptor of this segment, opened by its name, for a caller that maps
-  // it for itself (its mapping then outlives this object's). The caller closes it.
-  Result<int> openDescriptor() const;
+  // A new read-write descriptor of the very segment open() mapped (a duplicate of the one it
+  // keeps, not a lookup of the name, which may name another segment by now), for a caller that
+  // maps it for itself: its mapping then outlives this object's. The caller closes it.
+  Result<int> duplicateDescriptor() const;
 
  private:
-  Segment(std::string name, void* base, size_t size, bool owner)
-      : name_(std::move(name)), base_(base), size_(size), owner_(owner) {}
+  Segment(std::string name, void* base, size_t size, bool owner, int fd = -1)
+      : name_(std::move(name)), base_(base), size_(size), owner_(owner), fd_(fd) {}
   void release();
 
   std::string name_;
   void* base_ = nullptr;
   size_t size_ = 0;
   bool owner_ = false;
+  int fd_ = -1;  // kept by open(), for duplicateDescriptor()
 };
 
 // A unique segment name for one trainer of one agent: "<prefix>-<agent pid>-<trainer id>".

@@ -426,7 +426,9 @@ Outcome Client::receiveOne(Deadline deadline, int wake_fd) {
   GCAGENT_CLIENT_RETURN_IF_FAILED(keepAlive(&check));
   protocol::Message message;
   Outcome r = channel_.receive(Deadline::earliest(deadline, check), wake_fd, &message);
-  if (r.code == GCAGENT_ERR_TIMEOUT) return r;  // the caller tells a liveness check from its own deadline
+  // A timeout: the caller tells a liveness check from its own deadline. A bad wake_fd is the
+  // caller's: the connection is fine.
+  if (r.code == GCAGENT_ERR_TIMEOUT || r.code == GCAGENT_ERR_INVALID_ARGUMENT) return r;
   if (!r.ok()) return breakWith(std::move(r));
   return handle(std::move(message));
 }
@@ -489,9 +491,9 @@ Outcome Client::bufferFd(uint64_t key, int* fd, uint64_t* offset) const {
   if (it == slots_.end()) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
   if (!segment_ || it->second.data == nullptr)
     return failure(GCAGENT_ERR_STATE, strCat("key ", key, " is declared on the device: it has no host slot"));
-  auto opened = segment_->openDescriptor();
+  auto opened = segment_->duplicateDescriptor();
   if (!opened.ok())
-    return failure(GCAGENT_ERR_IO, strCat("cannot open the agent's shared segment again: ", opened.status().message()));
+    return failure(GCAGENT_ERR_IO, strCat("cannot give out the shared segment's descriptor: ", opened.status().message()));
   *fd = *opened;
   *offset = static_cast<uint64_t>(reinterpret_cast<std::byte*>(it->second.data) - segment_->bytes().data());
   return success();

@@ -228,6 +228,8 @@ Outcome ControlChannel::receive(Deadline deadline, int wake_fd, protocol::Messag
     const int rc = ::poll(p, wake_fd >= 0 ? 2 : 1, deadline.pollTimeoutMs());
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return failure(GCAGENT_ERR_IO, strCat("poll on the agent's socket failed: ", errnoText(errno)));
+    if (p[1].revents & POLLNVAL)
+      return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("wake_fd ", wake_fd, " is not an open descriptor"));
     if (rc == 0 || (p[0].revents == 0 && p[1].revents != 0)) return failure(GCAGENT_ERR_TIMEOUT, "");
     GCAGENT_CLIENT_RETURN_IF_FAILED(readAvailable());
   }

@@ -194,7 +194,8 @@ typedef struct gcagent_step {
  * GCAGENT_OK with *index the first listed pair that is complete; GCAGENT_ERR_AGENT with *index
  * the first that failed (gcagent_last_error says why); GCAGENT_ERR_TIMEOUT with *index = count
  * when the timeout passed or wake_fd became readable first (the call never reads wake_fd: its
- * owner drains it); GCAGENT_ERR_IO when the agent went away. Pairs already complete return at
+ * owner drains it); GCAGENT_ERR_INVALID_ARGUMENT for a wake_fd that is not open;
+ * GCAGENT_ERR_IO when the agent went away. Pairs already complete return at
  * once. One thread can so wait for a whole step's keys as they complete while another wakes it
  * to submit more (the client stays single-threaded: the waiting thread makes every call). */
 GCAGENT_API int gcagent_wait_any(gcagent_client* client, const gcagent_step* steps, size_t count, int timeout_ms,

@@ -583,6 +583,10 @@ TEST_F(ClientTest, WaitAnyWakesOnItsDescriptorTimesOutAndNamesAFailedKey) {
   EXPECT_EQ(index, 1u);
   EXPECT_EQ(gcagent_wait_any(client_, &step, 1, -1, wake, &index), GCAGENT_ERR_TIMEOUT) << "still readable";
   ::close(wake);
+  // A descriptor that is not open is refused, not watched forever.
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, -1, wake, &index), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(lastError(), "wake_fd " + std::to_string(wake) + " is not an open descriptor");
+  EXPECT_EQ(gcagent_wait_any(client_, &step, 1, 0, -1, &index), GCAGENT_ERR_TIMEOUT) << "the connection goes on";
 
   const gcagent_step never{5, 2};
   EXPECT_EQ(gcagent_wait_any(client_, &never, 1, 0, -1, &index), GCAGENT_ERR_STATE);

@@ -268,8 +268,7 @@ class Client:
             return index.value, None
         if rc == ERR_TIMEOUT:
             return None, None
-        error = GcagentError(rc, f"gcagent: wait for iteration {steps[min(index.value, len(steps) - 1)][0]}: "
-                                 f"{self._lib.gcagent_last_error(self._handle).decode()}")
+        error = GcagentError(rc, f"gcagent: wait: {self._lib.gcagent_last_error(self._handle).decode()}")
         if rc == ERR_AGENT and index.value < len(steps):
             return index.value, error
         raise error

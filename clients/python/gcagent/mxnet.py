@@ -132,23 +132,19 @@ class GcagentKVStore(KVStoreBase):
 
     @staticmethod
     def _local_sum(arrays):
-        """The worker's sum over its devices in fp32, grouped as dist_sync's CommCPU adds them
-        (comm.h ReduceSumCPU: in_0 += in_1 + in_2 + in_3 + in_4, four at a time): three
-        arrays sum as a + (b + c), which rounds differently from (a + b) + c."""
-        total = arrays[0].asnumpy().astype(np.float32, copy=False)
-        for i in range(1, len(arrays), 4):
-            group = arrays[i].asnumpy().astype(np.float32, copy=False)
-            for a in arrays[i + 1:i + 4]:
-                group = group + a.asnumpy().astype(np.float32, copy=False)
-            total = total + group
-        return total
+        """The worker's sum over its devices in fp32 (_sum_into), as a new array."""
+        total = np.empty(arrays[0].size, np.float32)
+        GcagentKVStore._sum_into(total, arrays)
+        return total.reshape(arrays[0].shape)
 
     @staticmethod
     def _sum_into(slot, arrays):
-        """_local_sum written into `slot` (a float32 array): the first array through MXNet's own
-        copy straight into it, the groups added there, in the same order and rounding."""
+        """The worker's sum over its devices in fp32, written into `slot` (a flat float32 array),
+        grouped as dist_sync's CommCPU adds them (comm.h ReduceSumCPU: in_0 += in_1 + in_2 +
+        in_3 + in_4, four at a time): three arrays sum as a + (b + c), which rounds differently
+        from (a + b) + c. The first array arrives through MXNet's own copy straight into it."""
         first = arrays[0]
-        if first.dtype == np.float32 and first.size == slot.size:
+        if first.dtype == np.float32:
             mx.base.check_call(mx.base._LIB.MXNDArraySyncCopyToCPU(
                 first.handle, slot.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(slot.size)))
         else:

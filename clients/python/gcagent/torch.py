@@ -438,6 +438,7 @@ class DistributedOptimizer:
             raise ValueError(f"gcagent: backward_passes_per_step must be at least 1, got {backward_passes_per_step}")
         self.backward_passes_per_step = int(backward_passes_per_step)
         self._passes = {}   # parameter -> backward passes since the last reduction
+        self._placed = {}   # parameter -> the slot its gradient lives in (float32 CPU parameters)
         self._skip = False  # inside skip_synchronize()
         for p in self._params():
             if p.requires_grad:
@@ -477,7 +478,7 @@ class DistributedOptimizer:
                 else:
                     slot.copy_(p.grad)
                 if p.dtype == torch.float32 and p.device.type == "cpu":
-                    p.grad = slot  # lives in its slot from now on
+                    p.grad = self._placed[p] = slot  # lives in its slot from now on
                 else:
                     copied.append((p, slot))
         self.reducer.reduce_slots([i for i, _ in params])
@@ -491,21 +492,14 @@ class DistributedOptimizer:
     def zero_grad(self, set_to_none: bool = True):
         """Zeroes the gradients that live in their slots in place (whatever set_to_none says),
         and the others as the optimizer does."""
-        slots = {p.grad.data_ptr() for p in self._params() if p.grad is not None} & self._slot_pointers()
         with torch.no_grad():
             for p in self._params():
-                if p.grad is not None and p.grad.data_ptr() in slots:
+                if p.grad is None:
+                    continue
+                if set_to_none and p.grad is not self._placed.get(p):
+                    p.grad = None
+                else:
                     p.grad.zero_()
-                elif p.grad is not None:
-                    if set_to_none:
-                        p.grad = None
-                    else:
-                        p.grad.zero_()
-
-    def _slot_pointers(self):
-        if self._reducer is None:
-            return set()
-        return {s.ctypes.data for s in self._reducer._slots.values()}
 
     @contextlib.contextmanager
     def skip_synchronize(self):

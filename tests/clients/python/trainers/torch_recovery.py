@@ -49,7 +49,8 @@ def main():
     xtr, ytr = xtr[RANK::WORLD], ytr[RANK::WORLD]
     torch.manual_seed(0)  # the same initial weights everywhere
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
-                                                  nn.Linear(64, 10)), bucket_cap_mb=0.01)
+                                                  nn.Linear(64, 10)), bucket_cap_mb=0.01,
+                                    gradient_as_bucket_view=True)  # as the README asks: buckets in the agent's slots
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     state = gcagent.torch.State(codec="none", optimizer=optimizer, timeout_s=120)
     model.register_comm_hook(state, gcagent.torch.hook)
