@@ -89,7 +89,8 @@ def clean_env():
 
 def test_the_wheel_bundles_the_agent_and_the_library(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for name in BUNDLED + ["gcagent/run.py", "gcagent/client.py", "gcagent/torch.py"]:
+    for name in BUNDLED + ["gcagent/run.py", "gcagent/client.py", "gcagent/torch/__init__.py",
+                 "gcagent/torch/fsdp.py"]:
         assert name in names, (name, names)
     assert not [n for n in names if "__pycache__" in n or n.endswith("_installed_path.py")], names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

@@ -530,3 +530,6 @@ def broadcast_parameters(params, reducer: Reducer = None, root: int = 0):
     with torch.no_grad():
         for p, a in zip(params, reducer.broadcast(arrays, root)):
             p.copy_(torch.from_numpy(a))
+
+
+from gcagent.torch import fsdp  # noqa: E402,F401 - gcagent.torch.fsdp.hsdp(...) after `import gcagent.torch`

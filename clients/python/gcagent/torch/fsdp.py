@@ -1,0 +1,195 @@
+"""PyTorch FSDP2 across nodes through the agent: HSDP whose replica all-reduce is gcagent's.
+
+    from torch.distributed.fsdp import fully_shard
+    import gcagent.torch.fsdp
+
+    mesh = gcagent.torch.fsdp.node_mesh()      # this node's trainers
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    state = gcagent.torch.fsdp.hsdp(model)     # across nodes: the agent
+
+FSDP2 shards the model over the trainers of each node and reduce-scatters each module's
+gradients there (the node's process group: gloo, NCCL). The shard a trainer holds, averaged
+over its node, reaches the all-reduce hook (FSDPModule.set_all_reduce_hook). The hook writes it
+into the agent's slot for (module, local rank): a key that only this local rank of each node
+contributes (reduce.contributor), so the agent averages it over the nodes, compressed with
+error feedback and residuals of its own, the first modules first. The hook submits and
+returns: backward goes on while the agent works. At the end of the backward pass (a callback
+of the autograd engine) the averages are copied into FSDP's reduce-scatter output, of which
+the sharded gradients are views. Where FSDP would read that output before the end of the pass
+(gradients accumulated over steps without zero_grad, a cast to another gradient dtype, CPU
+offload, post-accumulate-grad hooks, CUDA tensors), the hook waits for its shard itself.
+
+A shard that fails or is not reduced within timeout_s fails the step: backward() raises the
+GcagentError at the end of the pass, once every shard in flight is back; the gradients of that
+step must not be applied. The average over nodes follows FSDP's: with codec none each trainer
+gets (sum over nodes, in node order, of the node's average) / nodes, bit for bit what FSDP2's
+own HSDP computes with two trainers per node."""
+
+import functools
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+
+from gcagent.client import ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
+
+ERR_INVALID_ARGUMENT = 1
+
+
+def node_mesh(device_type: str = "cpu", local_size: int = None):
+    """The 1-D DeviceMesh of this node's trainers, for fully_shard(..., mesh=...).
+
+    Trainers are numbered node by node (gcagent-run's and torchrun's RANK): with L trainers per
+    node, node n holds ranks n*L ... n*L+L-1. local_size: LOCAL_WORLD_SIZE (or
+    GCAGENT_LOCAL_SIZE) when not given. Needs torch.distributed initialised over every trainer."""
+    if local_size is None:
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("GCAGENT_LOCAL_SIZE") or 0)
+    world = dist.get_world_size()
+    if local_size < 1 or world % local_size:
+        raise ValueError(f"gcagent: {world} trainers do not make nodes of {local_size} (local_size, LOCAL_WORLD_SIZE)")
+    mesh = init_device_mesh(device_type, (world // local_size, local_size), mesh_dim_names=("node", "local"))
+    return mesh["local"]
+
+
+class _Shards:
+    """What the hook needs of one FSDP module: its parameter group's sharded parameters."""
+
+    def __init__(self, index, module):
+        groups = module._get_fsdp_state()._fsdp_param_groups
+        if len(groups) > 1:
+            raise ValueError(f"gcagent: module {type(module).__name__} has {len(groups)} FSDP parameter groups "
+                             "(shard_placement_fn with several meshes); hsdp() takes one per module")
+        self.index = index
+        self.name = type(module).__name__
+        self.params = [p for g in groups for p in g.fsdp_params if p.sharded_param.requires_grad]
+        self.elements = sum(p.padded_sharded_param_size.numel() for p in self.params)
+
+    def read_early(self, output) -> bool:
+        """True when FSDP reads the reduce-scatter output before the backward pass ends, not
+        only through views of it (see the module's docstring)."""
+        if output.device.type != "cpu":
+            return True
+        for p in self.params:
+            grad_dtype = getattr(p, "sharded_grad_dtype", None)
+            if (p.sharded_param.grad is not None or p.offload_to_cpu
+                    or (grad_dtype is not None and grad_dtype != output.dtype)
+                    or getattr(p.sharded_param, "_post_accumulate_grad_hooks", None)):
+                return True
+        return False
+
+    def viewed_by_gradients(self, output) -> bool:
+        storage = output.untyped_storage().data_ptr()
+        return all(p.sharded_param.grad is not None
+                   and p.sharded_param.grad._local_tensor.untyped_storage().data_ptr() == storage
+                   for p in self.params)
+
+
+class HSDPState:
+    """The all-reduce hook's state: one agent connection per trainer. See the module's docstring.
+
+    shards: shards reduced through the agent; waited_in_hook: of those, the ones the hook
+    waited for itself (FSDP would have read them early)."""
+
+    def __init__(self, model, client=None, codec=None, params=None, timeout_s=300.0):
+        self.client = client or Client()
+        env_codec, env_params = codec_from_env()
+        self.codec = codec if codec is not None else env_codec
+        self.params = dict(params) if params is not None else env_params
+        self.timeout_s = timeout_s
+        modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        if not modules:
+            raise ValueError("gcagent: hsdp() needs a model with fully_shard applied (no FSDPModule found)")
+        hooked = [(_Shards(i, m), m) for i, m in enumerate(modules)]
+        hooked = [(s, m) for s, m in hooked if s.params]  # a module whose parameters all are frozen reduces nothing
+        self._modules = [s for s, _ in hooked]
+        self.local_rank, self.local_size = self.client.local_rank, self.client.local_size
+        self._iteration = {}
+        self._pending = []       # (shards, key, iteration, reduce-scatter output) until the pass ends
+        self._finishing = False  # a callback is queued for this pass
+        self.shards = 0
+        self.waited_in_hook = 0
+        self._declare()
+        for shards, module in hooked:
+            module.set_all_reduce_hook(functools.partial(self._on_shard, shards))
+
+    def _key(self, shards, local_rank):
+        return shards.index * self.local_size + local_rank
+
+    def _declare(self):
+        # Every trainer of a node declares every shard; each submits only its own.
+        specs = [TensorSpec(self._key(s, r), s.elements, -s.index, self.codec,
+                            {**self.params, "reduce.contributor": str(r)})
+                 for s in self._modules for r in range(self.local_size)]
+        self.client.declare(specs)
+        self._slots = {self._key(s, self.local_rank): torch.from_numpy(self.client.slot(self._key(s, self.local_rank)))
+                       for s in self._modules}
+
+    # Runs in the autograd thread, inside FSDP's post-backward.
+    def _on_shard(self, shards, output):
+        if output.numel() != shards.elements:
+            raise GcagentError(ERR_INVALID_ARGUMENT,
+                               f"gcagent: FSDP module {shards.index} ({shards.name}) reduced {output.numel()} "
+                               f"elements, {shards.elements} declared: parameters without gradients this step? "
+                               "module.set_reduce_scatter_unused_params(True) reduces them as zeros")
+        key = self._key(shards, self.local_rank)
+        slot = self._slots[key]
+        with torch.no_grad():
+            slot.copy_(output.reshape(-1))
+        iteration = self._iteration.get(key, 0) + 1
+        self._iteration[key] = iteration
+        self.client.submit(iteration, [key])
+        self.shards += 1
+        if not shards.read_early(output) and self._finish_at_end():
+            self._pending.append((shards, key, iteration, output))
+            return
+        self.waited_in_hook += 1
+        self._wait(shards, key, iteration)
+        with torch.no_grad():
+            output.copy_(slot.view(output.shape))
+
+    def _finish_at_end(self) -> bool:
+        if not self._finishing:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+            except RuntimeError:
+                return False  # not inside a backward pass
+            self._finishing = True
+        return True
+
+    def _wait(self, shards, key, iteration):
+        if not self.client.wait(iteration, [key], int(self.timeout_s * 1000)):
+            raise GcagentError(ERR_TIMEOUT, f"gcagent: the shard of FSDP module {shards.index} ({shards.name}) of "
+                                            f"step {iteration} was not reduced within {self.timeout_s} s")
+
+    def _finish(self):
+        """The end of the backward pass: every shard in flight back in FSDP's gradients."""
+        pending, self._pending, self._finishing = self._pending, [], False
+        failure = None
+        for shards, key, iteration, output in pending:
+            try:
+                self._wait(shards, key, iteration)
+                if not shards.viewed_by_gradients(output):
+                    raise GcagentError(ERR_INVALID_ARGUMENT,
+                                       f"gcagent: FSDP module {shards.index} ({shards.name}) copied its reduce-scatter "
+                                       "output before the agent's average arrived: this FSDP version is not supported")
+                with torch.no_grad():
+                    output.copy_(self._slots[key].view(output.shape))
+            except GcagentError as e:
+                failure = failure or e  # the others are still waited for: nothing stays in flight
+        if failure is not None:
+            raise failure
+
+    def close(self):
+        self.client.close()
+
+
+def hsdp(model, client=None, codec=None, params=None, timeout_s: float = 300.0) -> HSDPState:
+    """Hands the cross-node all-reduce of every fully_shard module of `model` to the agent (see
+    the module's docstring). All trainers call it with the same model, after fully_shard and
+    before the first backward pass. codec, params: the agent's codec for the shards (default:
+    GCAGENT_CODEC and GCAGENT_CODEC_PARAMS, else the agent's)."""
+    return HSDPState(model, client=client, codec=codec, params=params, timeout_s=timeout_s)

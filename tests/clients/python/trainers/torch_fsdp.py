@@ -1,0 +1,201 @@
+"""A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
+shim_cluster.py.
+
+    torch_fsdp.py suite | train CODEC [PARAMS]
+
+suite runs, each as its own job on the agents:
+  ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
+          test_fully_shard_comm.py), with gcagent's hook in place of its all_reduce over the
+          inter-node group, and its expected gradients;
+  parity  a small transformer trained 20 steps with gcagent.torch.fsdp.hsdp (codec none) beside
+          the same model under FSDP2's own HSDP over gloo (a 2-D mesh): parameters compared bit
+          for bit at every step; then steps without zero_grad (gradients accumulate, so the hook
+          waits for its shards itself), still bit for bit;
+  unused  a module with a parameter that gets no gradient: the hook's error names the fix.
+train trains the transformer on a synthetic language (a fixed random order-2 Markov chain)
+with HSDP through the agent and reports the validation loss. It prints "report: {json}" last."""
+
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import gcagent
+import gcagent.torch.fsdp
+
+RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
+LOCAL = int(os.environ["GCAGENT_LOCAL_SIZE"])
+JOB = os.environ.get("GCAGENT_JOB", "job")
+VOCAB, SEQ = 16, 24
+
+
+class MLP(nn.Module):
+    """torch.testing._internal.common_fsdp.MLP, the model of PyTorch's test (restated: that
+    module needs PyTorch's test dependencies)."""
+
+    def __init__(self, dim, bias=True, dim_multiplier=4):
+        super().__init__()
+        self.in_proj = nn.Linear(dim, dim_multiplier * dim, bias=bias)
+        self.out_proj = nn.Linear(dim_multiplier * dim, dim, bias=bias)
+
+    def forward(self, x):
+        return torch.relu(self.out_proj(torch.relu(self.in_proj(x))))
+
+
+class TinyLM(nn.Module):
+    """A pre-norm transformer language model: embeddings, blocks, a head."""
+
+    def __init__(self, dim=32, layers=2):
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, dim)
+        self.positions = nn.Embedding(SEQ, dim)
+        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True,
+                                                               norm_first=True) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, VOCAB)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ), persistent=False)
+
+    def forward(self, tokens):
+        h = self.tokens(tokens) + self.positions(torch.arange(tokens.size(1)))
+        for block in self.blocks:
+            h = block(h, src_mask=self.mask[:tokens.size(1), :tokens.size(1)], is_causal=True)
+        return self.head(self.norm(h))
+
+
+def shard(model, mesh):
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def chain():
+    """The synthetic language: P(next | previous two), fixed by its seed."""
+    g = torch.Generator().manual_seed(1234)
+    logits = torch.randn(VOCAB, VOCAB, VOCAB, generator=g) * 2.5
+    return torch.softmax(logits, -1)
+
+
+def sample(probs, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randint(0, VOCAB, (batch, SEQ + 1), generator=g)
+    for t in range(2, SEQ + 1):
+        out[:, t] = torch.multinomial(probs[out[:, t - 2], out[:, t - 1]], 1, generator=g).squeeze(1)
+    return out[:, :-1], out[:, 1:]
+
+
+def loss_of(model, x, y):
+    return nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+
+
+def client(name):
+    return gcagent.Client(job=f"{JOB}-{name}")
+
+
+def ported():
+    """test_custom_hsdp_all_reduce_hook: each replica's weights are constant (replica 0's zero),
+    so the average over the two replicas is half of replica 1's gradient."""
+    world_pg = dist.distributed_c10d._get_default_group()  # noqa: F841 - as in the original
+    mesh = gcagent.torch.fsdp.node_mesh(local_size=LOCAL)
+    model = MLP(10, bias=False)
+    rank_group = RANK // 2
+    torch.nn.init.constant_(model.in_proj.weight, 1.0 * rank_group)
+    torch.nn.init.constant_(model.out_proj.weight, 2.0 * rank_group)
+    model = fully_shard(model, mesh=mesh)
+    state = gcagent.torch.fsdp.hsdp(model, client=client("ported"), codec="none")
+    inp = torch.arange(10, dtype=torch.float32, requires_grad=True).view(1, 10)
+    model(inp).sum().backward()
+    out_grad = model.out_proj.weight.grad.to_local()
+    in_grad = model.in_proj.weight.grad.to_local()
+    report = {"hook_called": state.shards == 1,
+              "out_proj": torch.equal(out_grad, torch.full((5, 40), 22.5)),
+              "in_proj": torch.equal(in_grad, torch.arange(0, 100, 10, dtype=torch.float32).repeat(20, 1))}
+    state.close()
+    return report
+
+
+def parity():
+    """gcagent's HSDP against FSDP2's own (a 2-D mesh over gloo), same inputs, bit for bit."""
+    torch.manual_seed(0)
+    base = TinyLM()
+    ref = shard(copy.deepcopy(base), init_device_mesh("cpu", (WORLD // LOCAL, LOCAL),
+                                                       mesh_dim_names=("replicate", "shard")))
+    model = shard(base, gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+    state = gcagent.torch.fsdp.hsdp(model, client=client("parity"), codec="none")
+    opt, ref_opt = (torch.optim.Adam(m.parameters(), lr=3e-3) for m in (model, ref))
+    probs, equal, losses = chain(), [], []
+    for step in range(24):
+        accumulate = step >= 20  # the last 4: pairs of backward passes before one optimizer step
+        x, y = sample(probs, 8, 1000 * step + RANK)
+        for m, o in ((model, opt), (ref, ref_opt)):
+            loss = loss_of(m, x, y)
+            loss.backward()
+            if not accumulate or step % 2 == 1:
+                o.step()
+                o.zero_grad()
+        losses.append(loss.item())
+        equal.append(all(torch.equal(p.to_local(), q.to_local()) for p, q in zip(model.parameters(), ref.parameters())))
+    report = {"equal": equal, "shards": state.shards, "waited_in_hook": state.waited_in_hook,
+              "modules": len(state._modules), "first_loss": losses[0], "last_loss": losses[19]}
+    state.close()
+    return report
+
+
+def unused():
+    class Partly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.spare = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    torch.manual_seed(0)
+    model = fully_shard(Partly(), mesh=gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+    state = gcagent.torch.fsdp.hsdp(model, client=client("unused"), codec="none")
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+        message = None
+    except gcagent.GcagentError as e:
+        message = str(e)
+    state.close()
+    return {"error": message}
+
+
+def train(codec, params):
+    torch.manual_seed(0)
+    model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+    state = gcagent.torch.fsdp.hsdp(model, client=client(f"train-{codec}"), codec=codec, params=params)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    probs = chain()
+    for step in range(150):
+        x, y = sample(probs, 16, 1000 * step + RANK)
+        loss_of(model, x, y).backward()
+        opt.step()
+        opt.zero_grad()
+    vx, vy = sample(probs, 256, 99)
+    with torch.no_grad():
+        val = loss_of(model, vx, vy).item()
+    state.close()
+    return {"val_loss": val, "shards": state.shards}
+
+
+def main():
+    dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
+    if sys.argv[1] == "suite":
+        report = {"ported": ported(), "parity": parity(), "unused": unused()}
+    else:
+        params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if len(sys.argv) > 3 else {}
+        report = train(sys.argv[2], params)
+    dist.destroy_process_group()
+    print("report: " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
