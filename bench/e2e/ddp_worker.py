@@ -7,6 +7,14 @@ Workloads:
   pass then writes that tensor into every gradient), under DDP. The gradient-sync time is the
   DDP iteration minus the same iteration under `model.no_sync()` (no communication), both as
   medians over the timed iterations.
+- hsdp: the gradient set under FSDP2, sharded over each node's trainers (LOCAL_WORLD_SIZE), one
+  FSDP module per layer (rows named alike up to their layer number: encoder.layer.3, ...; the
+  rest in the root). --hook fsdp: FSDP2's own HSDP (a nodes x local mesh; the replica all-reduce
+  over gloo across nodes); --hook gcagent: the node's mesh, and gcagent.torch.fsdp.hsdp (the
+  agents across nodes; codec from GCAGENT_CODEC); --hook fsdp-node: the node's mesh and nothing
+  across nodes (the nodes' models drift apart: a timing of the in-node part alone). The sync time is the iteration minus the same
+  iteration with set_requires_gradient_sync(False) (no reduce-scatter, no all-reduce); both
+  keep FSDP's all-gathers inside the node.
 - mlp: a real small training loop (an MLP on scikit-learn's digits, batch 32 per rank, SGD);
   the number is the median time of a whole training step (forward, backward with sync, step).
 
@@ -30,6 +38,7 @@ gradients, and every gradient compared with the average of every rank's gradient
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -237,6 +246,113 @@ def gradset(a, rank):
     return out
 
 
+def layer_groups(shapes):
+    """[(layer name, [row index])] in row order: rows whose names agree up to their first number
+    (encoder.layer.3.*) form a layer; the other rows go to the root (""), as FSDP users wrap."""
+    groups = {}
+    for i, (name, _) in enumerate(shapes):
+        m = re.match(r"(.*?\.\d+)\.", name)
+        groups.setdefault(m.group(1) if m else "", []).append(i)
+    return list(groups.items())
+
+
+class Layer(nn.Module):
+    def __init__(self, shapes, grads):
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for _, s in shapes])
+        self.grads = grads
+
+    def forward(self, x):
+        return x + sum((p * g).sum() for p, g in zip(self.params, self.grads))
+
+
+class ShardedGradientSet(nn.Module):
+    """The gradient set as layers (layer_groups); the root holds the rows outside any layer."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        grads = list(rank_gradients(shapes, dist.get_rank()))
+        groups = layer_groups(shapes)
+        rest = dict(groups).get("", [])
+        self.layers = nn.ModuleList(Layer([shapes[i] for i in rows], [grads[i] for i in rows])
+                                    for name, rows in groups if name)
+        self.root = Layer([shapes[i] for i in rest], [grads[i] for i in rest])  # registered last: parameters() order
+        self.order = [i for name, rows in groups if name for i in rows] + rest  # parameters() order -> rows
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.root(x)
+
+
+def hsdp(a, rank):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    world = dist.get_world_size()
+    shapes = read_shapes(a.model)
+    model = ShardedGradientSet(shapes)
+    if a.hook == "fsdp":
+        mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("replicate", "shard"))
+    elif a.hook == "fsdp-node":  # the reduce-scatter inside the node alone: what every HSDP row pays first
+        mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("node", "local"))["local"]
+    else:
+        import gcagent.torch.fsdp
+        mesh = gcagent.torch.fsdp.node_mesh(local_size=local)
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    state = gcagent.torch.fsdp.hsdp(model) if a.hook == "gcagent" else None
+    x = torch.ones(())
+
+    def step(sync=True):
+        model.set_requires_gradient_sync(sync)
+        for p in model.parameters():
+            p.grad = None
+        model(x).backward()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    times, tx0, cpu0 = [], wire_tx(), time.process_time()
+    for _ in range(a.iterations):
+        dist.barrier()
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    cpu = (time.process_time() - cpu0) / a.iterations
+    dist.barrier()
+    tx = (wire_tx() - tx0) / a.iterations
+    checked = {}
+    if a.check != "none":  # before the unsynced steps, whose gradients FSDP keeps to reduce later
+        dist.barrier()
+        step()
+        streams = [rank_gradients(shapes, r) for r in range(world)]
+        expected = [sum(next(g) for g in streams) / world for _ in shapes]
+        worst = 0.0
+        for i, p in zip(model.order, model.parameters()):
+            diff = (p.grad.full_tensor() - expected[i]).abs().max().item()
+            if not diff <= TOLERANCE[a.check]:
+                raise SystemExit(f"ddp_worker: rank {rank}: gradient {shapes[i][0]} differs from the average of "
+                                 f"every rank's by {diff:.3g}")
+            worst = max(worst, diff)
+        checked = {"check": a.check, "check_max_error": worst}
+    local_times = []
+    for _ in range(a.iterations):
+        dist.barrier()
+        t = time.perf_counter()
+        step(sync=False)
+        local_times.append(time.perf_counter() - t)
+    elements = sum(p.numel() for p in model.parameters())
+    out = {"iteration_s": times, "wall_s": times, "local_s": statistics.median(local_times),
+           "sync_s": statistics.median(times) - statistics.median(local_times), "wire_bytes": tx, "cpu_s": cpu,
+           "grad_bytes": elements * 4}  # a DTensor's numel is the whole parameter's: the node's shards together
+    if state is not None:
+        out["agent_shards"] = state.shards
+    out.update(checked)
+    return out
+
+
 def mlp(a, rank):
     import numpy as np
     from sklearn.datasets import load_digits
@@ -276,7 +392,7 @@ def mlp(a, rank):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", choices=["gradset", "mlp"], required=True)
+    ap.add_argument("--workload", choices=["gradset", "hsdp", "mlp"], required=True)
     ap.add_argument("--model", help="bench/models/*.csv for gradset")
     ap.add_argument("--hook", default="allreduce")
     ap.add_argument("--warmup", type=int, default=3)
@@ -287,7 +403,7 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    result = gradset(a, rank) if a.workload == "gradset" else mlp(a, rank)
+    result = {"gradset": gradset, "hsdp": hsdp, "mlp": mlp}[a.workload](a, rank)
     dist.barrier()
     print("result: " + json.dumps(result), flush=True)
     # destroy_process_group can hang in gloo teardown once every rank is done; nothing is left to do

@@ -8,8 +8,10 @@ from pathlib import Path
 GBIT = 1e9 / 8
 
 
-def _baseline(rows, model, rate):
-    return next((r for r in rows if r["model"] == model and r["rate"] == rate and r["system"] == "ddp"
+def _baseline(rows, model, rate, system="ddp"):
+    """The row a system is compared with: FSDP2's own HSDP for gcagent's HSDP rows, else DDP gloo."""
+    base = "fsdp2-hsdp gloo" if system.startswith("hsdp+") else "ddp"
+    return next((r for r in rows if r["model"] == model and r["rate"] == rate and r["system"] == base
                  and "sync_s" in r), None)
 
 
@@ -29,7 +31,8 @@ def _best(rows, model, rate, system):
 CODEC_ORDER = ("none", "fp16", "2bit", "onebit", "dgc", "threshold")
 # gcagent through the C test trainer (or, on the mlp, its comm hook), then DDP with gcagent's hook
 ORDER = ["ddp", "ddp-fp16", "powersgd1", "powersgd4", "horovod"] + [f"gcagent {c}" for c in CODEC_ORDER] + [
-    f"ddp+gcagent {c}" for c in CODEC_ORDER] + [f"optimizer+gcagent {c}" for c in CODEC_ORDER]
+    f"ddp+gcagent {c}" for c in CODEC_ORDER] + [f"optimizer+gcagent {c}" for c in CODEC_ORDER] + [
+    "fsdp2 in-node only", "fsdp2-hsdp gloo"] + [f"hsdp+gcagent {c}" for c in CODEC_ORDER]
 MODEL_ORDER = ["vgg16", "resnet50", "bert_base", "mlp"]
 
 
@@ -49,6 +52,11 @@ def markdown(rows):
              "; ".join(f"`{c}`" for c in commands), ""] if commands else []
     lines += ["| workload | link | system | scheduling | sync per iteration (ms) | goodput (Gbit/s) | "
              "wire per node per iteration (MB) | speedup vs DDP gloo |", "|---|---|---|---|---|---|---|---|"]
+    if any(r["system"].startswith(("hsdp+", "fsdp2-")) for r in rows):
+        lines[-2:-2] = ["\"fsdp2-hsdp gloo\": FSDP2 sharded over each node's trainers with its own HSDP all-reduce "
+                        "across nodes over gloo; \"hsdp+gcagent <codec>\": the same sharding, the agents across nodes "
+                        "(gcagent.torch.fsdp.hsdp); their speed-up is against \"fsdp2-hsdp gloo\", their sync time the "
+                        "step minus the same step with set_requires_gradient_sync(False).", ""]
     if any(r["system"].startswith("ddp+gcagent") for r in rows):
         lines[-2:-2] = ["\"ddp+gcagent <codec>\": DDP with gcagent's comm hook, its sync time taken as DDP's "
                         "(the backward pass minus the same pass under no_sync()); \"optimizer+gcagent <codec>\": "
@@ -59,7 +67,7 @@ def markdown(rows):
             why = r.get("error", "").splitlines()[0][:100] if r.get("error") else "failed"
             lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {why} | | | |")
             continue
-        base = _baseline(rows, r["model"], r["rate"])
+        base = _baseline(rows, r["model"], r["rate"], r["system"])
         speed = f"{base['sync_s'] / r['sync_s']:.2f}x" if base else "n/a"
         lines.append(f"| {r['model']} | {r['rate']} | {r['system']} | {r['scheduling']} | {r['sync_s'] * 1e3:.1f} | "
                      f"{r['grad_bytes'] / r['sync_s'] / GBIT:.2f} | {r['wire_bytes'] / 1e6:.1f} | {speed} |")
@@ -164,6 +172,22 @@ def goals(rows):
                       _find(rows, model, rate, "powersgd1"), 1.5, model, rate)
                 check(f"{kind} none vs DDP gloo", _best(rows, model, rate, f"{kind} none"),
                       _baseline(rows, model, rate), 1.0, model, rate)
+        # FSDP2's HSDP: gcagent across nodes against FSDP2's own all-reduce over gloo
+        for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
+            hsdp_base = _find(rows, model, rate, "fsdp2-hsdp gloo")
+            check("hsdp+gcagent none vs FSDP2's HSDP over gloo (within 10%)",
+                  _best(rows, model, rate, "hsdp+gcagent none"), hsdp_base, 0.9, model, rate)
+            two_bit = _best(rows, model, rate, "hsdp+gcagent 2bit")
+            check("hsdp+gcagent 2bit vs FSDP2's HSDP over gloo", two_bit, hsdp_base, 4.0, model, rate)
+            # the same, the in-node reduce-scatter (the same work in both) taken out of both
+            in_node = _find(rows, model, rate, "fsdp2 in-node only")
+            if two_bit and hsdp_base and in_node:
+                cross = {k: r["sync_s"] - in_node["sync_s"] for k, r in (("gloo", hsdp_base), ("2bit", two_bit))}
+                if cross["2bit"] > 0:
+                    ratio = cross["gloo"] / cross["2bit"]
+                    out.append(f"- hsdp+gcagent 2bit vs FSDP2's HSDP over gloo, the cross-node part (sync minus "
+                               f"\"fsdp2 in-node only\": {cross['2bit'] * 1e3:.0f} ms against {cross['gloo'] * 1e3:.0f} "
+                               f"ms) ({model}, {rate}): {ratio:.2f}x, goal 4.0x: {'met' if ratio >= 4 else 'MISSED'}")
     return out
 
 

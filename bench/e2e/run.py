@@ -16,7 +16,13 @@ Systems: ddp (gloo allreduce), ddp-fp16, powersgd1, powersgd4 (DDP hooks), horov
 name (none, fp16, 2bit, onebit, dgc, threshold): gcagent through the C test trainer (gradient
 sets) or its DDP comm hook (mlp); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
 comm hook and that codec on any workload (rows "ddp+gcagent <codec>"); opt-<codec> (gradient
-sets): gcagent.torch.DistributedOptimizer without DDP (rows "optimizer+gcagent <codec>"); the agents started in the
+sets): gcagent.torch.DistributedOptimizer without DDP (rows "optimizer+gcagent <codec>"); fsdp-hsdp
+(gradient sets): FSDP2 sharded over each node's --local trainers, one module per layer, with
+FSDP2's own HSDP across nodes over gloo (row "fsdp2-hsdp gloo"); fsdp-node: the same sharding and
+nothing across nodes (row "fsdp2 in-node only": the in-node reduce-scatter every HSDP row pays,
+subtracted in the goals to give the cross-node part); hsdp-<codec>: the same sharding,
+gcagent.torch.fsdp.hsdp across nodes (rows "hsdp+gcagent <codec>", speed-up against
+"fsdp2-hsdp gloo"); the agents started in the
 namespaces as for the C trainer and with the same scheduling, so gcagent overlaps with the
 backward pass as DDP's allreduce does. gcagent's rows run once per --scheduling.
 
@@ -71,8 +77,11 @@ CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "one
 HOOKS = {f"hook-{c}": c for c in CODECS}
 # gcagent.torch.DistributedOptimizer (no DDP): system -> codec label
 OPTIMIZERS = {f"opt-{c}": c for c in CODECS}
+# FSDP2 sharded over each node's trainers (--local), across nodes: FSDP2's own HSDP over gloo, or
+# gcagent.torch.fsdp.hsdp with a codec: system -> codec label (None: FSDP2's own)
+HSDP = {"fsdp-hsdp": None, "fsdp-node": None, **{f"hsdp-{c}": c for c in CODECS}}
 # the synced gradients checked against the average of every rank's (gradient sets)
-CHECKS = {"allreduce": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
+CHECKS = {"allreduce": "exact", "fsdp": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
           ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
@@ -188,23 +197,23 @@ def free_port():
 
 
 def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=None, python=TORCH_PY,
-              agent_extra=(), check=True):
-    """DDP workers, one per namespace (and an agent each when gcagent_codec is given, started
+              agent_extra=(), check=True, local=1):
+    """Torch workers, `local` per namespace (and an agent each when gcagent_codec is given, started
     with agent_extra). check: compare the synced gradients of a gradient set with the average
     of every rank's where the hook is exact or fp16 (CHECKS)."""
     n = len(ns.names)
     port = 29500 + (os.getpid() + int(time.time())) % 2000
-    base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
-            "OMP_NUM_THREADS": "1",
+    base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n * local),
+            "LOCAL_WORLD_SIZE": str(local), "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(SHIM)}
     # gcagent's hook sends the first three iterations through the process group while it learns
     # DDP's buckets; two more pay the agents' connection set-up
-    warmup = (5 if hook == "gcagent" else 3) if workload == "gradset" else 20
+    warmup = {"gradset": 5 if hook == "gcagent" else 3, "hsdp": 3}.get(workload, 20)
     args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations), "--warmup", str(warmup)]
     if model_csv:
         args += ["--model", str(model_csv)]
     mode = CHECKS.get((hook, gcagent_codec) if gcagent_codec is not None else hook)
-    if check and workload == "gradset" and mode:
+    if check and workload in ("gradset", "hsdp") and mode:
         args += ["--check", mode]
     if workload == "mlp":
         args[args.index("--iterations") + 1] = str(max(iterations, 50))
@@ -212,16 +221,18 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     def launch(c):
         procs = []
         for r in range(n):
-            env = dict(os.environ, **base, RANK=str(r), GLOO_SOCKET_IFNAME=f"gca{ns.tag}v{r}")
-            if c is not None:
-                build = cluster.BUILD
-                name, params = CODECS[gcagent_codec]
-                # GCAGENT_WAIT_FOR_AGENT: the agents may not have made their sockets yet.
-                env.update(GCAGENT_SOCKET=c.sockets[r], GCAGENT_WAIT_FOR_AGENT="1", GCAGENT_JOB="e2e",
-                           GCAGENT_LOCAL_RANK="0", GCAGENT_LOCAL_SIZE="1", GCAGENT_CODEC=name, GCAGENT_CODEC_PARAMS=",".join(params),
-                           GCAGENT_CLIENT_LIB=str(build / "clients" / "libgcagent_client.so.1"))
-            procs.append(subprocess.Popen(ns.prefix(r) + [str(python), str(WORKER), *args], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            for lr in range(local):
+                env = dict(os.environ, **base, RANK=str(r * local + lr), GLOO_SOCKET_IFNAME=f"gca{ns.tag}v{r}")
+                if c is not None:
+                    build = cluster.BUILD
+                    name, params = CODECS[gcagent_codec]
+                    # GCAGENT_WAIT_FOR_AGENT: the agents may not have made their sockets yet.
+                    env.update(GCAGENT_SOCKET=c.sockets[r], GCAGENT_WAIT_FOR_AGENT="1", GCAGENT_JOB="e2e",
+                               GCAGENT_LOCAL_RANK=str(lr), GCAGENT_LOCAL_SIZE=str(local), GCAGENT_CODEC=name,
+                               GCAGENT_CODEC_PARAMS=",".join(params),
+                               GCAGENT_CLIENT_LIB=str(build / "clients" / "libgcagent_client.so.1"))
+                procs.append(subprocess.Popen(ns.prefix(r) + [str(python), str(WORKER), *args], env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outs = []
         for p in procs:
             try:
@@ -252,7 +263,7 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     per_iter = [max(r["iteration_s"][i] for r in res) for i in range(len(res[0]["iteration_s"]))]
     out = {"sync_s": max(r["sync_s"] for r in res), "iteration_s": per_iter,
            "wire_bytes": statistics.mean(r["wire_bytes"] for r in res), "grad_bytes": res[0]["grad_bytes"], **agent}
-    for key in ("agent_buckets", "fallback_buckets", "check", "moved_buckets", "copied_buckets"):
+    for key in ("agent_buckets", "fallback_buckets", "check", "moved_buckets", "copied_buckets", "agent_shards"):
         if key in res[0]:
             out[key] = res[0][key]
     if "shim_cpu_s" in res[0]:
@@ -280,6 +291,7 @@ def main():
                     " (gcagent.torch.DistributedOptimizer)")
     ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority); "
                     "P3-ring, P3-allgather, P3-auto (FIFO-... likewise): the same on that topology")
+    ap.add_argument("--local", type=int, default=2, help="trainers per node of the FSDP2 systems (fsdp-hsdp, hsdp-<codec>)")
     ap.add_argument("--iterations", type=int, default=2, help="timed iterations (after the warm-up ones)")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--no-check", action="store_true",
@@ -316,6 +328,17 @@ def main():
                         runs.append((system, "-", lambda s=system: run_torch(ns, workload, csv, DDP_SYSTEMS[s],
                                                                               a.iterations, a.timeout,
                                                                               check=not a.no_check)))
+                    elif system in HSDP and workload == "gradset":
+                        codec = HSDP[system]
+                        hook = {"fsdp-hsdp": "fsdp", "fsdp-node": "fsdp-node"}.get(system, "gcagent")
+                        label = {"fsdp": "fsdp2-hsdp gloo", "fsdp-node": "fsdp2 in-node only"}.get(
+                            hook, f"hsdp+gcagent {codec}")
+                        scheds = ["-"] if codec is None else a.scheduling.split(",")
+                        for sched in scheds:
+                            runs.append((label, sched, lambda s=codec, q=sched, h=hook: run_torch(
+                                ns, "hsdp", csv, h, a.iterations, a.timeout,
+                                gcagent_codec=s, agent_extra=() if s is None else agent_flags(q, rate),
+                                check=not a.no_check, local=a.local)))
                     elif system == "horovod":
                         # `pip install horovod` (0.28.1, the newest on PyPI) with HOROVOD_WITH_GLOO=1
                         # HOROVOD_WITH_PYTORCH=1 against torch 2.15 did not finish building within
@@ -355,6 +378,7 @@ def main():
                         # whole run, warm-up included: drops make TCP back off
                         res.update(tbf_packets=tbf1[0] - tbf0[0], tbf_drops=tbf1[1] - tbf0[1])
                         res.update(model=model, rate=rate, system=label, scheduling=sched, nodes=a.nodes,
+                                   local=a.local if label.startswith(("fsdp2-", "hsdp+")) else 1,
                                    wall_s=round(time.time() - started, 1), command=command)
                         rows = [r for r in rows if (r["model"], r["rate"], r["system"], r["scheduling"]) !=
                                 (model, rate, label, sched)] + [res]
