@@ -248,11 +248,16 @@ def test_bad_arguments():
         assert rc == 2 and message in err, err
 
 
+def readme_script(heading):
+    """The first python block of the README under `heading`."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index(heading):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
 def readme_ddp_script():
     """The README's PyTorch DDP example, the python block under "Launching a job"."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Launching a job: gcagent-run"):]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    return readme_script("## Launching a job: gcagent-run")
 
 
 def test_the_readmes_ddp_script_trains_on_two_nodes(tmp_path):
@@ -269,6 +274,26 @@ def test_the_readmes_ddp_script_trains_on_two_nodes(tmp_path):
     accuracies = [float(a) for a in re.findall(r"^epoch \d+: test accuracy ([0-9.]+)%$", out0, re.M)]
     assert len(accuracies) == 10 and accuracies[-1] > 50, out0  # ten classes: chance is 10%
     # The gradients went through the agents, compressed.
+    for node, err in ((0, err0), (1, err1)):
+        m = re.search(rf"node {node}: agent done: (\d+) iterations; sent (\d+) raw bytes as (\d+) wire bytes", err)
+        assert m and int(m.group(1)) > 0 and 0 < int(m.group(3)) * 10 < int(m.group(2)), err
+
+
+def test_the_readmes_fsdp2_script_trains_on_two_nodes_of_two_trainers(tmp_path):
+    """The README's FSDP2 example through gcagent-run: sharded over each node's 2 trainers,
+    the shards averaged across the 2 nodes by the agents, with 2bit."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    script = tmp_path / "train_fsdp.py"
+    script.write_text(readme_script("### PyTorch FSDP2"))
+    port = free_ports(1)[0]
+    env = {"GCAGENT_CODEC": "2bit", "GCAGENT_CODEC_PARAMS": "threshold=0.05"}
+    procs = [launch(["--nnodes", "2", "--node-rank", str(r), "--nproc-per-node", "2", "--master-port", str(port),
+                     "--agent-option", "compress.min_elements=0", str(script)], env=env) for r in (1, 0)]
+    (rc1, _, err1), (rc0, out0, err0) = finish(procs, timeout=300)
+    assert rc0 == 0 and rc1 == 0, out0[-3000:] + err0[-3000:] + err1[-3000:]
+    accuracies = [float(a) for a in re.findall(r"^epoch \d+: test accuracy ([0-9.]+)%$", out0, re.M)]
+    assert len(accuracies) == 10 and accuracies[-1] > 80, out0  # ten classes: chance is 10%
     for node, err in ((0, err0), (1, err1)):
         m = re.search(rf"node {node}: agent done: (\d+) iterations; sent (\d+) raw bytes as (\d+) wire bytes", err)
         assert m and int(m.group(1)) > 0 and 0 < int(m.group(3)) * 10 < int(m.group(2)), err

@@ -107,9 +107,10 @@ class HSDPState:
         hooked = [(s, m) for s, m in hooked if s.params]  # a module whose parameters all are frozen reduces nothing
         self._modules = [s for s, _ in hooked]
         self.local_rank, self.local_size = self.client.local_rank, self.client.local_size
-        self._iteration = {}
-        self._pending = []       # (shards, key, iteration, reduce-scatter output) until the pass ends
-        self._finishing = False  # a callback is queued for this pass
+        self._step = 0           # backward passes with shards through the agent: the agent's iteration
+        self._in_pass = False    # a backward pass whose first shard came
+        self._at_end = False     # ... and whose end runs _finish (a callback of the autograd engine)
+        self._pending = []       # (shards, key, reduce-scatter output) until the pass ends
         self.shards = 0
         self.waited_in_hook = 0
         self._declare()
@@ -130,6 +131,21 @@ class HSDPState:
 
     # Runs in the autograd thread, inside FSDP's post-backward.
     def _on_shard(self, shards, output):
+        if not self._in_pass:
+            # A step per backward pass, every shard of it under that number: a pass that failed
+            # on one node part-way leaves no key a step behind the others.
+            self._step += 1
+            self._in_pass = True
+            self._at_end = self._queue_finish()
+        try:
+            self._reduce(shards, output)
+        except BaseException:
+            self._abandon()
+            raise
+        if not self._at_end:
+            self._in_pass = False  # outside a backward pass: every call is a pass of its own
+
+    def _reduce(self, shards, output):
         if output.numel() != shards.elements:
             raise GcagentError(ERR_INVALID_ARGUMENT,
                                f"gcagent: FSDP module {shards.index} ({shards.name}) reduced {output.numel()} "
@@ -139,39 +155,37 @@ class HSDPState:
         slot = self._slots[key]
         with torch.no_grad():
             slot.copy_(output.reshape(-1))
-        iteration = self._iteration.get(key, 0) + 1
-        self._iteration[key] = iteration
-        self.client.submit(iteration, [key])
+        self.client.submit(self._step, [key])
         self.shards += 1
-        if not shards.read_early(output) and self._finish_at_end():
-            self._pending.append((shards, key, iteration, output))
+        if self._at_end and not shards.read_early(output):
+            self._pending.append((shards, key, output))
             return
         self.waited_in_hook += 1
-        self._wait(shards, key, iteration)
+        self._wait(shards, key)
         with torch.no_grad():
             output.copy_(slot.view(output.shape))
 
-    def _finish_at_end(self) -> bool:
-        if not self._finishing:
-            try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._finish)
-            except RuntimeError:
-                return False  # not inside a backward pass
-            self._finishing = True
+    def _queue_finish(self) -> bool:
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+        except RuntimeError:
+            return False  # not inside a backward pass
         return True
 
-    def _wait(self, shards, key, iteration):
-        if not self.client.wait(iteration, [key], int(self.timeout_s * 1000)):
+    def _wait(self, shards, key):
+        if not self.client.wait(self._step, [key], int(self.timeout_s * 1000)):
             raise GcagentError(ERR_TIMEOUT, f"gcagent: the shard of FSDP module {shards.index} ({shards.name}) of "
-                                            f"step {iteration} was not reduced within {self.timeout_s} s")
+                                            f"step {self._step} was not reduced within {self.timeout_s} s")
 
     def _finish(self):
         """The end of the backward pass: every shard in flight back in FSDP's gradients."""
-        pending, self._pending, self._finishing = self._pending, [], False
+        if not self._in_pass:
+            return  # the pass failed in a hook, which raised
+        pending, self._pending, self._in_pass = self._pending, [], False
         failure = None
-        for shards, key, iteration, output in pending:
+        for shards, key, output in pending:
             try:
-                self._wait(shards, key, iteration)
+                self._wait(shards, key)
                 if not shards.viewed_by_gradients(output):
                     raise GcagentError(ERR_INVALID_ARGUMENT,
                                        f"gcagent: FSDP module {shards.index} ({shards.name}) copied its reduce-scatter "
@@ -182,6 +196,15 @@ class HSDPState:
                 failure = failure or e  # the others are still waited for: nothing stays in flight
         if failure is not None:
             raise failure
+
+    def _abandon(self):
+        """A hook failed: the shards already in flight are waited for and dropped."""
+        pending, self._pending, self._in_pass = self._pending, [], False
+        for shards, key, _ in pending:
+            try:
+                self._wait(shards, key)
+            except GcagentError:
+                pass  # the hook's own error is the one raised
 
     def close(self):
         self.client.close()
