@@ -289,23 +289,17 @@ class State:
         answer, the old one kept: the step's buckets fail on it at once. The old connection's
         slots stay mapped until the new one's are in place."""
         self._drain()
-        client = None
-        try:
-            client = Client(timeout_ms=RECONNECT_TIMEOUT_MS)
-            slots = self._declare_on(client, self.declared)
-        except GcagentError:
-            if client is not None:
-                client.close()
+        fresh = _declared_anew(lambda client: self._declare_on(client, self.declared))
+        if fresh is None:
             return
         with self._lock:
-            old, self.client, self._slots = self.client, client, slots
+            old, (self.client, self._slots) = self.client, fresh
         old.close()
         self._lost = None
         self.reconnects += 1
 
     def _note_loss(self, e):
-        """The agent closed the connection (it died, restarted or was given up on as frozen)."""
-        if self._own_client and isinstance(e, GcagentError) and e.code == ERR_IO:
+        if _connection_lost(self._own_client, e):
             self._lost = e
 
     def _drain(self):
@@ -384,6 +378,26 @@ class State:
             else:
                 still.append(item)
         self._pending = still
+
+
+def _declared_anew(declare_on):
+    """A new connection with declare_on(client) run on it: (client, what it returned), or None
+    while the agent does not answer (a shim then keeps its old connection, on which every step
+    fails at once)."""
+    client = None
+    try:
+        client = Client(timeout_ms=RECONNECT_TIMEOUT_MS)
+        return client, declare_on(client)
+    except GcagentError:
+        if client is not None:
+            client.close()
+        return None
+
+
+def _connection_lost(own_client, e) -> bool:
+    """The agent closed a connection the shim made itself (it died, restarted or was given up on
+    as frozen): the shim connects anew at its next step."""
+    return own_client and isinstance(e, GcagentError) and e.code == ERR_IO
 
 
 class _Wakeup:

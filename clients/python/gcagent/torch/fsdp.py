@@ -23,7 +23,8 @@ offload, post-accumulate-grad hooks, CUDA tensors), the hook waits for its shard
 
 A shard that fails or is not reduced within timeout_s fails the step: backward() raises the
 GcagentError at the end of the pass, once every shard in flight is back; the gradients of that
-step must not be applied. The average over nodes follows FSDP's: with codec none each trainer
+step must not be applied. An agent that closed the connection (killed, restarted) is connected
+to again at the start of a later pass, when the state made its own client (`reconnects`). The average over nodes follows FSDP's: with codec none each trainer
 gets (sum over nodes, in node order, of the node's average) / nodes, bit for bit what FSDP2's
 own HSDP computes with two trainers per node."""
 
@@ -36,6 +37,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from gcagent.client import ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
+from gcagent.torch import _connection_lost, _declared_anew
 
 ERR_INVALID_ARGUMENT = 1
 
@@ -95,6 +97,7 @@ class HSDPState:
     waited for itself (FSDP would have read them early)."""
 
     def __init__(self, model, client=None, codec=None, params=None, timeout_s=300.0):
+        self._own_client = client is None  # only a connection of its own is made anew
         self.client = client or Client()
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
@@ -111,39 +114,66 @@ class HSDPState:
         self._in_pass = False    # a backward pass whose first shard came
         self._at_end = False     # ... and whose end runs _finish (a callback of the autograd engine)
         self._pending = []       # (shards, key, reduce-scatter output) until the pass ends
+        self._failure = None     # the pass's first failure, raised at its end
         self.shards = 0
         self.waited_in_hook = 0
-        self._declare()
+        self.reconnects = 0  # connections made anew after the agent closed one
+        self._lost = None    # the error that lost the connection, until it is made anew
+        self._slots = self._declare_on(self.client)
         for shards, module in hooked:
             module.set_all_reduce_hook(functools.partial(self._on_shard, shards))
 
     def _key(self, shards, local_rank):
         return shards.index * self.local_size + local_rank
 
-    def _declare(self):
-        # Every trainer of a node declares every shard; each submits only its own.
+    def _declare_on(self, client):
+        """Declares every shard on `client` (every trainer of a node declares them all; each
+        submits only its own); returns this trainer's slots."""
         specs = [TensorSpec(self._key(s, r), s.elements, -s.index, self.codec,
                             {**self.params, "reduce.contributor": str(r)})
                  for s in self._modules for r in range(self.local_size)]
-        self.client.declare(specs)
-        self._slots = {self._key(s, self.local_rank): torch.from_numpy(self.client.slot(self._key(s, self.local_rank)))
-                       for s in self._modules}
+        client.declare(specs)
+        mine = [self._key(s, self.local_rank) for s in self._modules]
+        return {k: torch.from_numpy(client.slot(k)) for k in mine}
+
+    def _reconnect(self):
+        """A new connection with the shards declared again, or, while the agent does not answer,
+        the old one kept: the pass's shards fail on it at once."""
+        fresh = _declared_anew(self._declare_on)
+        if fresh is None:
+            return
+        old, (self.client, self._slots) = self.client, fresh
+        old.close()
+        self._lost = None
+        self.reconnects += 1
+
+    def _note_loss(self, e):
+        if _connection_lost(self._own_client, e):
+            self._lost = e
 
     # Runs in the autograd thread, inside FSDP's post-backward.
     def _on_shard(self, shards, output):
         if not self._in_pass:
+            if self._lost is not None:
+                self._reconnect()
             # A step per backward pass, every shard of it under that number: a pass that failed
             # on one node part-way leaves no key a step behind the others.
             self._step += 1
-            self._in_pass = True
+            self._in_pass, self._failure = True, None
             self._at_end = self._queue_finish()
-        try:
-            self._reduce(shards, output)
-        except BaseException:
-            self._abandon()
-            raise
+        if self._failure is None:
+            try:
+                self._reduce(shards, output)
+            except GcagentError as e:
+                # Raised at the end of the pass, not here: the rest of FSDP's backward (the node's
+                # reduce-scatters, which every trainer of the node must make alike) still runs.
+                self._note_loss(e)
+                self._failure = e
+                self._abandon()
         if not self._at_end:
             self._in_pass = False  # outside a backward pass: every call is a pass of its own
+            if self._failure is not None:
+                raise self._failure
 
     def _reduce(self, shards, output):
         if output.numel() != shards.elements:
@@ -178,11 +208,12 @@ class HSDPState:
                                             f"step {self._step} was not reduced within {self.timeout_s} s")
 
     def _finish(self):
-        """The end of the backward pass: every shard in flight back in FSDP's gradients."""
+        """The end of the backward pass: every shard in flight back in FSDP's gradients, or the
+        pass's first failure raised."""
         if not self._in_pass:
-            return  # the pass failed in a hook, which raised
+            return
         pending, self._pending, self._in_pass = self._pending, [], False
-        failure = None
+        failure, self._failure = self._failure, None
         for shards, key, output in pending:
             try:
                 self._wait(shards, key)
@@ -193,13 +224,14 @@ class HSDPState:
                 with torch.no_grad():
                     output.copy_(self._slots[key].view(output.shape))
             except GcagentError as e:
+                self._note_loss(e)
                 failure = failure or e  # the others are still waited for: nothing stays in flight
         if failure is not None:
             raise failure
 
     def _abandon(self):
-        """A hook failed: the shards already in flight are waited for and dropped."""
-        pending, self._pending, self._in_pass = self._pending, [], False
+        """A shard failed: the shards already in flight are waited for and dropped."""
+        pending, self._pending = self._pending, []
         for shards, key, _ in pending:
             try:
                 self._wait(shards, key)

@@ -106,7 +106,6 @@ def client(name):
 def ported():
     """test_custom_hsdp_all_reduce_hook: each replica's weights are constant (replica 0's zero),
     so the average over the two replicas is half of replica 1's gradient."""
-    world_pg = dist.distributed_c10d._get_default_group()  # noqa: F841 - as in the original
     mesh = gcagent.torch.fsdp.node_mesh(local_size=LOCAL)
     model = MLP(10, bias=False)
     rank_group = RANK // 2

@@ -4,7 +4,10 @@ whose backward raises gcagent.GcagentError is dropped (no optimizer step: the we
 the loop goes on, as a training loop that catches the error does. Each step also takes --pace-ms
 of "compute", failed or not, so a fault lands mid-run.
 
-    torch_recovery.py --steps N [--pace-ms MS]
+    torch_recovery.py --steps N [--pace-ms MS] [--fsdp]
+
+--fsdp trains the same MLP under FSDP2, sharded over each node's trainers, with
+gcagent.torch.fsdp.hsdp across nodes (no DDP).
 
 Prints "step=I ok" or "step=I failed: MESSAGE" per step, and last "report: {json}" with the
 steps that failed and the test accuracy of its model."""
@@ -25,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import gcagent
 import gcagent.torch
+import gcagent.torch.fsdp
 
 # WORLD_RANK from the tests' own start_trainers, RANK from gcagent-run.
 RANK = int(os.environ.get("WORLD_RANK") or os.environ["RANK"])
@@ -35,6 +39,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--pace-ms", type=float, default=0)
+    ap.add_argument("--fsdp", action="store_true")
     ap.add_argument("--out-dir", help="write the lines to OUT_DIR/rank<R>.txt instead (trainers that would share "
                     "one output, as under gcagent-run)")
     a = ap.parse_args()
@@ -48,12 +53,21 @@ def main():
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
     xtr, ytr = xtr[RANK::WORLD], ytr[RANK::WORLD]
     torch.manual_seed(0)  # the same initial weights everywhere
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
-                                                  nn.Linear(64, 10)), bucket_cap_mb=0.01,
-                                    gradient_as_bucket_view=True)  # as the README asks: buckets in the agent's slots
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    state = gcagent.torch.State(codec="none", optimizer=optimizer, timeout_s=120)
-    model.register_comm_hook(state, gcagent.torch.hook)
+    mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+    if a.fsdp:
+        from torch.distributed.fsdp import fully_shard
+        mesh = gcagent.torch.fsdp.node_mesh()
+        for layer in mlp[::2]:
+            fully_shard(layer, mesh=mesh)
+        model = fully_shard(mlp, mesh=mesh)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = gcagent.torch.fsdp.hsdp(model, codec="none", timeout_s=120)
+    else:
+        model = DistributedDataParallel(mlp, bucket_cap_mb=0.01,
+                                        gradient_as_bucket_view=True)  # as the README asks: buckets in the agent's slots
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = gcagent.torch.State(codec="none", optimizer=optimizer, timeout_s=120)
+        model.register_comm_hook(state, gcagent.torch.hook)
     order = torch.Generator().manual_seed(1000 + RANK)
     failed = 0
     for step in range(1, a.steps + 1):
@@ -67,18 +81,20 @@ def main():
         except gcagent.GcagentError as e:
             failed += 1
             print(f"step={step} failed: {e}", flush=True)
-        root = state.client.resync_root
-        if gcagent.torch.sync_parameters(state, model.module):  # a node taken (back) in: one model again
-            print(f"step={step} loaded the weights of node {root}", flush=True)
-        print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
+        if not a.fsdp:
+            root = state.client.resync_root
+            if gcagent.torch.sync_parameters(state, model.module):  # a node taken (back) in: one model again
+                print(f"step={step} loaded the weights of node {root}", flush=True)
+            print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
         left = a.pace_ms / 1e3 - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
     with torch.no_grad():
-        accuracy = float((model.module(xte).argmax(dim=1) == yte).float().mean()) * 100
-    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.module.parameters())).hexdigest()
+        accuracy = float((mlp(xte).argmax(dim=1) == yte).float().mean()) * 100
+    weights = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in mlp.parameters()]
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in weights)).hexdigest()
     print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy, "reconnects": state.reconnects,
-                                   "resyncs": state.resyncs, "model": digest}), flush=True)
+                                   "resyncs": getattr(state, "resyncs", 0), "model": digest}), flush=True)
     os._exit(0)  # the process group's teardown would wait for peers that may have left
 
 
