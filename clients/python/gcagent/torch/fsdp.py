@@ -68,6 +68,7 @@ class _Shards:
         self.index = index
         self.name = type(module).__name__
         self.params = [p for g in groups for p in g.fsdp_params if p.sharded_param.requires_grad]
+        self.node_group = groups[0].mesh_info.shard_process_group if groups else None  # this node's trainers
         self.elements = sum(p.padded_sharded_param_size.numel() for p in self.params)
 
     def read_early(self, output) -> bool:
@@ -226,6 +227,10 @@ class HSDPState:
             except GcagentError as e:
                 self._note_loss(e)
                 failure = failure or e  # the others are still waited for: nothing stays in flight
+        # The node's trainers leave the pass together: a trainer whose shards came back first
+        # must not exit (or close its connection) while another's are in flight, as the agent
+        # fails a job's reductions when one of its trainers leaves.
+        dist.barrier(group=self._modules[0].node_group)
         if failure is not None:
             raise failure
 
