@@ -14,7 +14,7 @@ import numpy as np
 
 from gcagent import _library
 
-OK, ERR_IO, ERR_TIMEOUT, ERR_AGENT = 0, 2, 3, 5
+OK, ERR_INVALID_ARGUMENT, ERR_IO, ERR_TIMEOUT, ERR_AGENT = 0, 1, 2, 3, 5
 DEFAULT_SOCKET = "/run/gcagent/control.sock"
 CONNECT_ABI_VERSION = 3      # gcagent_connect_flags
 CONNECT_WAIT_FOR_AGENT = 1   # its flag: retry while the socket does not exist

@@ -36,10 +36,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
-from gcagent.client import ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
+from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
 from gcagent.torch import _connection_lost, _declared_anew
-
-ERR_INVALID_ARGUMENT = 1
 
 
 def node_mesh(device_type: str = "cpu", local_size: int = None):
