@@ -125,6 +125,17 @@ def register(model, hook, rank):
 TOLERANCE = {"exact": 1e-6, "fp16": 2e-4}
 
 
+def timed_together(step, iterations):
+    """The seconds of each of `iterations` calls of step(), every rank starting each together."""
+    times = []
+    for _ in range(iterations):
+        dist.barrier()
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def check_average(model, shapes, tolerance):
     """The largest difference between a synced gradient and the average over every rank of the
     gradients the ranks produced (each rank's regenerated tensor by tensor, so one tensor of
@@ -205,12 +216,8 @@ def gradset(a, rank):
     dist.barrier()
     agent0, fallback0 = (state.agent_buckets, state.fallback_buckets) if state else (0, 0)
     shim0 = state.clock.seconds() if state else 0.0
-    times, tx0, cpu0 = [], wire_tx(), time.process_time()
-    for _ in range(a.iterations):
-        dist.barrier()
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
+    tx0, cpu0 = wire_tx(), time.process_time()
+    times = timed_together(step, a.iterations)
     cpu = (time.process_time() - cpu0) / a.iterations
     shim = (state.clock.seconds() - shim0) / a.iterations if state else 0.0
     # a rank is done once its own results are in; the agents may still be sending the peers'
@@ -314,12 +321,8 @@ def hsdp(a, rank):
     for _ in range(a.warmup):
         step()
     dist.barrier()
-    times, tx0, cpu0 = [], wire_tx(), time.process_time()
-    for _ in range(a.iterations):
-        dist.barrier()
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
+    tx0, cpu0 = wire_tx(), time.process_time()
+    times = timed_together(step, a.iterations)
     cpu = (time.process_time() - cpu0) / a.iterations
     dist.barrier()
     tx = (wire_tx() - tx0) / a.iterations
@@ -337,12 +340,7 @@ def hsdp(a, rank):
                                  f"every rank's by {diff:.3g}")
             worst = max(worst, diff)
         checked = {"check": a.check, "check_max_error": worst}
-    local_times = []
-    for _ in range(a.iterations):
-        dist.barrier()
-        t = time.perf_counter()
-        step(sync=False)
-        local_times.append(time.perf_counter() - t)
+    local_times = timed_together(lambda: step(sync=False), a.iterations)
     elements = sum(p.numel() for p in model.parameters())
     out = {"iteration_s": times, "wall_s": times, "local_s": statistics.median(local_times),
            "sync_s": statistics.median(times) - statistics.median(local_times), "wire_bytes": tx, "cpu_s": cpu,
