@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cluster
@@ -54,6 +55,15 @@ def start_trainers(cluster, local_size, script, args=(), env=None, job="job"):
             procs.append(subprocess.Popen([sys.executable, str(TRAINERS / script), *args], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
+
+
+def read_until(proc, text, timeout=300):
+    """Reads the trainer's output until a line holding `text` (a trainer's "active", say)."""
+    deadline, line = time.time() + timeout, ""
+    while time.time() < deadline and text not in line:
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, f"the trainer ended before printing {text!r}"
+    assert text in line, f"no {text!r} from the trainer within {timeout} s"
 
 
 def run_trainers(cluster, local_size, script, args=(), env=None, timeout=240):

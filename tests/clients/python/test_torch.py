@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from shim_cluster import Cluster, finish, reports, run_trainers, start_trainers  # noqa: E402
+from shim_cluster import Cluster, finish, read_until, reports, run_trainers, start_trainers  # noqa: E402
 
 AGENT_ARGS = ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]
 
@@ -83,14 +83,7 @@ def test_ddp_hook_with_cuda_buckets_takes_the_device_path(tmp_path):
 def test_a_lost_agent_fails_the_futures_instead_of_hanging(tmp_path):
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
         procs = start_trainers(c, 2, "torch_trainer.py", ["ddp-agent-dies"])
-        # Wait until a trainer reports that its buckets go through the agent, then kill agent 1.
-        deadline = time.time() + 300
-        first = procs[0]
-        line = ""
-        while time.time() < deadline and "active" not in line:
-            line = first.stdout.readline()
-            assert line or first.poll() is None, "trainer 0 ended early"
-        assert "active" in line
+        read_until(procs[0], "active")  # its buckets go through the agent: agent 1 is killed
         c.procs[1].send_signal(signal.SIGKILL)
         results = finish(procs, 240)
     rep = reports(results)

@@ -2,13 +2,12 @@
 the agents between the nodes (2 agents with 2 trainer processes each)."""
 
 import signal
-import time
 
 import pytest
 
 pytest.importorskip("torch")
 
-from shim_cluster import Cluster, finish, reports, run_trainers, start_trainers  # noqa: E402
+from shim_cluster import Cluster, finish, read_until, reports, run_trainers, start_trainers  # noqa: E402
 
 AGENT_ARGS = ["--compress.min_elements", "0", "--scheduler.slice_elements", "1024"]
 
@@ -61,12 +60,7 @@ def test_hsdp_with_compressed_shards_converges_as_uncompressed(tmp_path):
 def test_a_killed_agent_fails_the_step_instead_of_hanging(tmp_path):
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
         procs = start_trainers(c, 2, "torch_fsdp.py", ["agent-dies"])
-        # Once a trainer's first step went through the agents, agent 1 is killed.
-        deadline, line = time.time() + 300, ""
-        while time.time() < deadline and "active" not in line:
-            line = procs[0].stdout.readline()
-            assert line or procs[0].poll() is None, "trainer 0 ended early"
-        assert "active" in line
+        read_until(procs[0], "active")  # its first step went through the agents: agent 1 is killed
         c.procs[1].send_signal(signal.SIGKILL)
         results = finish(procs, 240)
     rep = reports(results)
