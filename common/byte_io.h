@@ -30,6 +30,7 @@ class ByteWriter {
     put(static_cast<uint16_t>(s.size()));
     append(reinterpret_cast<const std::byte*>(s.data()), s.size());
   }
+  void putBytes(std::span<const std::byte> bytes) { append(bytes.data(), bytes.size()); }
   void patchU32(size_t at, uint32_t v) { std::memcpy(out_.data() + at, &v, sizeof v); }
   size_t size() const { return out_.size(); }
   std::vector<std::byte> take() { return std::move(out_); }
@@ -59,6 +60,13 @@ class ByteReader {
   bool getChars(std::string& s, size_t length) {
     if (!expect(length)) return false;
     s.assign(reinterpret_cast<const char*>(in_.data() + pos_), length);
+    pos_ += length;
+    return true;
+  }
+  // Reads `length` raw bytes.
+  bool getBytes(std::vector<std::byte>& out, size_t length) {
+    if (!expect(length)) return false;
+    out.assign(in_.data() + pos_, in_.data() + pos_ + length);
     pos_ += length;
     return true;
   }

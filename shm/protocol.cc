@@ -9,7 +9,7 @@
 namespace gcagent::shm::protocol {
 namespace {
 
-constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kMembership);
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kStateStored);
 
 MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
 
@@ -93,6 +93,22 @@ struct BodyWriter {
     w.put(static_cast<uint32_t>(m.joined.size()));
     for (uint32_t r : m.joined) w.put(r);
   }
+  void operator()(const StateGet& m) {
+    w.put(m.key);
+    w.put(m.offset);
+  }
+  void operator()(const StatePart& m) {
+    w.put(m.key);
+    w.put(m.total);
+    w.put(m.offset);
+    w.put(static_cast<uint64_t>(m.bytes.size()));
+    w.putBytes(m.bytes);
+  }
+  void operator()(const StateStored& m) {
+    w.put(m.key);
+    w.put(m.received);
+    w.put(m.dropped);
+  }
 };
 
 // Parses one body, remembering the first problem as a message that names the field.
@@ -160,6 +176,12 @@ class BodyParser {
   }
 
   size_t remaining() const { return r_.remaining(); }
+
+  std::vector<std::byte> raw(size_t n) {
+    std::vector<std::byte> out;
+    r_.getBytes(out, n);
+    return out;
+  }
 
   template <size_t N>
   std::array<uint8_t, N> bytes() {
@@ -330,6 +352,39 @@ Membership parseMembership(BodyParser& p) {
   return m;
 }
 
+StateGet parseStateGet(BodyParser& p) {
+  StateGet m;
+  m.key = p.get<uint64_t>();
+  m.offset = p.get<uint64_t>();
+  if (p.ok() && m.offset >= kMaxStateBytes) p.invalid(strCat("offset ", m.offset, " is beyond 2^40"));
+  return m;
+}
+
+StatePart parseStatePart(BodyParser& p) {
+  StatePart m;
+  m.key = p.get<uint64_t>();
+  m.total = p.get<uint64_t>();
+  m.offset = p.get<uint64_t>();
+  const uint64_t bytes = p.get<uint64_t>();
+  if (!p.ok()) return m;
+  if (m.total > kMaxStateBytes) p.invalid(strCat("total of ", m.total, " bytes is beyond 2^40"));
+  else if (bytes > kMaxStatePartBytes) p.invalid(strCat("part of ", bytes, " bytes is beyond ", kMaxStatePartBytes));
+  else if (m.offset > m.total || bytes > m.total - m.offset)
+    p.invalid(strCat("part [", m.offset, ", ", m.offset + bytes, ") is beyond the total of ", m.total, " bytes"));
+  else if (bytes == 0 && m.total != 0) p.invalid("empty part of a non-empty state");
+  else m.bytes = p.raw(bytes);
+  return m;
+}
+
+StateStored parseStateStored(BodyParser& p) {
+  StateStored m;
+  m.key = p.get<uint64_t>();
+  m.received = p.get<uint64_t>();
+  m.dropped = p.get<uint32_t>();
+  if (p.ok() && m.received > kMaxStateBytes) p.invalid(strCat("received ", m.received, " bytes, beyond 2^40"));
+  return m;
+}
+
 Error parseError(BodyParser& p) {
   Error m;
   uint16_t code = p.get<uint16_t>();
@@ -356,6 +411,9 @@ std::string_view messageTypeName(MessageType type) {
     case MessageType::kPing: return "ping";
     case MessageType::kPong: return "pong";
     case MessageType::kMembership: return "membership";
+    case MessageType::kStateGet: return "state get";
+    case MessageType::kStatePart: return "state part";
+    case MessageType::kStateStored: return "state stored";
   }
   return "unknown";
 }
@@ -412,6 +470,9 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kPing: m.body = Ping{}; break;
     case MessageType::kPong: m.body = Pong{}; break;
     case MessageType::kMembership: m.body = parseMembership(p); break;
+    case MessageType::kStateGet: m.body = parseStateGet(p); break;
+    case MessageType::kStatePart: m.body = parseStatePart(p); break;
+    case MessageType::kStateStored: m.body = parseStateStored(p); break;
   }
   GC_RETURN_IF_ERROR(p.finish());
   return m;

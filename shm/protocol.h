@@ -36,6 +36,8 @@ inline constexpr uint64_t kMaxElements = uint64_t{1} << 40;
 inline constexpr size_t kMaxErrorMessage = 4096;
 inline constexpr size_t kMaxSegmentName = 255;
 inline constexpr uint32_t kMaxNodes = 65536;
+inline constexpr uint64_t kMaxStatePartBytes = 4u << 20;
+inline constexpr uint64_t kMaxStateBytes = uint64_t{1} << 40;
 
 enum class MessageType : uint16_t {
   kHello = 1,     // trainer -> agent: join a job as one local rank
@@ -56,6 +58,12 @@ enum class MessageType : uint16_t {
   // Added in version 1 the same way; sent only by an agent whose job can change its nodes
   // (transport.on_peer_loss = shrink), unasked, with request id 0.
   kMembership = 12,  // agent -> trainer: the job's reductions now run on node_count nodes
+  // Added in version 1 the same way: an agent that predates them answers "unknown message
+  // type 13". A tensor's error-feedback state, for checkpoints (agent/engine/residual_state.h),
+  // in parts of at most kMaxStatePartBytes.
+  kStateGet = 13,     // trainer -> agent: the part of a tensor's state from `offset` on
+  kStatePart = 14,    // either way: part of a tensor's state (the reply to a get, or a put)
+  kStateStored = 15,  // agent -> trainer: a put part is in; at the last, the state is in force
 };
 std::string_view messageTypeName(MessageType type);
 
@@ -174,8 +182,36 @@ struct Membership {
   bool operator==(const Membership&) const = default;
 };
 
+// A tensor's error-feedback state is read part by part: the trainer asks from offset 0 (the
+// agent takes a fresh copy of the state then) and on from each part's end until `total`.
+struct StateGet {
+  uint64_t key = 0;
+  uint64_t offset = 0;
+  bool operator==(const StateGet&) const = default;
+};
+
+// Bytes [offset, offset + bytes.size()) of a tensor's state of `total` bytes. Written in
+// order from offset 0; the agent checks the state and puts it in force at the last part.
+struct StatePart {
+  uint64_t key = 0;
+  uint64_t total = 0;
+  uint64_t offset = 0;
+  std::vector<std::byte> bytes;
+  bool operator==(const StatePart&) const = default;
+};
+
+// `received` bytes of the tensor's state are in; once that is the total, the state is in
+// force, less `dropped` parts that belonged to another layout of the job (the slices another
+// node owns now: agent/engine/residual_state.h).
+struct StateStored {
+  uint64_t key = 0;
+  uint64_t received = 0;
+  uint32_t dropped = 0;
+  bool operator==(const StateStored&) const = default;
+};
+
 using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice,
-                          Ping, Pong, Membership>;
+                          Ping, Pong, Membership, StateGet, StatePart, StateStored>;
 
 struct Message {
   uint32_t request_id = 0;

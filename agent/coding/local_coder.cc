@@ -39,6 +39,7 @@ struct LocalCoder::KeyCoding {
   std::unique_ptr<compress::Codec> pull_layout;
   std::unique_ptr<DeviceCodec> push, pull, raw;
   std::vector<float*> states;  // by slice; null until its first compressed encode
+  int32_t priority = 0;        // of the key's work (a host stream runs a tag at one priority)
   // Per slice, on the host: room for either encoding (compressed or uncompressed). On the
   // device only compressed encodings need room: uncompressed slices leave from the sum.
   std::vector<size_t> encode_offsets, decode_offsets, device_encode_offsets;
@@ -91,8 +92,10 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w, bool buffer
     KeyCoding& old = *found->second;
     if (old.push_spec.name == w.push.name && old.push_spec.params == w.push.params &&
         old.pull_spec.name == w.pull.name && old.pull_spec.params == w.pull.params &&
-        old.geometry.elements == w.geometry.elements && old.geometry.slice_elements == w.geometry.slice_elements)
+        old.geometry.elements == w.geometry.elements && old.geometry.slice_elements == w.geometry.slice_elements) {
+      old.priority = w.priority;
       return &old;
+    }
     // Declared again with another size or codec: what was owed belongs to another tensor.
     forget(w.job, w.key);
   }
@@ -118,6 +121,7 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w, bool buffer
   }
   // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
+  kc.priority = w.priority;
   // On the host, encodings are written into buffers of their own and results are decoded
   // where the transport left them (decode_host is made only if a result must be staged).
   if (device_->hostAddressable() || !buffers) return &kc;
@@ -159,6 +163,93 @@ compress::SliceId LocalCoder::idOf(const KeyWork& w, uint32_t slice) {
 
 void LocalCoder::tag(const KeyWork& w) {
   device_->setTag(w.job * 0x9e3779b97f4a7c15ull ^ w.key, w.priority);
+}
+
+void LocalCoder::exportStates(uint64_t job, const std::vector<uint64_t>& keys, Exported done) {
+  // Each key's copies go out under its own tag, behind its earlier work; the last report
+  // to come back hands every state over.
+  struct Gather {
+    std::vector<SliceStates> states;
+    std::vector<std::vector<std::pair<void*, size_t>>> staged;  // per key, per slice: host copy, floats
+    size_t left = 0;
+    Status first;
+    Exported done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->states.resize(keys.size());
+  g->staged.resize(keys.size());
+  g->left = keys.size() + 1;
+  g->done = std::move(done);
+  auto finish = [this, g](const Status& st) {
+    if (!st.ok() && g->first.ok()) g->first = st;
+    if (--g->left > 0) return;
+    for (size_t i = 0; i < g->staged.size(); ++i) {
+      g->states[i].resize(g->staged[i].size());
+      for (size_t s = 0; s < g->staged[i].size(); ++s) {
+        auto [host, floats] = g->staged[i][s];
+        if (host == nullptr) continue;
+        if (g->first.ok()) g->states[i][s].assign(static_cast<float*>(host), static_cast<float*>(host) + floats);
+        device_->freeHost(host);
+      }
+    }
+    if (!g->first.ok())
+      return g->done(Status(g->first.code(), strCat("reading residuals on ", device_->describe(), ": ", g->first.message())));
+    g->done(std::move(g->states));
+  };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = keys_.find({job, keys[i]});
+    if (it == keys_.end()) {
+      finish({});
+      continue;
+    }
+    KeyCoding& k = *it->second;
+    device_->setTag(job * 0x9e3779b97f4a7c15ull ^ keys[i], k.priority);
+    Status st;
+    g->staged[i].assign(k.states.size(), {nullptr, 0});
+    for (uint32_t s = 0; s < k.states.size() && st.ok(); ++s) {
+      if (k.states[s] == nullptr) continue;
+      const size_t floats = k.push_layout->stateElements(k.geometry.size(s));
+      auto host = device_->allocateHost(floats * sizeof(float));
+      if (!host.ok()) {
+        st = host.status();
+        break;
+      }
+      g->staged[i][s] = {*host, floats};
+      st = device_->copy(*host, k.states[s], floats * sizeof(float));
+    }
+    device_->after([finish, st](const Status& ran) { finish(st.ok() ? ran : st); });
+  }
+  finish({});
+}
+
+Status LocalCoder::importStates(const KeyWork& w, const SliceStates& states) {
+  tag(w);
+  GC_ASSIGN_OR_RETURN(KeyCoding * prepared, prepare(w));
+  KeyCoding& k = *prepared;
+  k.priority = w.priority;
+  if (states.size() != k.states.size())
+    return Status::invalidArgument(strCat("tensor ", w.key, ": ", states.size(), " slices of state for ",
+                                          k.states.size(), " slices"));
+  for (uint32_t s = 0; s < states.size(); ++s) {
+    const size_t floats = k.push_layout->stateElements(k.geometry.size(s));
+    if (!states[s].empty() && states[s].size() != floats)
+      return Status::invalidArgument(strCat("tensor ", w.key, " slice ", s, ": ", states[s].size(),
+                                            " floats of state; codec ", k.push_spec.name, " keeps ", floats));
+  }
+  for (uint32_t s = 0; s < states.size(); ++s) {
+    const size_t floats = k.push_layout->stateElements(k.geometry.size(s)), bytes = floats * sizeof(float);
+    if (states[s].empty()) {
+      if (k.states[s] != nullptr) GC_RETURN_IF_ERROR(device_->zero(k.states[s], bytes));
+      continue;
+    }
+    GC_ASSIGN_OR_RETURN(std::span<float> state, stateOf(k, w.key, s, floats));
+    GC_ASSIGN_OR_RETURN(void* host, device_->allocateHost(bytes));
+    std::memcpy(host, states[s].data(), bytes);
+    const Status copied = device_->copy(state.data(), host, bytes);
+    device_->freeHost(host);  // once the copy has run
+    GC_RETURN_IF_ERROR(copied);
+  }
+  return {};
 }
 
 void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<bool>& exact, Encoded done) {

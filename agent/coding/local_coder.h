@@ -107,6 +107,18 @@ class LocalCoder {
   void forget(uint64_t job, uint64_t key);
   void forgetJob(uint64_t job);
 
+  // Residual states by slice, copied out of the device (an empty entry: none yet).
+  using SliceStates = std::vector<std::vector<float>>;
+  using Exported = std::function<void(Result<std::vector<SliceStates>>)>;
+  // Copies the residual states of `keys` of `job` to the host, each key's once the work
+  // enqueued for it so far has run, for a checkpoint; a key never coded here has none.
+  // `done` gets them in the order of `keys`.
+  void exportStates(uint64_t job, const std::vector<uint64_t>& keys, Exported done);
+  // Puts `states` (by slice, each empty or the codec's whole state of its slice) in place of
+  // the residuals of `work`'s key, ahead of whatever is enqueued for the key after it. A
+  // failed copy surfaces at the key's next report.
+  Status importStates(const KeyWork& work, const SliceStates& states);
+
   // A slice's residual state, where the engine's thread can read it (host memory, between
   // the key's reductions); empty elsewhere or before its first compressed encode.
   std::span<const float> residualOf(uint64_t job, uint64_t key, uint32_t slice) const;

@@ -89,6 +89,12 @@ class ControlServer : public JobPart, private SessionHost {
   void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key,
               std::vector<Contribution> ready) override;
   void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) override;
+  void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done) override {
+    engine_.exportState(job, key, std::move(done));
+  }
+  Status importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) override {
+    return engine_.importState(job, key, blob, dropped);
+  }
 
   void accept();
   void acceptFailed(const boost::system::error_code& ec);

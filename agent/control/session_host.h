@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,10 @@ class SessionHost {
                       std::vector<Contribution> ready) = 0;
   // Tells the job's trainers that submitted (iteration, key) how it ended.
   virtual void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) = 0;
+  // A tensor's error-feedback state for a checkpoint, out and back in
+  // (ReductionEngine::exportState, importState).
+  virtual void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done) = 0;
+  virtual Status importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) = 0;
 
  protected:
   ~SessionHost() = default;

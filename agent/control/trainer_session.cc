@@ -40,6 +40,8 @@ void TrainerSession::dispatch(const protocol::Message& m) {
   else if (auto* device = std::get_if<protocol::DeclareDevice>(&m.body)) s = onDeclareDevice(m.request_id, *device);
   else if (auto* submit = std::get_if<protocol::Submit>(&m.body)) s = onSubmit(m.request_id, *submit);
   else if (std::holds_alternative<protocol::Ping>(m.body)) return send({m.request_id, protocol::Pong{}});
+  else if (auto* get = std::get_if<protocol::StateGet>(&m.body)) s = onStateGet(m.request_id, *get);
+  else if (auto* part = std::get_if<protocol::StatePart>(&m.body)) s = onStatePart(m.request_id, std::move(*part));
   else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                           "' is not one a trainer sends"));
   if (!s.ok()) {
@@ -200,6 +202,67 @@ Status TrainerSession::onSubmit(uint32_t request, const protocol::Submit& s) {
     }
     contribute(s.iteration, key);
   }
+  return {};
+}
+
+Status TrainerSession::onStateGet(uint32_t request, const protocol::StateGet& g) {
+  if (!job_ || (!segment_ && !device_)) return Status::failedPrecondition("state get before declare");
+  if (slots_.count(g.key) == 0) return Status::invalidArgument(strCat("tensor ", g.key, " is not declared"));
+  if (g.offset != 0) {
+    if (!state_out_ || state_out_->key != g.key || g.offset >= state_out_->bytes.size())
+      return Status::invalidArgument(strCat("state get of tensor ", g.key, " from offset ", g.offset,
+                                            " without a read of it from offset 0 that long"));
+    sendStatePart(request, g.offset);
+    return {};
+  }
+  state_out_.reset();
+  auto self = std::static_pointer_cast<TrainerSession>(shared_from_this());
+  host_.exportState(job_->id, g.key, [this, self, request, key = g.key](Result<std::vector<std::byte>> blob) {
+    if (closed()) return;
+    if (!blob.ok()) {
+      GC_LOG(kWarn, "control", "trainer ", id(), ": ", blob.status().message());
+      return sendError(request, blob.status());
+    }
+    const uint64_t total = blob->size();
+    state_out_ = StateBytes{key, total, std::move(blob).value()};
+    sendStatePart(request, 0);
+  });
+  return {};
+}
+
+void TrainerSession::sendStatePart(uint32_t request, uint64_t offset) {
+  const std::vector<std::byte>& all = state_out_->bytes;
+  const uint64_t n = std::min<uint64_t>(protocol::kMaxStatePartBytes, all.size() - offset);
+  send({request, protocol::StatePart{state_out_->key, all.size(), offset,
+                                     {all.begin() + static_cast<ptrdiff_t>(offset),
+                                      all.begin() + static_cast<ptrdiff_t>(offset + n)}}});
+  if (offset + n == all.size()) state_out_.reset();  // read whole
+}
+
+Status TrainerSession::onStatePart(uint32_t request, protocol::StatePart p) {
+  if (!job_ || (!segment_ && !device_)) return Status::failedPrecondition("state part before declare");
+  if (slots_.count(p.key) == 0) return Status::invalidArgument(strCat("tensor ", p.key, " is not declared"));
+  if (p.offset == 0) {
+    state_in_ = StateBytes{p.key, p.total, {}};
+  } else if (!state_in_ || state_in_->key != p.key || state_in_->total != p.total ||
+             state_in_->bytes.size() != p.offset) {
+    state_in_.reset();
+    return Status::invalidArgument(strCat("state part of tensor ", p.key, " at offset ", p.offset,
+                                          " does not continue the parts before it"));
+  }
+  state_in_->bytes.insert(state_in_->bytes.end(), p.bytes.begin(), p.bytes.end());
+  const uint64_t received = state_in_->bytes.size();
+  if (received < p.total) {
+    send({request, protocol::StateStored{p.key, received, 0}});
+    return {};
+  }
+  StateBytes whole = std::move(*state_in_);
+  state_in_.reset();
+  uint32_t dropped = 0;
+  GC_RETURN_IF_ERROR(host_.importState(job_->id, p.key, whole.bytes, &dropped));
+  GC_LOG(kDebug, "control", "trainer ", id(), ": tensor ", p.key, " continues with the error-feedback state of a checkpoint (",
+         whole.total, " bytes", dropped > 0 ? strCat(", ", dropped, " owner parts left out") : std::string(), ")");
+  send({request, protocol::StateStored{p.key, received, dropped}});
   return {};
 }
 

@@ -68,6 +68,11 @@ class TrainerSession : public TrainerConnection {
   // host buffers the engine reduces in, filled from the slots after each submit.
   Status onDeclareDevice(uint32_t request, const shm::protocol::DeclareDevice& d);
   Status onSubmit(uint32_t request, const shm::protocol::Submit& s);
+  // A tensor's error-feedback state, read part by part from a copy taken at offset 0, and
+  // written part by part, put in force at the last.
+  Status onStateGet(uint32_t request, const shm::protocol::StateGet& g);
+  Status onStatePart(uint32_t request, shm::protocol::StatePart p);
+  void sendStatePart(uint32_t request, uint64_t offset);
   // This trainer's buffer of (iteration, key) is ready: starts the reduction once every
   // local trainer's is.
   void contribute(uint64_t iteration, uint64_t key);
@@ -83,6 +88,12 @@ class TrainerSession : public TrainerConnection {
   std::unordered_map<uint64_t, Slot> slots_;
   std::unordered_map<uint64_t, uint64_t> last_iteration_;
   std::map<std::pair<uint64_t, uint64_t>, uint32_t> submits_;
+  struct StateBytes {
+    uint64_t key = 0;
+    uint64_t total = 0;
+    std::vector<std::byte> bytes;
+  };
+  std::optional<StateBytes> state_out_, state_in_;  // the state being read, and written
 };
 
 }  // namespace gcagent::agent

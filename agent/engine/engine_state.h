@@ -46,6 +46,9 @@ struct KeyState : TensorRoute {
   // The coder of the node's side (the host's, or a GPU's): it keeps this key's residuals.
   std::shared_ptr<LocalCoder> coder;
   KeyWork work;  // what the coder is told, while active
+  // The node's residuals of a checkpoint (residual_state.h), put in force by its next
+  // reduction, once the coder of its node side is known.
+  std::optional<LocalCoder::SliceStates> restored;
   SilentCodecWatch silent;  // the push codec sending nothing but zeros
 };
 

@@ -48,6 +48,38 @@ void OwnerSide::forgetResidual(uint64_t job, uint64_t key, uint32_t slice) {
   coder_->forget(job, hopResidualKeyOf(key, slice));
 }
 
+void OwnerSide::exportResiduals(uint64_t job, uint64_t key, uint32_t slice_count, Exported done) {
+  std::vector<uint64_t> keys;
+  for (uint32_t s = 0; s < slice_count; ++s) {
+    keys.push_back(residualKeyOf(key, s));
+    keys.push_back(hopResidualKeyOf(key, s));
+  }
+  coder_->exportStates(job, keys, [done = std::move(done)](Result<std::vector<LocalCoder::SliceStates>> states) {
+    if (!states.ok()) return done(states.status());
+    std::vector<ResidualPart> parts;
+    for (size_t i = 0; i < states->size(); ++i) {
+      if ((*states)[i].empty() || (*states)[i][0].empty()) continue;
+      parts.push_back({i % 2 == 0 ? ResidualKind::kResult : ResidualKind::kHop, static_cast<uint32_t>(i / 2),
+                       std::move((*states)[i][0])});
+    }
+    done(std::move(parts));
+  });
+}
+
+Status OwnerSide::importResidual(uint64_t job, const TensorRoute& route, const ResidualPart& part) {
+  const bool final = part.kind == ResidualKind::kResult;
+  const uint64_t n = route.geometry.size(part.slice);
+  // The residual's key and work as encode() makes them: the sums of a slice are coded there.
+  const uint64_t key = route.spec.key;
+  KeyWork work{job,          final ? residualKeyOf(key, part.slice) : hopResidualKeyOf(key, part.slice),
+               0,            final ? route.pull_spec : route.push_spec,
+               final ? route.pull_spec : route.push_spec,
+               {n, n},       {},
+               route.priority, nullptr,
+               /*renamed=*/true, key, part.slice};
+  return coder_->importStates(work, {part.values});
+}
+
 Result<std::shared_ptr<float>> OwnerSide::sumBuffer(size_t n) {
   if (coder_->device().hostAddressable()) {  // left uninitialised: the first merge writes it
     auto buffer = std::make_shared<FloatBuffer>(n);

@@ -23,6 +23,7 @@
 
 #include "agent/coding/local_coder.h"
 #include "agent/coding/residual_sampler.h"
+#include "agent/engine/residual_state.h"
 #include "agent/engine/tensor_route.h"
 #include "common/default_init.h"
 #include "scheduler/planner.h"
@@ -77,6 +78,13 @@ class OwnerSide {
   void setMembers(std::vector<uint32_t> members);
   // Forgets the result residual of a slice this node no longer owns, and its ring hop's.
   void forgetResidual(uint64_t job, uint64_t key, uint32_t slice);
+
+  // The result residuals (and ring hops') of a tensor's slices kept here, for a checkpoint.
+  using Exported = std::function<void(Result<std::vector<ResidualPart>>)>;
+  void exportResiduals(uint64_t job, uint64_t key, uint32_t slice_count, Exported done);
+  // Puts a slice's result or hop residual (part.kind kResult or kHop) of `route`'s tensor
+  // back, ahead of the slice's next encode.
+  Status importResidual(uint64_t job, const TensorRoute& route, const ResidualPart& part);
 
   // Partial sums that can no longer complete: a tensor's up to `iteration`, or a job's.
   void dropSums(uint64_t job, uint64_t key, uint64_t iteration);

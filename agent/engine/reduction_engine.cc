@@ -206,6 +206,14 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.coder = std::move(coder);
   k.work = {job,    key, wire, k.push_spec, k.pull_spec, k.geometry, k.outputs, k.priority,
             on_host ? std::move(keepalive) : nullptr, /*renamed=*/false, 0, 0};
+  if (k.restored) {  // a checkpoint's residuals, ahead of this reduction's encode
+    Status restored = k.coder->importStates(k.work, *k.restored);
+    k.restored.reset();
+    if (!restored.ok()) {
+      completeKey(job, k, Status(restored.code(), strCat("restoring the error-feedback state: ", restored.message())));
+      return {};
+    }
+  }
   auto engine = std::weak_ptr<ReductionEngine*>(alive_);
   if (alone) {
     k.coder->sum(k.work, k.divisor(k.contributors), [engine, job, key, wire](const Status& s) {
@@ -220,6 +228,83 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   k.coder->encode(k.work, compressed, own, [engine, job, key, wire, compressed](Result<KeyEncodings> r) {
     if (auto e = engine.lock(); e && *e) (*e)->onEncoded(job, key, wire, compressed, std::move(r));
   });
+  return {};
+}
+
+ResidualLayout ReductionEngine::layoutOf(const KeyState& k) const {
+  return {k.spec.key,  k.spec.elements,   k.geometry.slice_elements,
+          k.push_fp,   k.pull_fp,         k.push_spec.name,
+          k.pull_spec.name, transport_.rank(), transport_.size(),
+          static_cast<uint8_t>(k.topology)};
+}
+
+void ReductionEngine::exportState(uint64_t job, uint64_t key,
+                                  std::function<void(Result<std::vector<std::byte>>)> done) {
+  KeyState* k = findKey(job, key);
+  if (k == nullptr) return done(Status::invalidArgument(strCat("tensor ", key, " is not declared")));
+  if (k->active)
+    return done(Status::failedPrecondition(strCat("tensor ", key, " is reducing iteration ", k->trainer_iteration,
+                                                  ": read its error-feedback state between steps")));
+  auto state = std::make_shared<ResidualState>();
+  state->layout = layoutOf(*k);
+  // The node's side first (from the checkpoint not yet in force, if one waits), then the owner's.
+  auto owners = [this, job, key, slices = k->slice_count, state, done = std::move(done)](const Status& node) mutable {
+    if (!node.ok()) return done(node);
+    owner_->exportResiduals(job, key, slices, [state, done = std::move(done)](Result<std::vector<ResidualPart>> parts) {
+      if (!parts.ok()) return done(parts.status());
+      for (ResidualPart& p : *parts) state->parts.push_back(std::move(p));
+      done(encodeResidualState(*state));
+    });
+  };
+  auto addNode = [state](const LocalCoder::SliceStates& slices) {
+    for (uint32_t s = 0; s < slices.size(); ++s)
+      if (!slices[s].empty()) state->parts.push_back({ResidualKind::kNode, s, slices[s]});
+  };
+  if (k->restored || !k->coder) {
+    if (k->restored) addNode(*k->restored);
+    return owners({});
+  }
+  k->coder->exportStates(job, {key}, [addNode, owners = std::move(owners)](
+                                         Result<std::vector<LocalCoder::SliceStates>> r) mutable {
+    if (!r.ok()) return owners(r.status());
+    addNode(r->at(0));
+    owners({});
+  });
+}
+
+Status ReductionEngine::importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) {
+  *dropped = 0;
+  KeyState* k = findKey(job, key);
+  if (k == nullptr) return Status::invalidArgument(strCat("tensor ", key, " is not declared"));
+  if (k->active)
+    return Status::failedPrecondition(strCat("tensor ", key, " is reducing iteration ", k->trainer_iteration,
+                                             ": put its error-feedback state back before its first step"));
+  auto state = decodeResidualState(blob);
+  if (!state.ok()) return Status(state.status().code(), strCat("tensor ", key, ": ", state.status().message()));
+  const ResidualLayout here = layoutOf(*k);
+  if (std::string why = mismatchOf(state->layout, here); !why.empty())
+    return Status::invalidArgument(strCat("tensor ", key, ": the error-feedback state does not fit: ", why));
+  // The owners' parts hold only where this node owns the same slices.
+  const bool owned_here = sameOwnership(state->layout, here) && membership_.size() == transport_.size();
+  LocalCoder::SliceStates node(k->slice_count);
+  std::vector<const ResidualPart*> owner_parts;
+  for (const ResidualPart& p : state->parts) {
+    const size_t n = k->geometry.size(p.slice);
+    const compress::Codec& codec = p.kind == ResidualKind::kResult ? *k->pull : *k->push;
+    if (p.values.size() != codec.stateElements(n))
+      return Status::invalidArgument(strCat("tensor ", key, ": the error-feedback state of slice ", p.slice, " holds ",
+                                            p.values.size(), " floats; codec ", codec.name(), " keeps ",
+                                            codec.stateElements(n)));
+    if (p.kind == ResidualKind::kNode) node[p.slice] = p.values;
+    else if (owned_here) owner_parts.push_back(&p);
+    else ++*dropped;
+  }
+  if (*dropped > 0)
+    GC_LOG(kWarn, "engine", "tensor ", key, ": ", *dropped, " owner residuals of the checkpoint left out: it was saved ",
+           "by node ", state->layout.node_rank, " of ", state->layout.node_count, ", this is node ", here.node_rank,
+           " of ", membership_.size(), " members (the slices have other owners now)");
+  for (const ResidualPart* p : owner_parts) GC_RETURN_IF_ERROR(owner_->importResidual(job, *k, *p));
+  k->restored = std::move(node);
   return {};
 }
 

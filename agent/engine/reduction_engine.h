@@ -53,6 +53,7 @@
 #include "agent/engine/slice_flow.h"
 #include "agent/engine/tensor_route.h"
 #include "agent/engine/reduction_policy.h"
+#include "agent/engine/residual_state.h"
 #include "common/clock.h"
 #include "common/default_init.h"
 #include "common/status.h"
@@ -149,6 +150,14 @@ class ReductionEngine : public JobPart {
   Status reduce(uint64_t job, uint64_t iteration, uint64_t key, std::vector<float*> buffers,
                 std::shared_ptr<LocalCoder> coder = nullptr, std::shared_ptr<const void> keepalive = nullptr);
 
+  // A tensor's error-feedback state on this node, as a blob for a checkpoint
+  // (residual_state.h), read once the work on it so far has run; refused while it reduces.
+  void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done);
+  // Puts a tensor's state back from a checkpoint: checked against its declaration at once
+  // (refused whole if any of it does not fit), in force from its next reduction. `dropped`
+  // gets the owner's parts left out because this node's place in the job differs.
+  Status importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped);
+
   void onMessage(const transport::Message& message);
   // Fails every reduction in flight: they need every peer. Until the peer is back, reduce()
   // fails at once, naming it.
@@ -182,6 +191,8 @@ class ReductionEngine : public JobPart {
 
  private:
   KeyState* findKey(uint64_t job, uint64_t key);
+  // What a state of `k` is valid for here (residual_state.h).
+  ResidualLayout layoutOf(const KeyState& k) const;
   // The owner side's sum of a slice. The whole sum, the result, is sent to every node (ps) or
   // to the successor (ring) and decoded here; a ring hop's partial sum goes to the successor.
   void onResult(const OwnerSide::Slice& slice, Result<SliceEncoding> result, bool compressed, uint32_t contributors,

@@ -2,6 +2,8 @@
 // (std::bad_alloc and anything unexpected) are caught and turned into status codes. Nothing
 // thrown inside the library crosses into the caller.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -252,6 +254,38 @@ GCAGENT_API int gcagent_buffer_fd(gcagent_client* client, uint64_t key, uint64_t
     return client->impl->bufferFd(key, &fd, offset);
   });
   return rc == GCAGENT_OK ? fd : -1;
+}
+
+GCAGENT_API int gcagent_state_get(gcagent_client* client, uint64_t key, uint8_t** data, uint64_t* bytes) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (data == nullptr || bytes == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "data or bytes is NULL");
+    *data = nullptr;
+    *bytes = 0;
+    std::vector<std::byte> blob;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(client->impl->getState(key, &blob));
+    auto* out = static_cast<uint8_t*>(std::malloc(std::max<size_t>(blob.size(), 1)));
+    if (out == nullptr) return failure(GCAGENT_ERR_NO_MEMORY, strCat("no memory for a state of ", blob.size(), " bytes"));
+    std::memcpy(out, blob.data(), blob.size());
+    *data = out;
+    *bytes = blob.size();
+    return {};
+  });
+}
+
+GCAGENT_API void gcagent_state_free(uint8_t* data) { std::free(data); }
+
+GCAGENT_API int gcagent_state_put(gcagent_client* client, uint64_t key, const uint8_t* data, uint64_t bytes,
+                                  uint32_t* dropped) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (data == nullptr && bytes != 0) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "data is NULL");
+    uint32_t left_out = 0;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(
+        client->impl->putState(key, {reinterpret_cast<const std::byte*>(data), static_cast<size_t>(bytes)}, &left_out));
+    if (dropped != nullptr) *dropped = left_out;
+    return {};
+  });
 }
 
 GCAGENT_API int gcagent_set_reply_timeout(gcagent_client* client, int timeout_ms) {

@@ -499,6 +499,51 @@ Outcome Client::bufferFd(uint64_t key, int* fd, uint64_t* offset) const {
   return success();
 }
 
+Outcome Client::getState(uint64_t key, std::vector<std::byte>* out) {
+  if (!broken_.ok()) return broken_;
+  if (slots_.count(key) == 0) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+  out->clear();
+  uint64_t total = 0;
+  do {
+    protocol::Message reply;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(request({0, protocol::StateGet{key, out->size()}}, protocol::MessageType::kStatePart,
+                                            Deadline::after(reply_timeout_ms_), &reply));
+    const auto& part = std::get<protocol::StatePart>(reply.body);
+    if (part.key != key || part.offset != out->size() || (!out->empty() && part.total != total) ||
+        (part.bytes.empty() && part.total != 0))
+      return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent answered the state of key ", key, " from byte ",
+                                                            out->size(), " with key ", part.key, " bytes [", part.offset,
+                                                            ", ", part.offset + part.bytes.size(), ") of ", part.total)));
+    total = part.total;
+    out->insert(out->end(), part.bytes.begin(), part.bytes.end());
+  } while (out->size() < total);
+  return success();
+}
+
+Outcome Client::putState(uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) {
+  if (!broken_.ok()) return broken_;
+  if (slots_.count(key) == 0) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));
+  if (blob.size() > protocol::kMaxStateBytes)
+    return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("a state of ", blob.size(), " bytes is beyond 2^40"));
+  uint64_t offset = 0;
+  do {
+    const uint64_t n = std::min<uint64_t>(protocol::kMaxStatePartBytes, blob.size() - offset);
+    protocol::StatePart part{key, blob.size(), offset, {blob.begin() + static_cast<ptrdiff_t>(offset),
+                                                        blob.begin() + static_cast<ptrdiff_t>(offset + n)}};
+    protocol::Message reply;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(
+        request({0, std::move(part)}, protocol::MessageType::kStateStored, Deadline::after(reply_timeout_ms_), &reply));
+    const auto& stored = std::get<protocol::StateStored>(reply.body);
+    if (stored.key != key || stored.received != offset + n)
+      return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent acknowledged ", stored.received,
+                                                            " bytes of the state of key ", stored.key, " for ",
+                                                            offset + n, " bytes of key ", key)));
+    offset += n;
+    *dropped = stored.dropped;
+  } while (offset < blob.size());
+  return success();
+}
+
 std::vector<uint32_t> Client::resultNodes() const {
   if (!completed_epoch_) return {};
   if (!completed_view_.members.empty()) return completed_view_.members;

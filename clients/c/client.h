@@ -62,6 +62,11 @@ class Client {
     uint64_t key;
   };
   Outcome waitAny(std::span<const Step> steps, int timeout_ms, int wake_fd, size_t* index);
+  // A declared tensor's error-feedback state on this node, as a blob for a checkpoint, read
+  // part by part; and a blob put back, in force from the tensor's next step (`dropped`: owner
+  // parts that belonged to another layout of the job).
+  Outcome getState(uint64_t key, std::vector<std::byte>* out);
+  Outcome putState(uint64_t key, std::span<const std::byte> blob, uint32_t* dropped);
   // A new descriptor of the segment holding key's host slot, and the slot's offset in it.
   Outcome bufferFd(uint64_t key, int* fd, uint64_t* offset) const;
   void setReplyTimeout(int timeout_ms) { reply_timeout_ms_ = timeout_ms; }

@@ -25,7 +25,8 @@
  * GCAGENT_CLIENT_1 (ABI version 1), GCAGENT_CLIENT_2 (ABI version 2 added the GPU calls below)
  * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags), GCAGENT_CLIENT_4 (ABI
  * version 4 added gcagent_result_nodes and gcagent_resync_root) and GCAGENT_CLIENT_5 (ABI
- * version 5 added gcagent_wait_any and gcagent_buffer_fd). A shim compiled against
+ * version 5 added gcagent_wait_any and gcagent_buffer_fd) and GCAGENT_CLIENT_6 (ABI version 6
+ * added gcagent_state_get, gcagent_state_free and gcagent_state_put). A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
  * Numeric values of gcagent_status never change.
@@ -43,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 5
+#define GCAGENT_CLIENT_ABI_VERSION 6
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -237,6 +238,25 @@ GCAGENT_API int gcagent_submit_device(gcagent_client* client, uint64_t iteration
  * on runs after the agent's writes of the averages (the host does not wait for the GPU). */
 GCAGENT_API int gcagent_wait_device(gcagent_client* client, uint64_t iteration, const uint64_t* keys,
                                     size_t count, int timeout_ms, void* cuda_stream);
+
+/* ---- Error-feedback state (ABI version 6) ---- */
+
+/* A declared tensor's error-feedback state as this node's agent holds it (the residuals its
+ * codec owes, of the node's side and of the slices this node owns), as an opaque blob for a
+ * checkpoint: *data (freed with gcagent_state_free) of *bytes bytes. Call between steps, when
+ * none of the tensor's reductions is in flight (else GCAGENT_ERR_AGENT). An agent older than
+ * ABI 6's answers GCAGENT_ERR_AGENT naming an unknown message type. */
+GCAGENT_API int gcagent_state_get(gcagent_client* client, uint64_t key, uint8_t** data, uint64_t* bytes);
+GCAGENT_API void gcagent_state_free(uint8_t* data);
+
+/* Puts a blob of gcagent_state_get back (on the node that saved it, after a restart): the
+ * tensor's next step continues with those residuals. Call after the declare and before the
+ * tensor's first submit. The agent refuses a blob of another tensor, size, slicing or codec
+ * (GCAGENT_ERR_AGENT, naming what differs). Parts that belonged to another layout of the job (a
+ * different node rank or node count: those slices have other owners now) are left out and
+ * counted in *dropped (may be NULL). */
+GCAGENT_API int gcagent_state_put(gcagent_client* client, uint64_t key, const uint8_t* data, uint64_t bytes,
+                                  uint32_t* dropped);
 
 /* Closes the socket, unmaps the segment and frees the client. NULL is ignored. */
 GCAGENT_API void gcagent_close(gcagent_client* client);

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -676,6 +677,36 @@ int runTrainer(const std::string& args, std::string* output) {
   while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output->append(buf, n);
   const int status = ::pclose(pipe);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_F(ClientTest, AStateGoesOutAndComesBackInPartsOfAtMostFourMebibytes) {
+  connect();
+  ASSERT_EQ(declare({{10, 64}}), GCAGENT_OK) << lastError();
+  std::vector<uint8_t> blob(9u << 20);  // three parts: 4 + 4 + 1 MiB
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  agent_->state_dropped = 2;
+  uint32_t dropped = 0;
+  ASSERT_EQ(gcagent_state_put(client_, 10, blob.data(), blob.size(), &dropped), GCAGENT_OK) << lastError();
+  EXPECT_EQ(agent_->state_parts_seen.load(), 3);
+  EXPECT_EQ(dropped, 2u);
+  const auto kept = agent_->state(10);
+  ASSERT_EQ(kept.size(), blob.size());
+  EXPECT_EQ(std::memcmp(kept.data(), blob.data(), blob.size()), 0);
+  uint8_t* back = nullptr;
+  uint64_t bytes = 0;
+  ASSERT_EQ(gcagent_state_get(client_, 10, &back, &bytes), GCAGENT_OK) << lastError();
+  ASSERT_EQ(bytes, blob.size());
+  EXPECT_EQ(std::memcmp(back, blob.data(), blob.size()), 0);
+  gcagent_state_free(back);
+  // An empty state is one empty part each way.
+  ASSERT_EQ(gcagent_state_put(client_, 10, nullptr, 0, nullptr), GCAGENT_OK) << lastError();
+  ASSERT_EQ(gcagent_state_get(client_, 10, &back, &bytes), GCAGENT_OK) << lastError();
+  EXPECT_EQ(bytes, 0u);
+  gcagent_state_free(back);
+  EXPECT_EQ(gcagent_state_get(client_, 99, &back, &bytes), GCAGENT_ERR_NOT_FOUND);
+  EXPECT_THAT(lastError(), HasSubstr("key 99 is not declared"));
+  EXPECT_EQ(gcagent_state_put(client_, 10, nullptr, 5, nullptr), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(gcagent_state_get(client_, 10, nullptr, &bytes), GCAGENT_ERR_INVALID_ARGUMENT);
 }
 
 TEST_F(ClientTest, CTestTrainerChecksTheAverage) {

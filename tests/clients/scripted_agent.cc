@@ -166,6 +166,21 @@ bool ScriptedAgent::serve(int fd) {
         continue;
       }
       if (!send(fd, {id, protocol::Welcome{7, 1, 2}})) return true;
+    } else if (auto* part = std::get_if<protocol::StatePart>(&m.body)) {
+      // Kept as written; the last part reports `state_dropped` owner parts left out.
+      std::lock_guard lock(state_mutex_);
+      auto& kept = states_[part->key];
+      if (part->offset == 0) kept.clear();
+      kept.insert(kept.end(), part->bytes.begin(), part->bytes.end());
+      ++state_parts_seen;
+      const bool last = kept.size() == part->total;
+      if (!send(fd, {id, protocol::StateStored{part->key, kept.size(), last ? state_dropped.load() : 0u}})) return true;
+    } else if (auto* get = std::get_if<protocol::StateGet>(&m.body)) {
+      std::lock_guard lock(state_mutex_);
+      const auto& kept = states_[get->key];
+      const size_t n = std::min<size_t>(protocol::kMaxStatePartBytes, kept.size() - get->offset);
+      std::vector<std::byte> bytes(kept.begin() + get->offset, kept.begin() + get->offset + n);
+      if (!send(fd, {id, protocol::StatePart{get->key, kept.size(), get->offset, std::move(bytes)}})) return true;
     } else if (std::holds_alternative<protocol::Ping>(m.body)) {
       ++pings_seen;
       if (answer_pings.load()) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -58,6 +59,13 @@ class ScriptedAgent {
   std::atomic<int> pongs_sent{0};
   std::atomic<int> pong_delay_ms{0};  // answers pings this late
   std::atomic<int> memfd_offers_closed{0};  // offers sent whose memfd this side has closed again
+  // Error-feedback states: kept as put, read back as kept, in parts.
+  std::atomic<int> state_parts_seen{0};
+  std::atomic<uint32_t> state_dropped{0};  // reported at a put's last part
+  std::vector<std::byte> state(uint64_t key) {
+    std::lock_guard lock(state_mutex_);
+    return states_[key];
+  }
 
   // How a DeclareDevice is answered.
   enum class OnDeviceDeclare {
@@ -68,6 +76,8 @@ class ScriptedAgent {
   std::atomic<OnDeviceDeclare> on_device_declare{OnDeviceDeclare::kRefuse};
 
  private:
+  std::mutex state_mutex_;
+  std::map<uint64_t, std::vector<std::byte>> states_;
   struct Slot {
     float* data;
     uint64_t elements;

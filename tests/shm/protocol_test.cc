@@ -61,6 +61,9 @@ std::vector<Message> samples() {
       {8, DeclareDevice{gpu(0x5a), {a, b}}},
       {9, posixFdOffer()},
       {10, legacyOffer()},
+      {11, StateGet{7, 4096}},
+      {12, StatePart{7, 10, 6, {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}}}},
+      {13, StateStored{7, 10, 2}},
   };
 }
 
@@ -190,8 +193,8 @@ TEST(ProtocolTest, DeviceMessagesHaveAFixedLayout) {
   EXPECT_EQ(messageTypeName(MessageType::kDeclareDevice), "declare device");
   EXPECT_EQ(messageTypeName(MessageType::kDeclaredDevice), "declared device");
   auto header = std::vector<std::byte>(frame.begin(), frame.begin() + kHeaderBytes);
-  header[6] = std::byte{13};
-  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 13");
+  header[6] = std::byte{16};
+  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 16");
 }
 
 TEST(ProtocolTest, PingAndPongAreBareHeaders) {
@@ -235,6 +238,27 @@ TEST(ProtocolTest, MembershipCarriesEpochNodeCountMembersAndJoiners) {
   EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {3, 1}, {}}})).status().message(), HasSubstr("member ranks not ascending"));
   EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {1, 3}, {2}}})).status().message(), HasSubstr("joined node 2 is no member"));
   EXPECT_THAT(roundTrip(encode({0, Membership{4, 2, {1, 3}, {1, 2, 3}}})).status().message(), HasSubstr("3 joined nodes of 2"));
+}
+
+TEST(ProtocolTest, StatePartsStayInsideTheirTotalAndTheLimits) {
+  EXPECT_EQ(messageTypeName(MessageType::kStateGet), "state get");
+  EXPECT_EQ(messageTypeName(MessageType::kStatePart), "state part");
+  EXPECT_EQ(messageTypeName(MessageType::kStateStored), "state stored");
+  const std::vector<std::byte> four(4, std::byte{9});
+  EXPECT_TRUE(roundTrip(encode({1, StatePart{3, 0, 0, {}}})).ok());  // an empty state: one empty part
+  EXPECT_THAT(roundTrip(encode({1, StatePart{3, 8, 6, four}})).status().message(),
+              HasSubstr("state part': part [6, 10) is beyond the total of 8 bytes"));
+  EXPECT_THAT(roundTrip(encode({1, StatePart{3, 8, 0, {}}})).status().message(),
+              HasSubstr("empty part of a non-empty state"));
+  EXPECT_THAT(roundTrip(encode({1, StatePart{3, kMaxStateBytes + 1, 0, four}})).status().message(),
+              HasSubstr("total of 1099511627777 bytes is beyond 2^40"));
+  EXPECT_THAT(roundTrip(encode({1, StateGet{3, kMaxStateBytes}})).status().message(), HasSubstr("beyond 2^40"));
+  // A part claiming more bytes than the frame holds is truncated, not allocated.
+  auto frame = encode({1, StatePart{3, 8, 0, four}});
+  frame[kHeaderBytes + 24] = std::byte{8};
+  EXPECT_EQ(roundTrip(frame).status().code(), StatusCode::kDataLoss);
+  frame[kHeaderBytes + 24 + 3] = std::byte{1};  // 16 MiB + 8: beyond a part's limit
+  EXPECT_THAT(roundTrip(frame).status().message(), HasSubstr("is beyond 4194304"));
 }
 
 TEST(ProtocolTest, HugeCountsAreRejectedBeforeAllocating) {

@@ -293,6 +293,35 @@ class Client:
             if wake_fd < 0:
                 time.sleep(0.0005)
 
+    # ---- Error-feedback state (C ABI 6) ----
+
+    def _need_state_abi(self):
+        if getattr(self._lib, "abi_version", 1) < _library.STATE_ABI_VERSION:
+            raise GcagentError(10, f"gcagent: checkpointing residuals needs C ABI {_library.STATE_ABI_VERSION}, "
+                                   f"the loaded library has {self._lib.abi_version}")
+
+    def get_state(self, key: int) -> bytes:
+        """The error-feedback state the node's agent holds for a declared key, as an opaque blob
+        for a checkpoint. Call between steps."""
+        self._need_state_abi()
+        data, n = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_uint64()
+        self._check(self._lib.gcagent_state_get(self._handle, key, ctypes.byref(data), ctypes.byref(n)),
+                    f"read the error-feedback state of key {key}")
+        try:
+            return ctypes.string_at(data, n.value)
+        finally:
+            self._lib.gcagent_state_free(data)
+
+    def put_state(self, key: int, blob: bytes) -> int:
+        """Puts a blob of get_state back (after the declare, before the key's first submit);
+        returns how many owner parts were left out because the job's layout changed."""
+        self._need_state_abi()
+        dropped = ctypes.c_uint32()
+        blob = bytes(blob)
+        self._check(self._lib.gcagent_state_put(self._handle, key, blob, len(blob), ctypes.byref(dropped)),
+                    f"restore the error-feedback state of key {key}")
+        return dropped.value
+
     @staticmethod
     def _keys(keys: Iterable[int]):
         keys = list(keys)

@@ -22,18 +22,12 @@ inline float valueOf(uint32_t trainer, uint64_t iteration, uint64_t key, uint64_
 // Every trainer's buffers after each iteration: seen[iteration][node][local][key].
 using Seen = std::vector<std::vector<std::vector<std::vector<std::vector<float>>>>>;
 
-// Runs `iterations` of each key of `sizes` (keys 100, 101, ...) under one codec and policy,
-// with the nodes submitting in a different order each iteration, so that owners see
-// contributions before their own.
-inline Seen runPolicy(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations,
-                      compress::CodecSpec codec, ReductionPolicy policy,
-                      float (*value)(uint32_t, uint64_t, uint64_t, uint64_t) = valueOf) {
-  const uint64_t job = jobIdOf("policy-job");
-  std::vector<TensorSpec> specs;
-  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), codec, policy});
-  for (uint32_t r = 0; r < c.size(); ++r) EXPECT_TRUE(c.engine(r).declareJob(job, specs).ok());
-  Seen seen;
-  for (int it = 1; it <= iterations; ++it) {
+// Runs iterations `first` to `last` of each key of `sizes` (keys 100, 101, ...) of a
+// declared job, with the nodes submitting in a different order each iteration, so that owners
+// see contributions before their own. Appends every trainer's buffers to `seen`.
+inline void runIterations(Cluster& c, uint64_t job, uint32_t local, const std::vector<uint64_t>& sizes, int first,
+                          int last, Seen& seen, float (*value)(uint32_t, uint64_t, uint64_t, uint64_t) = valueOf) {
+  for (int it = first; it <= last; ++it) {
     auto& buffers = seen.emplace_back(c.size());
     for (uint32_t r = 0; r < c.size(); ++r) {
       buffers[r].assign(local, {});
@@ -60,6 +54,24 @@ inline Seen runPolicy(Cluster& c, uint32_t local, const std::vector<uint64_t>& s
       c.done(r).clear();
     }
   }
+}
+
+// The specs of keys 100, 101, ... of `sizes` under one codec and policy.
+inline std::vector<TensorSpec> specsOf(const std::vector<uint64_t>& sizes, compress::CodecSpec codec,
+                                       ReductionPolicy policy) {
+  std::vector<TensorSpec> specs;
+  for (size_t k = 0; k < sizes.size(); ++k) specs.push_back({100 + k, sizes[k], -static_cast<int32_t>(k), codec, policy});
+  return specs;
+}
+
+// Declares the job "policy-job" and runs `iterations` of it from the first (runIterations).
+inline Seen runPolicy(Cluster& c, uint32_t local, const std::vector<uint64_t>& sizes, int iterations,
+                      compress::CodecSpec codec, ReductionPolicy policy,
+                      float (*value)(uint32_t, uint64_t, uint64_t, uint64_t) = valueOf) {
+  const uint64_t job = jobIdOf("policy-job");
+  for (uint32_t r = 0; r < c.size(); ++r) EXPECT_TRUE(c.engine(r).declareJob(job, specsOf(sizes, codec, policy)).ok());
+  Seen seen;
+  runIterations(c, job, local, sizes, 1, iterations, seen, value);
   return seen;
 }
 
