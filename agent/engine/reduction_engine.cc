@@ -119,6 +119,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
         k.last_iteration = old->second.last_iteration;
         k.last_trainer_iteration = old->second.last_trainer_iteration;
         k.coder = old->second.coder;
+        k.restored = std::move(old->second.restored);  // a checkpoint's, put back before this declare
       }
     }
     keys.emplace(t.key, std::move(k));

@@ -192,6 +192,8 @@ TEST(CheckpointState, OwnerPartsOfAnotherLayoutAreLeftOutAndTheNodesPartsApply) 
   uint32_t dropped = 0;
   ASSERT_TRUE(two->engine(1).importState(job, 100, saved[1][0], &dropped).ok());
   EXPECT_EQ(dropped, owner_parts);
+  // Another local trainer's declaration of the same tensors keeps what was put back.
+  ASSERT_TRUE(two->engine(1).declareJob(job, specsOf(kSizes, twobit.codec, {})).ok());
   // What applied is the node's side alone: read back, it is exactly those parts.
   std::optional<Result<std::vector<std::byte>>> back;
   two->engine(1).exportState(job, 100, [&](Result<std::vector<std::byte>> r) { back = std::move(r); });

@@ -118,6 +118,7 @@ class HSDPState:
         self.waited_in_hook = 0
         self.reconnects = 0  # connections made anew after the agent closed one
         self._lost = None    # the error that lost the connection, until it is made anew
+        self.dropped_residuals = 0  # of the last load_state_dict: owned by another node now
         self._slots = self._declare_on(self.client)
         for shards, module in hooked:
             module.set_all_reduce_hook(functools.partial(self._on_shard, shards))
@@ -240,6 +241,44 @@ class HSDPState:
                 self._wait(shards, key)
             except GcagentError:
                 pass  # the hook's own error is the one raised
+
+    # ---- Checkpoints ----
+
+    def state_dict(self):
+        """The error-feedback state of the shards this trainer contributes (the residuals its
+        node's agent keeps for them, of the node's side and of the slices that node owns) and the
+        step count, for a checkpoint. It is training state like the optimizer's: a restart that
+        loads it continues with the residuals it had, bit for bit. Call between steps. Stateful
+        for torch.distributed.checkpoint (every trainer saves its own, under its world rank)
+        and a plain dict for torch.save."""
+        if self._in_pass:
+            raise GcagentError(ERR_INVALID_ARGUMENT, "gcagent: state_dict() during a backward pass")
+        if self._lost is not None:
+            self._reconnect()
+        mine = [self._key(s, self.local_rank) for s in self._modules]
+        return {f"rank{self.client.world_rank}": {
+            "step": self._step, "node": self.client.node_rank, "nodes": self.client.node_count,
+            "residuals": {str(k): self.client.get_state(k) for k in mine}}}
+
+    def load_state_dict(self, state_dict):
+        """Puts a state_dict() back, before the first backward pass after a restart: the agents
+        continue with the residuals and step count it holds. Residuals of slices another node
+        owns now (a job restarted on another number of nodes) are left out and counted in
+        `dropped_residuals`; the node's own always apply."""
+        name = f"rank{self.client.world_rank}"
+        if name not in state_dict:
+            raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: the checkpoint holds no state of this trainer ({name}); "
+                                                     f"it has {sorted(state_dict)}")
+        entry = state_dict[name]
+        residuals = {int(k): v for k, v in entry["residuals"].items()}
+        mine = {self._key(s, self.local_rank) for s in self._modules}
+        if set(residuals) != mine:
+            raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: the checkpoint's shards {sorted(residuals)} are not this "
+                                                     f"model's {sorted(mine)} (another model, or other fully_shard modules)")
+        if self._lost is not None:
+            self._reconnect()
+        self.dropped_residuals = sum(self.client.put_state(k, bytes(v)) for k, v in residuals.items())
+        self._step = int(entry["step"])
 
     def close(self):
         self.client.close()

@@ -1,7 +1,7 @@
 """A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
 shim_cluster.py.
 
-    torch_fsdp.py suite | agent-dies | train CODEC [PARAMS]
+    torch_fsdp.py suite | agent-dies | train CODEC [PARAMS] | checkpoint PHASE CODEC PARAMS DIR
 
 suite runs, each as its own job on the agents:
   ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
@@ -16,7 +16,11 @@ suite runs, each as its own job on the agents:
           gcagent across nodes against DDP over gloo.
 agent-dies trains until backward() raises (the test kills an agent).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
-with HSDP through the agent and reports the validation loss. It prints "report: {json}" last."""
+with HSDP through the agent and reports the validation loss.
+checkpoint trains the transformer with a torch.distributed.checkpoint of model, optimizer and
+the hook's state (gcagent.torch.fsdp.HSDPState is Stateful) in DIR: PHASE whole trains 2 x
+CHECKPOINT_STEPS steps; save the first half and saves; resume loads and trains the second half;
+forget does too, loading everything but the hook's state. It prints "report: {json}" last."""
 
 import copy
 import json
@@ -39,6 +43,7 @@ LOCAL = int(os.environ["GCAGENT_LOCAL_SIZE"])
 JOB = os.environ.get("GCAGENT_JOB", "job")
 VOCAB, SEQ = 16, 24
 STEPS = 600  # train's: enough for every codec of the test to level out near the language's entropy
+CHECKPOINT_STEPS = 12
 
 
 class MLP(nn.Module):
@@ -287,6 +292,54 @@ def train(codec, params):
     return {"val_loss": val, "shards": state.shards, "seconds_per_step": (time.monotonic() - started) / STEPS}
 
 
+def parameters_digest(model):
+    import hashlib
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.to_local().detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def checkpointed(phase, codec, params, directory):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    torch.manual_seed(0)
+    model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+    state = gcagent.torch.fsdp.hsdp(model, client=client(f"checkpoint-{codec}"), codec=codec, params=params)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    first, last = 0, 2 * CHECKPOINT_STEPS
+    if phase in ("resume", "forget"):
+        model_sd, optim_sd = get_state_dict(model, opt)
+        loaded = {"model": model_sd, "optim": optim_sd}
+        if phase == "resume":
+            loaded["gcagent"] = state
+        dcp.load(loaded, checkpoint_id=directory)
+        set_state_dict(model, opt, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        first = CHECKPOINT_STEPS
+    elif phase == "save":
+        last = CHECKPOINT_STEPS
+    probs = chain()
+    losses = []
+    for step in range(first, last):
+        x, y = sample(probs, 16, 1000 * step + RANK)
+        loss = loss_of(model, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+        if step == CHECKPOINT_STEPS - 1:
+            losses.append(parameters_digest(model))
+    report = {"losses": losses, "digest": parameters_digest(model), "step": state._step,
+              "dropped": state.dropped_residuals}
+    if phase == "save":
+        model_sd, optim_sd = get_state_dict(model, opt)
+        dcp.save({"model": model_sd, "optim": optim_sd, "gcagent": state}, checkpoint_id=directory)
+        mine = state.state_dict()[f"rank{RANK}"]
+        report["residual_bytes"] = sum(len(v) for v in mine["residuals"].values())
+    state.close()
+    return report
+
+
 def main():
     torch.set_num_threads(1)  # four trainers and two agents share the host's cores
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
@@ -295,6 +348,9 @@ def main():
     elif sys.argv[1] == "agent-dies":
         print("report: " + json.dumps(agent_dies()), flush=True)
         os._exit(0)  # the node's process group may still wait on a trainer that failed apart
+    elif sys.argv[1] == "checkpoint":
+        params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if sys.argv[4] else {}
+        report = checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5])
     else:
         params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if len(sys.argv) > 3 else {}
         report = train(sys.argv[2], params)
