@@ -251,3 +251,33 @@ def test_fsdp_training_recovers_after_a_killed_agent_restarts(tmp_path):
     assert len({r["model"] for r in rep}) == 1, rep
     assert [r["reconnects"] for r in rep] == [0, 0, 1, 1], (rep, [out[-1500:] for out in outs[2:]])
     assert "joined job 'job'" in logs[1].rsplit("accepting trainers", 1)[-1], logs[1][-3000:]
+
+
+def test_ddp_restarted_from_a_checkpoint_continues_with_its_residuals_bit_for_bit(tmp_path):
+    """The DDP hook's state saved with torch.save beside model and optimizer, every trainer and
+    agent stopped, new ones started: the restart's first step already goes through the agents
+    (the buckets declared as saved), and every step equals the uninterrupted run's, bit for
+    bit, when DDP keeps its first buckets (find_unused_parameters=True). Without the hook's state
+    it differs (the check can fail). Where DDP rebuilds its buckets after the first step (the
+    default), the restart's first buckets differ from the saved ones (the hook compares the
+    parameters' shapes in order): it learns them again, as at the start."""
+    runs = {}
+    for phase, model in (("whole", "kept"), ("save", "kept"), ("resume", "kept"), ("forget", "kept"),
+                         ("save", "rebuilt"), ("resume", "rebuilt")):
+        (tmp_path / f"{phase}-{model}").mkdir()
+        with Cluster(tmp_path / f"{phase}-{model}", 2) as c:
+            args = ["checkpoint", phase, model, str(tmp_path)]
+            runs[phase, model] = reports(run_trainers(c, 2, "torch_trainer.py", args), c)
+    steps = 10
+    for rank in range(4):
+        whole, saved, resumed, forgot = (runs[p, "kept"][rank] for p in ("whole", "save", "resume", "forget"))
+        assert saved["losses"] == whole["losses"][:steps], rank
+        # Local rank 0 keeps its node's residuals; the others the step and the buckets.
+        assert (saved["residual_bytes"] > 0) == (rank % 2 == 0), saved
+        assert resumed["fallback"] == 0 and resumed["dropped"] == 0, resumed
+        assert resumed["losses"] == whole["losses"][steps:], (rank, resumed["losses"], whole["losses"])
+        assert resumed["params"] == whole["params"], rank
+        assert forgot["params"] != whole["params"], "without the residuals the restart must differ"
+        relearnt, before = runs["resume", "rebuilt"][rank], runs["save", "rebuilt"][rank]
+        assert relearnt["fallback"] == before["fallback"] > 0, (before, relearnt)  # two steps, as at the start
+        assert relearnt["agent_buckets"] == before["agent_buckets"], (before, relearnt)

@@ -73,6 +73,11 @@ def _bucket_result(fut):
     return fut.value()
 
 
+def _shapes(bucket):
+    """What tells a bucket's layout apart beyond its size: its parameters' shapes, in order."""
+    return tuple(tuple(p.shape) for p in bucket.parameters())
+
+
 def _settled_with(buf):
     """A bucket's result for DDP inside a backward pass: the average, or when the bucket failed,
     its local gradient unchanged; the failure is raised at the end of the pass (State._raise_failure)."""
@@ -102,6 +107,8 @@ class State:
         self.timeout_s = timeout_s
         self.step = 1
         self.declared = {}          # bucket index -> elements, once learned
+        self.shapes = {}            # bucket index -> its parameters' shapes in order, seen while learning
+        self._verify = False        # the first step after load_state_dict: buckets checked against `shapes`
         self.priorities = {}        # bucket index -> priority declared to the agent
         self.seen, self.last_seen = {}, None
         self.device = None          # the buckets' torch.device when they live on a GPU
@@ -113,6 +120,7 @@ class State:
         self._lost = None           # the error that lost the connection, until it is made anew
         self.moved_buckets = 0      # buckets moved into their slots (no copies from then on)
         self.copied_buckets = 0     # buckets copied into their slots and back (not views: see above)
+        self.dropped_residuals = 0  # of the last load_state_dict: owned by another node now
         self._slots = {}            # key -> its slot (a CPU tensor over the agent's segment, or a device slot)
         self._queue = collections.deque()  # buckets handed over, for the completion thread to submit
         self._wakeup = _Wakeup()
@@ -131,6 +139,8 @@ class State:
         if buf.is_cuda != (self.device is not None) or (buf.is_cuda and buf.device != self.device):
             self.declared = {}
             self.device = buf.device if buf.is_cuda else None
+        if self._verify and self.declared.get(index) == buf.numel() and _shapes(bucket) != self.shapes.get(index):
+            self.declared = {}  # DDP built other buckets this time: learnt again, the residuals kept by the agent
         if self.declared.get(index) == buf.numel():
             self.agent_buckets += 1
             if self.device is not None:
@@ -147,6 +157,7 @@ class State:
             fut = fut.then(_settled_with(buf) if self._watch(fut) else _bucket_result)
         else:
             self.declared = {}
+            self.shapes[index] = _shapes(bucket)
             fut = self._fallback(buf)
         if bucket.is_last():
             self._end_iteration()
@@ -213,6 +224,7 @@ class State:
         if not self.declared and self.seen == self.last_seen:
             self._declare(self.seen)
         self.last_seen, self.seen = self.seen, {}
+        self._verify = False
         self.step += 1
 
     def _declare(self, buckets):
@@ -237,6 +249,53 @@ class State:
                     for k, n in keys.items()}
         client.declare(specs)
         return {k: torch.from_numpy(client.slot(k)) for k in keys}
+
+    # ---- Checkpoints ----
+
+    def state_dict(self):
+        """The hook's training state for a checkpoint: the step count, the buckets it learned,
+        and on each node's local rank 0 the residuals its agent keeps for them (of the node's
+        side and of the slices that node owns). A restart that loads it reduces its first step
+        through the agent with the residuals it had, bit for bit the uninterrupted run, when DDP
+        builds the buckets it rebuilt before at once (the same parameters in the same order,
+        checked). When it does not (it orders them by when their gradients came in the first
+        step), the hook learns them again for two steps, reduced exactly by the process group,
+        and the residuals apply from the third. Call between steps. Stateful for torch.distributed.checkpoint (every
+        trainer saves its own, under its world rank) and a plain dict for torch.save."""
+        self._drain()
+        if self._lost is not None and self.declared:
+            self._reconnect()
+        residuals = {}
+        if self.declared and self.client.local_rank == 0:
+            with self._lock:
+                residuals = {str(k): self.client.get_state(k) for k in sorted(self.declared)}
+        return {f"rank{self.client.world_rank}": {
+            "step": self.step, "node": self.client.node_rank, "nodes": self.client.node_count,
+            "buckets": {str(i): n for i, n in self.declared.items()},
+            "shapes": {str(i): [list(s) for s in self.shapes.get(i, ())] for i in self.declared},
+            "residuals": residuals}}
+
+    def load_state_dict(self, state_dict):
+        """Puts a state_dict() back before the first step after a restart: the buckets are
+        declared as they were and their residuals put back (see state_dict). Residuals of
+        slices another node owns now are left out and counted in `dropped_residuals`."""
+        name = f"rank{self.client.world_rank}"
+        if name not in state_dict:
+            raise GcagentError(1, f"gcagent: the checkpoint holds no state of this trainer ({name}); "
+                                  f"it has {sorted(state_dict)}")
+        entry = state_dict[name]
+        buckets = {int(i): int(n) for i, n in entry["buckets"].items()}
+        self._drain()
+        if buckets:
+            self.priorities = {i: -(len(buckets) - 1 - i) for i in buckets}
+            with self._lock:
+                self._slots = self._declare_on(self.client, buckets)
+                self.dropped_residuals = sum(self.client.put_state(int(k), bytes(v))
+                                             for k, v in entry["residuals"].items())
+            self.declared, self.last_seen = dict(buckets), dict(buckets)
+            self.shapes = {int(i): tuple(tuple(s) for s in shapes) for i, shapes in entry["shapes"].items()}
+            self._verify = True
+        self.step = int(entry["step"])
 
     def sync_parameters(self, module) -> bool:
         """Call after every step, failed or not. When the step just completed was the first under a

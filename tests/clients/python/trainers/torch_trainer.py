@@ -1,13 +1,16 @@
 """A PyTorch trainer for the shim tests; the environment comes from shim_cluster.py.
 
-    torch_trainer.py suite | suite-cuda | ddp-agent-dies | extras
+    torch_trainer.py suite | suite-cuda | ddp-agent-dies | extras | checkpoint PHASE kept|rebuilt DIR
 
 suite runs three parts, each as its own job on the agents: the DDP hook with codec none
 against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
 broadcast_parameters. suite-cuda runs the two DDP parts with the model on GPU 0, so that the
 hook's buckets take the agent's device path. extras: Horovod's names, backward_passes_per_step,
 dgc's momentum warning, and agent errors as the training loop sees them (the last world rank
-leaves the last job). It prints "report: {json}" last."""
+leaves the last job). checkpoint trains with the DDP hook and 2bit, and a torch.save per trainer
+of model, optimizer and the hook's state in DIR: PHASE whole trains 2 x CHECKPOINT_STEPS steps;
+save the first half and saves; resume loads and trains the second half; forget does too,
+loading everything but the hook's state. It prints "report: {json}" last."""
 
 import copy
 import json
@@ -123,6 +126,51 @@ def ddp_train():
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "param_sum": float(params.sum()),
             "agent_buckets": state.agent_buckets, "device": str(state.device)}
+
+
+CHECKPOINT_STEPS = 10
+
+
+def checkpointed(phase, kept, directory):
+    """kept: DDP keeps the buckets of its first step (find_unused_parameters=True), so a restart
+    makes the saved ones at once; else it rebuilds them after the first step, in the order the
+    gradients came, and a restart learns them again."""
+    init_group()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                                                  nn.Linear(64, 10)), bucket_cap_mb=0.01, find_unused_parameters=kept)
+    state = gcagent.torch.State(gcagent.Client(job="checkpoint"), codec="2bit", params={"threshold": "0.005"})
+    model.register_comm_hook(state, gcagent.torch.hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    path = os.path.join(directory, f"{'kept' if kept else 'rebuilt'}-rank{RANK}.pt")
+    first, last = 1, 2 * CHECKPOINT_STEPS
+    if phase in ("resume", "forget"):
+        saved = torch.load(path)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optim"])
+        if phase == "resume":
+            state.load_state_dict(saved["gcagent"])
+        first = CHECKPOINT_STEPS + 1
+    elif phase == "save":
+        last = CHECKPOINT_STEPS
+    torch.manual_seed(7)
+    w = torch.randn(32, 10)
+    losses, fallback_before = [], state.fallback_buckets
+    for it in range(first, last + 1):
+        x = torch.randn(64, 32, generator=torch.Generator().manual_seed(100 * it + RANK))
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), (x @ w).argmax(1))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    report = {"losses": losses, "params": params.tolist(), "fallback": state.fallback_buckets - fallback_before,
+              "agent_buckets": state.agent_buckets, "dropped": state.dropped_residuals}
+    if phase == "save":
+        hook_state = state.state_dict()
+        torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "gcagent": hook_state}, path)
+        report["residual_bytes"] = sum(len(v) for v in hook_state[f"rank{RANK}"]["residuals"].values())
+    return report
 
 
 def optimizer_exact():
@@ -298,6 +346,9 @@ def extras():
 
 if __name__ == "__main__":
     mode = sys.argv[1]
+    if mode == "checkpoint":
+        print("report: " + json.dumps(checkpointed(sys.argv[2], sys.argv[3] == "kept", sys.argv[4])), flush=True)
+        os._exit(0)
     result = {"suite": suite, "suite-cuda": suite_cuda, "ddp-agent-dies": ddp_agent_dies, "extras": extras}[mode]()
     print("report: " + json.dumps(result), flush=True)
     os._exit(0)  # the process group may still wait on peers that failed
