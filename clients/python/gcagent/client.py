@@ -383,6 +383,8 @@ class Reducer:
         self._stale = False
         self._iteration: Dict[int, int] = {}
         self._slots: Dict[int, np.ndarray] = {}  # key -> its slot (Client.slot), until the next declare
+        self._restoring: Dict[int, bytes] = {}  # residuals of load_state_dict, put back once their key is declared
+        self.dropped_residuals = 0  # of load_state_dict: owned by another node now
 
     # Horovod's names: this trainer's place among all trainers of the job, and on its node.
     def rank(self) -> int:
@@ -416,6 +418,40 @@ class Reducer:
             self.client.declare([self._tensor_spec(k) for k in sorted(self._specs)])
             self._stale = False
             self._slots = {}
+        self._restore()
+
+    # ---- Checkpoints ----
+
+    def state_dict(self):
+        """This trainer's reductions' training state for a checkpoint: each key's iteration count
+        and, on each node's local rank 0, the residuals its agent keeps for the keys (of the
+        node's side and of the slices that node owns). Loaded back into a restarted job's Reducer
+        (load_state_dict), its keys continue with the residuals they had. Call between steps. A
+        dict under this trainer's world rank (every trainer saves and loads its own)."""
+        residuals = {}
+        if self.client.local_rank == 0 and self._specs and not self._stale:
+            residuals = {str(k): self.client.get_state(k) for k in sorted(self._specs)}
+        return {f"rank{self.client.world_rank}": {
+            "node": self.client.node_rank, "nodes": self.client.node_count,
+            "iterations": {str(k): it for k, it in self._iteration.items()}, "residuals": residuals}}
+
+    def load_state_dict(self, state_dict):
+        """Puts a state_dict() back before the first reduction after a restart. Keys not declared
+        yet (a store that declares them as it meets them) get their residuals when they are."""
+        name = f"rank{self.client.world_rank}"
+        if name not in state_dict:
+            raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: the checkpoint holds no state of this trainer "
+                                                     f"({name}); it has {sorted(state_dict)}")
+        entry = state_dict[name]
+        self._iteration = {int(k): int(it) for k, it in entry["iterations"].items()}
+        self._restoring = {int(k): bytes(v) for k, v in entry["residuals"].items()}
+        self.dropped_residuals = 0
+        if not self._stale:
+            self._restore()
+
+    def _restore(self):
+        for key in [k for k in self._restoring if k in self._specs]:
+            self.dropped_residuals += self.client.put_state(key, self._restoring.pop(key))
 
     def redeclare(self):
         """Declares the known keys again, with the current codec, on the next reduce."""

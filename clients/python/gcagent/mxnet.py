@@ -36,6 +36,9 @@ from mxnet.kvstore import KVStoreBase
 
 from gcagent.client import GcagentError, Reducer, warn_dgc_momentum
 
+# Marks a states file of save_optimizer_states (the optimizer's states and the reductions').
+_STATES_FORMAT = "gcagent.mxnet.states"
+
 # MXNet's compression types, run by the codecs of the same name with MXNet's aggregation.
 _MXNET_TYPES = ("2bit", "1bit")
 # gradient_compression.h: DMLC_DECLARE_FIELD(threshold).set_default(0.5)
@@ -259,17 +262,34 @@ class GcagentKVStore(KVStoreBase):
             options = self._reduce_options()
             self._warned = warn_dgc_momentum(options["codec"], options["params"], *self._momentum)
 
+    # ---- checkpoints ----
+
     def save_optimizer_states(self, fname, dump_optimizer=False):
+        """The optimizer's states (what dist_sync saves) and, beside them, the reductions' own:
+        each key's iteration count and, on each node's local rank 0, the residuals its agent
+        keeps (Reducer.state_dict). gluon.Trainer.save_states calls this; every trainer saves
+        its own file, as the residuals are its node's."""
         if self._updater is None:
             raise GcagentError(_INVALID_ARGUMENT, "no optimizer to save: set_optimizer was not called")
         with open(fname, "wb") as f:
-            f.write(self._updater.get_states(dump_optimizer))
+            pickle.dump({_STATES_FORMAT: 1, "optimizer": self._updater.get_states(dump_optimizer),
+                         "reduction": self._reducer.state_dict()}, f)
 
     def load_optimizer_states(self, fname):
+        """Loads a file of save_optimizer_states, or one of MXNet's own stores (the optimizer's
+        states alone: the residuals then start from zero)."""
         if self._updater is None:
             raise GcagentError(_INVALID_ARGUMENT, "no optimizer to load into: set_optimizer was not called")
         with open(fname, "rb") as f:
-            self._updater.set_states(f.read())
+            data = f.read()
+        try:
+            saved = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - not ours: MXNet's own format
+            saved = None
+        if not (isinstance(saved, dict) and _STATES_FORMAT in saved):
+            return self._updater.set_states(data)
+        self._updater.set_states(saved["optimizer"])
+        self._reducer.load_state_dict(saved["reduction"])
 
 
 KVStore = GcagentKVStore

@@ -49,3 +49,23 @@ def test_errors_who_is_who_and_codec_warnings(tmp_path):
         assert codec["type"] == param["type"] == "GcagentError" and codec["code"] == param["code"] == 5, r
         assert codec["message"].startswith(head + "unknown codec 'nosuch'"), codec
         assert param["message"].startswith(head + "codec 'dgc': parameter 'ratio'"), param
+
+
+def test_gluon_trainer_restarted_from_its_states_continues_with_its_residuals_bit_for_bit(tmp_path):
+    """Trainer.save_states and save_parameters per trainer, every trainer and agent stopped, new
+    ones started: every step equals the uninterrupted run's, bit for bit. Loading MXNet's part
+    of the states alone (its own format, which the store still reads) does not."""
+    runs = {}
+    for phase in ("whole", "save", "resume", "forget"):
+        (tmp_path / phase).mkdir()
+        with Cluster(tmp_path / phase, 2, AGENT_ARGS) as c:
+            runs[phase] = reports(run_trainers(c, 2, "mxnet_trainer.py", ["checkpoint", phase, str(tmp_path)]), c)
+    steps = 10
+    for rank in range(4):
+        whole, saved, resumed, forgot = (runs[p][rank] for p in ("whole", "save", "resume", "forget"))
+        assert saved["losses"] == whole["losses"][:steps], rank
+        # 2 layers x (weight, bias), their gradients and their init broadcasts: on local rank 0.
+        assert saved["residual_keys"] == (8 if rank % 2 == 0 else 0), saved
+        assert resumed["losses"] == whole["losses"][steps:], (rank, resumed["losses"], whole["losses"])
+        assert resumed["weights"] == whole["weights"], rank
+        assert forgot["weights"] != whole["weights"], "without the residuals the restart must differ"

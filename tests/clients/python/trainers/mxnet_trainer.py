@@ -1,10 +1,13 @@
 """An MXNet trainer for the shim tests (environment from shim_cluster.py).
 
-    mxnet_trainer.py [suite | extras]
+    mxnet_trainer.py [suite | extras | checkpoint PHASE DIR]
 
 suite: pushpull with codec none against the exact sum, then gluon.Trainer with the store and
 2bit compression, each as its own job on the agents. extras: who is who, dgc's momentum
-warning and agent errors as the training loop sees them. Prints "report: {json}" last."""
+warning and agent errors as the training loop sees them. checkpoint trains with gluon.Trainer and
+2bit, saving parameters and Trainer.save_states per trainer in DIR: PHASE whole trains 2 x
+CHECKPOINT_STEPS steps; save the first half and saves; resume loads and trains the second half;
+forget loads MXNet's part of the states alone. Prints "report: {json}" last."""
 
 import json
 import os
@@ -68,6 +71,54 @@ def gluon_train():
     weights = sum(float(p.data().asnumpy().astype(np.float64).sum()) for p in net.collect_params().values())
     return {"first_loss": sum(losses[:5]) / 5, "last_loss": sum(losses[-5:]) / 5, "weight_sum": weights,
             "codec": kv._codec[0], "params": kv._codec[1], "aggregation": kv._codec[2]}
+
+
+CHECKPOINT_STEPS = 10
+
+
+def checkpointed(phase, directory):
+    mx.random.seed(0)
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros((1, 32)))
+    path = os.path.join(directory, f"rank{RANK}")
+    if phase in ("resume", "forget"):
+        net.load_parameters(path + ".params")
+    kv = gcagent.mxnet.KVStore(gcagent.Reducer(gcagent.Client(job="checkpoint")))
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=kv,
+                            compression_params={"type": "2bit", "threshold": 0.05})
+    first, last = 0, 2 * CHECKPOINT_STEPS
+    if phase == "resume":
+        trainer.load_states(path + ".states")
+        first = CHECKPOINT_STEPS
+    elif phase == "forget":
+        import pickle
+        with open(path + ".states", "rb") as f:
+            mxnet_only = pickle.load(f)["optimizer"]
+        with open(path + ".mxnet", "wb") as f:
+            f.write(mxnet_only)
+        trainer.load_states(path + ".mxnet")  # MXNet's own format: no residuals
+        first = CHECKPOINT_STEPS
+    elif phase == "save":
+        last = CHECKPOINT_STEPS
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    w = np.random.default_rng(7).standard_normal((32, 10)).astype(np.float32)
+    losses = []
+    for it in range(first, last):
+        x = np.random.default_rng(100 * it + RANK).standard_normal((64, 32)).astype(np.float32)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array((x @ w).argmax(1))).mean()
+        loss.backward()
+        trainer.step(WORLD)
+        losses.append(float(loss.asscalar()))
+    weights = [p.data().asnumpy().tolist() for p in net.collect_params().values()]
+    report = {"losses": losses, "weights": weights}
+    if phase == "save":
+        net.save_parameters(path + ".params")
+        trainer.save_states(path + ".states")
+        report["residual_keys"] = len(kv._reducer.state_dict()[f"rank{RANK}"]["residuals"])
+    return report
 
 
 def small_net():
@@ -140,7 +191,9 @@ def agent_errors():
 
 
 if __name__ == "__main__":
-    if (sys.argv[1] if len(sys.argv) > 1 else "suite") == "extras":
+    if len(sys.argv) > 1 and sys.argv[1] == "checkpoint":
+        result = checkpointed(sys.argv[2], sys.argv[3])
+    elif (sys.argv[1] if len(sys.argv) > 1 else "suite") == "extras":
         result = {"names": who_is_who(), "momentum": momentum_warnings(), "errors": agent_errors()}
     else:
         result = {"pushpull": pushpull_exact(), "gluon": gluon_train()}
