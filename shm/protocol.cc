@@ -243,8 +243,8 @@ std::vector<TensorDecl> parseTensors(BodyParser& p) {
     if (!keys.insert(t.key).second) p.invalid(strCat(at, "repeats key ", t.key));
     if (t.elements == 0 || t.elements > kMaxElements)
       p.invalid(strCat(at, "element count ", t.elements, " is outside [1, 2^40]"));
-    if (dtype != static_cast<uint8_t>(DType::kFloat32))
-      p.invalid(strCat(at, "unknown dtype ", static_cast<int>(dtype), " (1 = float32)"));
+    if (dtype < static_cast<uint8_t>(DType::kFloat32) || dtype > static_cast<uint8_t>(DType::kFloat16))
+      p.invalid(strCat(at, "unknown dtype ", static_cast<int>(dtype), " (1 = float32, 2 = bfloat16, 3 = float16)"));
     t.dtype = static_cast<DType>(dtype);
     if (params > kMaxParams) {
       p.invalid(strCat(at, params, " codec parameters exceed ", kMaxParams));
@@ -396,6 +396,17 @@ Error parseError(BodyParser& p) {
 }
 
 }  // namespace
+
+size_t dtypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+std::string_view dtypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+  }
+  return "unknown";
+}
 
 std::string_view messageTypeName(MessageType type) {
   switch (type) {

@@ -67,7 +67,12 @@ enum class MessageType : uint16_t {
 };
 std::string_view messageTypeName(MessageType type);
 
-enum class DType : uint8_t { kFloat32 = 1 };
+// A tensor's element type in its slot. The agent reduces in fp32: bfloat16 and float16 slots
+// (added in version 1: an older agent refuses them as an unknown dtype) are widened exactly
+// into fp32 at a submit and the result rounded back to nearest even at its completion.
+enum class DType : uint8_t { kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3 };
+size_t dtypeBytes(DType dtype);
+std::string_view dtypeName(DType dtype);
 
 inline constexpr size_t kGpuUuidBytes = 16;
 inline constexpr size_t kIpcHandleBytes = 64;  // CUipcMemHandle and CUipcEventHandle

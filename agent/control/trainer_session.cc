@@ -2,6 +2,7 @@
 
 #include <variant>
 
+#include "agent/control/slot_dtype.h"
 #include "common/gpu_uuid.h"
 #include "common/log.h"
 #include "common/str_cat.h"
@@ -94,7 +95,7 @@ Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
     return Status::failedPrecondition("declare while device gradients are still being copied in");
   GC_RETURN_IF_ERROR(job_->checkSlots(local_rank_, MemberSlots{}));
   std::vector<uint64_t> bytes;
-  for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
+  for (const auto& t : d.tensors) bytes.push_back(t.elements * protocol::dtypeBytes(t.dtype));
   shm::SlotLayout layout = shm::layoutSlots(bytes);
   // The new segment first: a declare refused for want of memory (a full /dev/shm) leaves
   // the previous declaration, its segment and its slots in force. The old name goes (the
@@ -106,9 +107,17 @@ Status TrainerSession::onDeclare(uint32_t request, const protocol::Declare& d) {
   GC_RETURN_IF_ERROR(host_.jobs().declare(*job_, d.tensors));
   forgetSlots();
   segment_ = std::make_shared<shm::Segment>(std::move(segment).value());
-  for (size_t i = 0; i < d.tensors.size(); ++i)
-    slots_[d.tensors[i].key] = {reinterpret_cast<float*>(segment_->bytes().data() + layout.offsets[i]),
-                                d.tensors[i].elements, i};
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    const protocol::TensorDecl& t = d.tensors[i];
+    std::byte* at = segment_->bytes().data() + layout.offsets[i];
+    Slot slot{reinterpret_cast<float*>(at), t.elements, i, t.dtype, nullptr, nullptr};
+    if (t.dtype != protocol::DType::kFloat32) {
+      slot.narrow = at;
+      slot.wide = std::make_shared<FloatBuffer>(t.elements);
+      slot.data = slot.wide->data();
+    }
+    slots_[t.key] = std::move(slot);
+  }
   generation_ = job_->generation;
   job_->declareSlots(local_rank_, MemberSlots{});
   send({request, protocol::Declared{segment_->name(), layout.total_bytes, layout.offsets}});
@@ -119,6 +128,10 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
   if (!job_) return Status::failedPrecondition("declare before hello");
   if (staging_count_ != 0)
     return Status::failedPrecondition("declare while device gradients are still being copied in");
+  for (const auto& t : d.tensors)
+    if (t.dtype != protocol::DType::kFloat32)
+      return Status::invalidArgument(strCat("tensor ", t.key, ": device tensors are float32; a ", protocol::dtypeName(t.dtype),
+                                            " tensor needs a host slot (declare)"));
   std::vector<uint64_t> bytes;
   for (const auto& t : d.tensors) bytes.push_back(t.elements * sizeof(float));
   // The GPU check comes first: a refused trainer must not disturb the job's declaration.
@@ -136,7 +149,8 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
   forgetSlots();
   device_ = std::move(device).value();
   for (size_t i = 0; i < d.tensors.size(); ++i)
-    slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i};
+    slots_[d.tensors[i].key] = {device_->hostBuffer(i), d.tensors[i].elements, i, protocol::DType::kFloat32, nullptr,
+                                nullptr};
   generation_ = job_->generation;
   job_->declareSlots(local_rank_, mine);
   GC_LOG(kInfo, "control", "trainer ", id(), ": ", d.tensors.size(), " device tensors on ", gpuUuidText(d.gpu));
@@ -146,6 +160,8 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
 
 void TrainerSession::complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded) {
   auto it = slots_.find(key);
+  if (it != slots_.end() && it->second.narrow != nullptr)  // the fp32 result, rounded into the slot
+    narrowSlot(it->second.dtype, it->second.data, it->second.narrow, it->second.elements);
   if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
   auto self = shared_from_this();
   DeviceSlots* device = device_.get();
@@ -274,6 +290,10 @@ void TrainerSession::contribute(uint64_t iteration, uint64_t key) {
   mine.coder = device_ ? device_->coder() : nullptr;
   mine.session = std::static_pointer_cast<TrainerSession>(shared_from_this());
   mine.pin = device_ ? std::shared_ptr<const void>(device_) : std::shared_ptr<const void>(segment_);
+  if (slot.narrow != nullptr) {  // reduced in its fp32 twin, which the reduction pins
+    widenSlot(slot.dtype, slot.narrow, slot.data, slot.elements);
+    mine.pin = std::shared_ptr<const void>(slot.wide);
+  }
   mine.index = slot.index;
   mine.elements = slot.elements;
   Joined joined = job_->contribute(local_rank_, iteration, key, std::move(mine));

@@ -18,6 +18,7 @@
 #include "agent/coding/device_path.h"
 #include "agent/control/local_job.h"
 #include "agent/control/session_host.h"
+#include "common/default_init.h"
 #include "agent/control/trainer_connection.h"
 
 namespace gcagent::shm {
@@ -49,9 +50,12 @@ class TrainerSession : public TrainerConnection {
 
  private:
   struct Slot {
-    float* data;
+    float* data;  // what the engine reduces in: the slot, or a narrow slot's fp32 twin
     uint64_t elements;
     size_t index;  // in the declaration
+    shm::protocol::DType dtype = shm::protocol::DType::kFloat32;
+    std::byte* narrow = nullptr;         // a bfloat16 or float16 slot (slot_dtype.h)
+    std::shared_ptr<FloatBuffer> wide;   // its fp32 twin, pinned by the reductions that use it
   };
 
   bool identified() const override { return job_ != nullptr; }

@@ -150,6 +150,24 @@ GCAGENT_API int gcagent_declare(gcagent_client* client, const gcagent_tensor* te
   });
 }
 
+GCAGENT_API int gcagent_declare_dtypes(gcagent_client* client, const gcagent_tensor* tensors, const uint8_t* dtypes,
+                                       size_t count) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    std::vector<gcagent::shm::protocol::TensorDecl> decls;
+    GCAGENT_CLIENT_RETURN_IF_FAILED(convertTensors("gcagent_declare_dtypes", tensors, count, &decls));
+    if (dtypes == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "gcagent_declare_dtypes: dtypes is NULL");
+    for (size_t i = 0; i < count; ++i) {
+      if (dtypes[i] < GCAGENT_DTYPE_FLOAT32 || dtypes[i] > GCAGENT_DTYPE_FLOAT16)
+        return failure(GCAGENT_ERR_INVALID_ARGUMENT, strCat("tensor ", i, " (key ", tensors[i].key, "): dtype ",
+                                                            static_cast<int>(dtypes[i]), " is not one of ",
+                                                            "GCAGENT_DTYPE_FLOAT32, _BFLOAT16, _FLOAT16"));
+      decls[i].dtype = static_cast<gcagent::shm::protocol::DType>(dtypes[i]);
+    }
+    return client->impl->declare(std::move(decls));
+  });
+}
+
 GCAGENT_API int gcagent_declare_device(gcagent_client* client, const gcagent_tensor* tensors, size_t count,
                                        const uint8_t gpu_uuid[16]) {
   if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;

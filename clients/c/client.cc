@@ -251,7 +251,7 @@ Outcome checkSlots(const std::vector<protocol::TensorDecl>& tensors, const std::
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const uint64_t offset = offsets[i];
-    const uint64_t bytes = tensors[i].elements * sizeof(float);  // elements <= 2^40: no overflow
+    const uint64_t bytes = tensors[i].elements * protocol::dtypeBytes(tensors[i].dtype);  // <= 2^42: no overflow
     if (offset % alignof(float) != 0 || offset > size || bytes > size - offset)
       return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent placed key ", tensors[i].key, " (", bytes,
                                                   " bytes) at offset ", offset, " of its ", size, "-byte ", region));
@@ -260,7 +260,7 @@ Outcome checkSlots(const std::vector<protocol::TensorDecl>& tensors, const std::
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return offsets[a] < offsets[b]; });
   for (size_t j = 1; j < order.size(); ++j) {
     const size_t prev = order[j - 1], cur = order[j];
-    if (offsets[prev] + tensors[prev].elements * sizeof(float) > offsets[cur])
+    if (offsets[prev] + tensors[prev].elements * protocol::dtypeBytes(tensors[prev].dtype) > offsets[cur])
       return failure(GCAGENT_ERR_PROTOCOL, strCat("the agent gave keys ", tensors[prev].key, " and ", tensors[cur].key,
                                                   " overlapping slots in ", region));
   }

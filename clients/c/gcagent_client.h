@@ -26,7 +26,8 @@
  * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags), GCAGENT_CLIENT_4 (ABI
  * version 4 added gcagent_result_nodes and gcagent_resync_root) and GCAGENT_CLIENT_5 (ABI
  * version 5 added gcagent_wait_any and gcagent_buffer_fd) and GCAGENT_CLIENT_6 (ABI version 6
- * added gcagent_state_get, gcagent_state_free and gcagent_state_put). A shim compiled against
+ * added gcagent_state_get, gcagent_state_free, gcagent_state_put and gcagent_declare_dtypes).
+ * A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
  * Numeric values of gcagent_status never change.
@@ -257,6 +258,20 @@ GCAGENT_API void gcagent_state_free(uint8_t* data);
  * counted in *dropped (may be NULL). */
 GCAGENT_API int gcagent_state_put(gcagent_client* client, uint64_t key, const uint8_t* data, uint64_t bytes,
                                   uint32_t* dropped);
+
+/* ---- bfloat16 and float16 tensors (ABI version 6) ---- */
+
+#define GCAGENT_DTYPE_FLOAT32 1
+#define GCAGENT_DTYPE_BFLOAT16 2
+#define GCAGENT_DTYPE_FLOAT16 3
+
+/* gcagent_declare with each tensor's element type (dtypes[i], a GCAGENT_DTYPE_*): a bfloat16 or
+ * float16 tensor's slot holds 2-byte elements (gcagent_buffer's pointer is to them: cast it).
+ * The agent widens them exactly to fp32 at each submit, reduces in fp32 (codecs and residuals
+ * included) and rounds the result back into the slot to nearest even before completing. Host
+ * slots only: gcagent_declare_device takes float32 tensors. */
+GCAGENT_API int gcagent_declare_dtypes(gcagent_client* client, const gcagent_tensor* tensors, const uint8_t* dtypes,
+                                       size_t count);
 
 /* Closes the socket, unmaps the segment and frees the client. NULL is ignored. */
 GCAGENT_API void gcagent_close(gcagent_client* client);

@@ -49,7 +49,7 @@ DeclaredDevice legacyOffer() {
 
 std::vector<Message> samples() {
   TensorDecl a{7, 1000, DType::kFloat32, -3, "2bit", {{"threshold", "0.5"}}};
-  TensorDecl b{8, 1, DType::kFloat32, 0, "", {}};
+  TensorDecl b{8, 1, DType::kBFloat16, 0, "", {}};
   return {
       {1, Hello{"resnet50", 1, 4, 4242}},
       {2, Welcome{3, 0, 2}},
@@ -139,7 +139,8 @@ TEST(ProtocolTest, FieldsAreValidated) {
   t.elements = 10;
   EXPECT_EQ(errorOf({1, Declare{{t, t}}}), "control message 'declare': tensor 1: repeats key 1");
   t.dtype = static_cast<DType>(9);
-  EXPECT_EQ(errorOf({1, Declare{{t}}}), "control message 'declare': tensor 0: unknown dtype 9 (1 = float32)");
+  EXPECT_EQ(errorOf({1, Declare{{t}}}),
+            "control message 'declare': tensor 0: unknown dtype 9 (1 = float32, 2 = bfloat16, 3 = float16)");
   t.dtype = DType::kFloat32;
   t.params.assign(17, {"k", "v"});
   EXPECT_EQ(errorOf({1, Declare{{t}}}), "control message 'declare': tensor 0: 17 codec parameters exceed 16");

@@ -11,7 +11,7 @@ ABI_VERSION = 1         # the oldest library this package works with (host tenso
 DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
 MEMBERSHIP_ABI_VERSION = 4  # gcagent_result_nodes and gcagent_resync_root
 WAIT_ANY_ABI_VERSION = 5  # gcagent_wait_any and gcagent_buffer_fd
-STATE_ABI_VERSION = 6  # gcagent_state_get, gcagent_state_free and gcagent_state_put
+STATE_ABI_VERSION = 6  # gcagent_state_get, _free, _put and gcagent_declare_dtypes
 
 
 class Tensor(ctypes.Structure):
@@ -98,6 +98,8 @@ def _declare(lib, version):
             "gcagent_state_get": (ctypes.c_int, [client_p, u64, ctypes.POINTER(bytes_p), ctypes.POINTER(u64)]),
             "gcagent_state_free": (None, [bytes_p]),
             "gcagent_state_put": (ctypes.c_int, [client_p, u64, ctypes.c_char_p, u64, ctypes.POINTER(u32)]),
+            "gcagent_declare_dtypes": (ctypes.c_int, [client_p, ctypes.POINTER(Tensor), ctypes.POINTER(ctypes.c_uint8),
+                                                      sz]),
         })
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -35,6 +35,12 @@ class TensorSpec:
     priority: int = 0           # higher is sent first: minus the layer index
     codec: Optional[str] = None  # None: the agent's default
     params: Dict[str, str] = field(default_factory=dict)
+    dtype: str = "float32"       # or "bfloat16", "float16": the slot's element type (C ABI 6)
+
+
+# The slot element types: the C ABI's number and the numpy dtype a slot is seen as (bfloat16
+# as its raw 16 bits: numpy has no bfloat16).
+DTYPES = {"float32": (1, np.float32), "bfloat16": (2, np.uint16), "float16": (3, np.float16)}
 
 
 def _env_int(names: Sequence[str], default: int) -> int:
@@ -123,6 +129,7 @@ class Client:
         self.node_rank = self._lib.gcagent_node_rank(handle)
         self.world_rank = self.node_rank * self.local_size + self.local_rank
         self._keep = []
+        self._dtypes = {}  # key -> the numpy dtype of its slot, from the last declare
 
     @property
     def node_count(self) -> int:
@@ -177,8 +184,18 @@ class Client:
 
     def declare(self, tensors: Sequence[TensorSpec]):
         arr, keep = self._tensor_array(tensors)
-        self._check(self._lib.gcagent_declare(self._handle, arr, len(tensors)), f"declare {len(tensors)} tensors")
+        for t in tensors:
+            if t.dtype not in DTYPES:
+                raise ValueError(f"gcagent: tensor {t.key}: dtype '{t.dtype}' is not one of {', '.join(DTYPES)}")
+        if all(t.dtype == "float32" for t in tensors):
+            rc = self._lib.gcagent_declare(self._handle, arr, len(tensors))
+        else:
+            self._need_state_abi("bfloat16 and float16 tensors")
+            dtypes = (ctypes.c_uint8 * len(tensors))(*[DTYPES[t.dtype][0] for t in tensors])
+            rc = self._lib.gcagent_declare_dtypes(self._handle, arr, dtypes, len(tensors))
+        self._check(rc, f"declare {len(tensors)} tensors")
         self._keep = keep
+        self._dtypes = {t.key: DTYPES[t.dtype][1] for t in tensors}
 
     # ---- GPU tensors (C ABI 2) ----
 
@@ -202,6 +219,7 @@ class Client:
         self._check(self._lib.gcagent_declare_device(self._handle, arr, len(tensors), uuid),
                     f"declare {len(tensors)} device tensors")
         self._keep = keep
+        self._dtypes = {}
 
     def device_buffer(self, key: int) -> int:
         """The device slot of `key` as an integer CUdeviceptr."""
@@ -226,12 +244,17 @@ class Client:
         return True
 
     def buffer(self, key: int) -> np.ndarray:
-        """The shared slot of `key` as a float32 array (valid until the next declare)."""
+        """The shared slot of `key` as an array of its dtype (float32; bfloat16 as uint16 bits;
+        float16), valid until the next declare."""
         n = self._lib.gcagent_buffer_elements(self._handle, key)
         ptr = self._lib.gcagent_buffer(self._handle, key)
         if not ptr or n == 0:
             raise GcagentError(6, f"gcagent: tensor {key} is not declared")
-        return np.ctypeslib.as_array(ptr, shape=(n,))
+        dtype = self._dtypes.get(key, np.float32)
+        if dtype is np.float32:
+            return np.ctypeslib.as_array(ptr, shape=(n,))
+        raw = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint16))
+        return np.ctypeslib.as_array(raw, shape=(n,)).view(dtype)
 
     def slot(self, key: int) -> np.ndarray:
         """The shared slot of `key` as a float32 array that maps the segment itself: unlike
@@ -246,12 +269,13 @@ class Client:
         fd = self._lib.gcagent_buffer_fd(self._handle, key, ctypes.byref(offset))
         if fd < 0:
             raise GcagentError(6, f"gcagent: slot of tensor {key}: {self._lib.gcagent_last_error(self._handle).decode()}")
+        dtype = self._dtypes.get(key, np.float32)
         start = offset.value - offset.value % mmap.ALLOCATIONGRANULARITY
         try:
-            mapping = mmap.mmap(fd, offset.value - start + n * 4, offset=start)
+            mapping = mmap.mmap(fd, offset.value - start + n * np.dtype(dtype).itemsize, offset=start)
         finally:
             os.close(fd)
-        return np.frombuffer(mapping, dtype=np.float32, count=n, offset=offset.value - start)
+        return np.frombuffer(mapping, dtype=dtype, count=n, offset=offset.value - start)
 
     def wait_any(self, steps: Sequence[Tuple[int, int]], timeout_ms: int = -1,
                  wake_fd: int = -1) -> Tuple[Optional[int], Optional[GcagentError]]:
@@ -295,9 +319,9 @@ class Client:
 
     # ---- Error-feedback state (C ABI 6) ----
 
-    def _need_state_abi(self):
+    def _need_state_abi(self, what="checkpointing residuals"):
         if getattr(self._lib, "abi_version", 1) < _library.STATE_ABI_VERSION:
-            raise GcagentError(10, f"gcagent: checkpointing residuals needs C ABI {_library.STATE_ABI_VERSION}, "
+            raise GcagentError(10, f"gcagent: {what} needs C ABI {_library.STATE_ABI_VERSION}, "
                                    f"the loaded library has {self._lib.abi_version}")
 
     def get_state(self, key: int) -> bytes:
