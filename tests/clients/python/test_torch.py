@@ -50,6 +50,13 @@ def test_ddp_hook_and_distributed_optimizer(tmp_path):
         assert opt["broadcast_exact"], opt
         assert max(opt["errors"]) < 2e-7, opt
         assert opt["in_slots"] == [True] * 4, opt  # the gradients live in the agent's slots
+        # A bfloat16 model: its buckets live in bfloat16 slots, averaged in fp32 by the agent and
+        # rounded once: bit for bit the reference from the fourth step on (the first three learn).
+        bf16 = r["bf16"]
+        assert bf16["slot_dtypes"] == ["torch.bfloat16"] and bf16["in_slots"], bf16
+        assert bf16["agent_buckets"][:3] == [0, 0, 0] and min(bf16["agent_buckets"][3:]) >= 2, bf16
+        assert bf16["exact"][3:] == [True] * 3, bf16
+        assert bf16["moved"] == bf16["agent_buckets"][3], bf16
     assert all(r["exact"]["declared"] == rep[0]["exact"]["declared"] for r in rep)
     # Every trainer applied identical averaged gradients.
     assert len({r["train"]["param_sum"] for r in rep}) == 1, rep

@@ -38,6 +38,9 @@ def test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp(tmp_path):
 # ends about 2.6% above the uncompressed one.
 CODECS = [("none", ""), ("2bit", "threshold=0.002,reduce.aggregation=mxnet"), ("onebit", ""),
           ("dgc", "ratio=0.01,momentum=0")]
+# The same model computing and reducing in bfloat16 (fp32 weights): the agent's slots hold bfloat16,
+# averaged in fp32 and rounded once.
+BF16_CODECS = [("none", ""), ("2bit", "threshold=0.002,reduce.aggregation=mxnet")]
 
 
 def test_hsdp_with_compressed_shards_converges_as_uncompressed(tmp_path):
@@ -45,16 +48,19 @@ def test_hsdp_with_compressed_shards_converges_as_uncompressed(tmp_path):
     600 SGD steps: each codec's validation loss within 2% of the uncompressed run's."""
     losses = {}
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
-        for codec, params in CODECS:
-            rep = reports(run_trainers(c, 2, "torch_fsdp.py", ["train", codec] + ([params] if params else [])), c)
-            assert all(r["shards"] == 600 * 3 for r in rep), rep
-            # Every trainer of a node holds other shards, yet all apply the same averages: the
-            # validation loss of the whole model is one value.
-            assert len({round(r["val_loss"], 6) for r in rep}) == 1, rep
-            losses[codec] = rep[0]["val_loss"]
+        for mode, codecs in (("train", CODECS), ("train-bf16", BF16_CODECS)):
+            for codec, params in codecs:
+                rep = reports(run_trainers(c, 2, "torch_fsdp.py", [mode, codec, params]), c)
+                assert all(r["shards"] == 600 * 3 for r in rep), rep
+                assert {d for r in rep for d in r["slot_dtypes"]} == {"torch.bfloat16" if mode == "train-bf16"
+                                                                      else "torch.float32"}, rep
+                # Every trainer of a node holds other shards, yet all apply the same averages: the
+                # validation loss of the whole model is one value.
+                assert len({round(r["val_loss"], 6) for r in rep}) == 1, rep
+                losses[mode, codec] = rep[0]["val_loss"]
     print("validation loss:", losses)
-    for codec, _ in CODECS[1:]:
-        assert losses[codec] <= 1.02 * losses["none"], losses
+    for mode, codec in losses:
+        assert losses[mode, codec] <= 1.02 * losses["train", "none"], losses
 
 
 def test_a_killed_agent_fails_the_step_instead_of_hanging(tmp_path):

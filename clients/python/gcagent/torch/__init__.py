@@ -42,6 +42,7 @@ import os
 import select
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -71,6 +72,16 @@ def _bucket_result(fut):
     # A future given set_exception holds the exception as its value, which DDP would read as a
     # tensor ("Unable to cast ... to Tensor"); value() raises it, failing this future for real.
     return fut.value()
+
+
+# The bucket dtypes the agent's host slots hold (bfloat16 and float16 averaged in fp32 and
+# rounded to nearest even); GPU buckets are float32.
+_SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _slot_tensor(array, dtype):
+    """A slot (Client.slot's array over the shared segment) as a tensor of `dtype`."""
+    return torch.from_numpy(array).view(dtype) if dtype != torch.float32 else torch.from_numpy(array)
 
 
 def _shapes(bucket):
@@ -112,6 +123,8 @@ class State:
         self.priorities = {}        # bucket index -> priority declared to the agent
         self.seen, self.last_seen = {}, None
         self.device = None          # the buckets' torch.device when they live on a GPU
+        self.dtype = torch.float32  # the buckets' dtype: float32, bfloat16 or float16 (host buckets)
+        self._warned_dtype = False
         self.agent_buckets = 0      # buckets reduced through the agent
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
         self.reconnects = 0         # connections made anew after the agent closed one
@@ -139,6 +152,12 @@ class State:
         if buf.is_cuda != (self.device is not None) or (buf.is_cuda and buf.device != self.device):
             self.declared = {}
             self.device = buf.device if buf.is_cuda else None
+        if buf.dtype != self.dtype:  # the agent's slots hold the buckets' own dtype
+            self.declared = {}
+            self.dtype = buf.dtype
+        if not self._slots_hold_dtype():
+            self._unsupported(buf)  # stays on the process group, every step
+            self.declared = {}
         if self._verify and self.declared.get(index) == buf.numel() and _shapes(bucket) != self.shapes.get(index):
             self.declared = {}  # DDP built other buckets this time: learnt again, the residuals kept by the agent
         if self.declared.get(index) == buf.numel():
@@ -162,6 +181,16 @@ class State:
         if bucket.is_last():
             self._end_iteration()
         return fut
+
+    def _slots_hold_dtype(self):
+        return self.dtype in _SLOT_DTYPES and (self.device is None or self.dtype == torch.float32)
+
+    def _unsupported(self, buf):
+        if not self._warned_dtype:
+            self._warned_dtype = True
+            where = "GPU" if buf.is_cuda else "host"
+            warnings.warn(f"gcagent: DDP buckets of {buf.dtype} on the {where} are not reduced through the agent "
+                          "(it takes float32, and on the host bfloat16 and float16): they stay on the process group")
 
     def _hand_over(self, item):
         self._queue.append(item)
@@ -221,7 +250,7 @@ class State:
         return work.get_future().then(lambda f: f.value()[0])
 
     def _end_iteration(self):
-        if not self.declared and self.seen == self.last_seen:
+        if not self.declared and self.seen == self.last_seen and self._slots_hold_dtype():
             self._declare(self.seen)
         self.last_seen, self.seen = self.seen, {}
         self._verify = False
@@ -239,7 +268,8 @@ class State:
     def _declare_on(self, client, buckets):
         """Declares one tensor per bucket on `client`, and the model's key once sync_parameters
         used it; returns their slots."""
-        specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params) for i, n in sorted(buckets.items())]
+        specs = [TensorSpec(i, n, self.priorities[i], self.codec, self.params, _SLOT_DTYPES[self.dtype])
+                 for i, n in sorted(buckets.items())]
         if self._model_elements:
             specs.append(TensorSpec(_MODEL_KEY, self._model_elements, 1, "none", {"reduce.result": "sum"}))
         keys = {s.key: s.elements for s in specs}
@@ -248,7 +278,7 @@ class State:
             return {k: torch.as_tensor(_DeviceSlot(client.device_buffer(k), n), device=self.device)
                     for k, n in keys.items()}
         client.declare(specs)
-        return {k: torch.from_numpy(client.slot(k)) for k in keys}
+        return {k: _slot_tensor(client.slot(k), self.dtype if k != _MODEL_KEY else torch.float32) for k in keys}
 
     # ---- Checkpoints ----
 

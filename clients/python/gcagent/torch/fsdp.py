@@ -55,6 +55,16 @@ def node_mesh(device_type: str = "cpu", local_size: int = None):
     return mesh["local"]
 
 
+# The reduce dtypes the hook takes, as the agent's slot dtypes.
+_SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+
+def _slot_tensor(client, key, dtype):
+    """The agent's slot of `key` as a CPU tensor of `dtype` over the shared segment."""
+    array = client.slot(key)
+    return torch.from_numpy(array).view(dtype) if dtype != torch.float32 else torch.from_numpy(array)
+
+
 class _Shards:
     """What the hook needs of one FSDP module: its parameter group's sharded parameters."""
 
@@ -68,6 +78,14 @@ class _Shards:
         self.params = [p for g in groups for p in g.fsdp_params if p.sharded_param.requires_grad]
         self.node_group = groups[0].mesh_info.shard_process_group if groups else None  # this node's trainers
         self.elements = sum(p.padded_sharded_param_size.numel() for p in self.params)
+        # FSDP reduces in MixedPrecisionPolicy.reduce_dtype, else in the parameters' own dtype.
+        dtypes = {p.mp_policy.reduce_dtype or p.sharded_param.dtype for p in self.params}
+        if len(dtypes) > 1:
+            raise ValueError(f"gcagent: module {index} ({self.name}) reduces gradients of several dtypes {dtypes}")
+        self.dtype = dtypes.pop() if dtypes else torch.float32
+        if self.dtype not in _SLOT_DTYPES:
+            raise ValueError(f"gcagent: module {index} ({self.name}) reduces in {self.dtype}; hsdp() takes float32 and "
+                             "bfloat16 (FSDP pre- and post-divides float16 around the all-reduce)")
 
     def read_early(self, output) -> bool:
         """True when FSDP reads the reduce-scatter output before the backward pass ends, not
@@ -130,11 +148,11 @@ class HSDPState:
         """Declares every shard on `client` (every trainer of a node declares them all; each
         submits only its own); returns this trainer's slots."""
         specs = [TensorSpec(self._key(s, r), s.elements, -s.index, self.codec,
-                            {**self.params, "reduce.contributor": str(r)})
+                            {**self.params, "reduce.contributor": str(r)}, _SLOT_DTYPES[s.dtype])
                  for s in self._modules for r in range(self.local_size)]
         client.declare(specs)
-        mine = [self._key(s, self.local_rank) for s in self._modules]
-        return {k: torch.from_numpy(client.slot(k)) for k in mine}
+        return {self._key(s, self.local_rank): _slot_tensor(client, self._key(s, self.local_rank), s.dtype)
+                for s in self._modules}
 
     def _reconnect(self):
         """A new connection with the shards declared again, or, while the agent does not answer,
@@ -183,6 +201,10 @@ class HSDPState:
                                "module.set_reduce_scatter_unused_params(True) reduces them as zeros")
         key = self._key(shards, self.local_rank)
         slot = self._slots[key]
+        if output.dtype != slot.dtype:
+            raise GcagentError(ERR_INVALID_ARGUMENT,
+                               f"gcagent: FSDP module {shards.index} ({shards.name}) reduced {output.dtype}, "
+                               f"declared {slot.dtype}: set MixedPrecisionPolicy(reduce_dtype=...) before hsdp()")
         with torch.no_grad():
             slot.copy_(output.reshape(-1))
         self.client.submit(self._step, [key])

@@ -1,7 +1,7 @@
 """A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
 shim_cluster.py.
 
-    torch_fsdp.py suite | agent-dies | train CODEC [PARAMS] | checkpoint PHASE CODEC PARAMS DIR
+    torch_fsdp.py suite | agent-dies | train[-bf16] CODEC [PARAMS] | checkpoint PHASE CODEC PARAMS DIR
 
 suite runs, each as its own job on the agents:
   ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
@@ -16,7 +16,8 @@ suite runs, each as its own job on the agents:
           gcagent across nodes against DDP over gloo.
 agent-dies trains until backward() raises (the test kills an agent).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
-with HSDP through the agent and reports the validation loss.
+with HSDP through the agent and reports the validation loss; train-bf16 computes and reduces in
+bfloat16 (the agent's slots hold bfloat16).
 checkpoint trains the transformer with a torch.distributed.checkpoint of model, optimizer and
 the hook's state (gcagent.torch.fsdp.HSDPState is Stateful) in DIR: PHASE whole trains 2 x
 CHECKPOINT_STEPS steps; save the first half and saves; resume loads and trains the second half;
@@ -79,10 +80,11 @@ class TinyLM(nn.Module):
         return self.head(self.norm(h))
 
 
-def shard(model, mesh):
+def shard(model, mesh, mp_policy=None):
+    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
     for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, **kwargs)
+    fully_shard(model, mesh=mesh, **kwargs)
     return model
 
 
@@ -271,10 +273,14 @@ def agent_dies():
     return {"raised": None, "steps": step}
 
 
-def train(codec, params):
+def train(codec, params, bf16=False):
+    """bf16: computes and reduces in bfloat16 (MixedPrecisionPolicy), fp32 weights: the
+    agent's slots then hold bfloat16."""
     torch.manual_seed(0)
-    model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
-    state = gcagent.torch.fsdp.hsdp(model, client=client(f"train-{codec}"), codec=codec, params=params)
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
+    model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL), mp)
+    state = gcagent.torch.fsdp.hsdp(model, client=client(f"train-{codec}-{bf16}"), codec=codec, params=params)
     # SGD with momentum, the optimizer these codecs were made for (Adam's per-coordinate scaling
     # turns 2bit's sparse +-threshold updates into full steps, and it diverges here)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -289,7 +295,9 @@ def train(codec, params):
     with torch.no_grad():
         val = loss_of(model, vx, vy).item()
     state.close()
-    return {"val_loss": val, "shards": state.shards, "seconds_per_step": (time.monotonic() - started) / STEPS}
+    slot_dtypes = sorted({str(t.dtype) for t in state._slots.values()})
+    return {"val_loss": val, "shards": state.shards, "seconds_per_step": (time.monotonic() - started) / STEPS,
+            "slot_dtypes": slot_dtypes}
 
 
 def parameters_digest(model):
@@ -352,8 +360,8 @@ def main():
         params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if sys.argv[4] else {}
         report = checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5])
     else:
-        params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if len(sys.argv) > 3 else {}
-        report = train(sys.argv[2], params)
+        params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if len(sys.argv) > 3 and sys.argv[3] else {}
+        report = train(sys.argv[2], params, bf16=sys.argv[1] == "train-bf16")
     dist.destroy_process_group()
     print("report: " + json.dumps(report), flush=True)
 

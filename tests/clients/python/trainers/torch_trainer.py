@@ -2,9 +2,9 @@
 
     torch_trainer.py suite | suite-cuda | ddp-agent-dies | extras | checkpoint PHASE kept|rebuilt DIR
 
-suite runs three parts, each as its own job on the agents: the DDP hook with codec none
-against the reference average, a DDP training run with 2bit, and DistributedOptimizer with
-broadcast_parameters. suite-cuda runs the two DDP parts with the model on GPU 0, so that the
+suite runs four parts, each as its own job on the agents: the DDP hook with codec none
+against the reference average, a DDP training run with 2bit, DistributedOptimizer with
+broadcast_parameters, and a bfloat16 model's buckets in bfloat16 slots. suite-cuda runs the two DDP parts with the model on GPU 0, so that the
 hook's buckets take the agent's device path. extras: Horovod's names, backward_passes_per_step,
 dgc's momentum warning, and agent errors as the training loop sees them (the last world rank
 leaves the last job). checkpoint trains with the DDP hook and 2bit, and a torch.save per trainer
@@ -195,9 +195,40 @@ def optimizer_exact():
     return {"broadcast_exact": same, "errors": errors, "in_slots": in_slot}
 
 
+def ddp_bf16():
+    """A bfloat16 model under DDP (gradient_as_bucket_view=True), codec none: once the buckets go
+    through the agent, every gradient is bit for bit the reference: each rank's bfloat16
+    gradient (computed here on a copy of the model) widened to fp32, summed node by node in
+    rank order, the node sums added in node order, times 1/4, rounded to nearest even."""
+    ref = mlp().to(torch.bfloat16)
+    model = DistributedDataParallel(mlp().to(torch.bfloat16), bucket_cap_mb=0.01, gradient_as_bucket_view=True)
+    state = gcagent.torch.State(gcagent.Client(job="bf16"), codec="none")
+    model.register_comm_hook(state, gcagent.torch.hook)
+    exact, agent_buckets = [], []
+    for it in range(1, 7):
+        model.zero_grad(set_to_none=False)
+        x, y = batch(RANK, it)
+        before = state.agent_buckets
+        nn.functional.cross_entropy(model(x.to(torch.bfloat16)), y).backward()
+        agent_buckets.append(state.agent_buckets - before)
+        grads = []
+        for r in range(WORLD):
+            ref.zero_grad()
+            rx, ry = batch(r, it)
+            nn.functional.cross_entropy(ref(rx.to(torch.bfloat16)), ry).backward()
+            grads.append([p.grad.float() for p in ref.parameters()])
+        nodes = [[a + b for a, b in zip(grads[0], grads[1])], [a + b for a, b in zip(grads[2], grads[3])]]
+        expected = [((a + b) * 0.25).to(torch.bfloat16) for a, b in zip(*nodes)]
+        exact.append(all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected)))
+    return {"exact": exact, "agent_buckets": agent_buckets, "moved": state.moved_buckets,
+            "slot_dtypes": sorted({str(t.dtype) for t in state._slots.values()}),
+            "in_slots": in_slots(model.parameters(), state._slots.values())}
+
+
 def suite():
     init_group()
-    return {"exact": ddp_exact(), "views": ddp_exact(views=True), "train": ddp_train(), "optimizer": optimizer_exact()}
+    return {"exact": ddp_exact(), "views": ddp_exact(views=True), "train": ddp_train(), "optimizer": optimizer_exact(),
+            "bf16": ddp_bf16()}
 
 
 def suite_cuda():
