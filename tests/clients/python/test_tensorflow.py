@@ -66,3 +66,23 @@ def test_errors_horovod_names_metric_average_and_codec_warnings(tmp_path):
         assert errors["agent_errors"]["message"] == errors["eager"]["message"], errors
     # The trainers computed different losses, so the average is not any one of them.
     assert len({r["metrics"]["own"][0]["loss"] for r in rep}) == 4, rep
+
+
+def test_a_custom_loop_restarted_from_its_checkpoint_continues_with_its_residuals_bit_for_bit(tmp_path):
+    """Model and optimizer through tf.train.Checkpoint, the reducer's state pickled beside them,
+    every trainer and agent stopped, new ones started: every step equals the uninterrupted
+    run's, bit for bit; without the reducer's state it does not."""
+    runs = {}
+    for phase in ("whole", "save", "resume", "forget"):
+        (tmp_path / phase).mkdir()
+        with Cluster(tmp_path / phase, 2, AGENT_ARGS) as c:
+            args = ["checkpoint", phase, str(tmp_path)]
+            runs[phase] = reports(run_trainers(c, 2, "tf_trainer.py", args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}), c)
+    steps = 8
+    for rank in range(4):
+        whole, saved, resumed, forgot = (runs[p][rank] for p in ("whole", "save", "resume", "forget"))
+        assert saved["losses"] == whole["losses"][:steps], rank
+        assert (saved["residual_keys"] > 0) == (rank % 2 == 0), saved  # local rank 0 keeps its node's
+        assert resumed["losses"] == whole["losses"][steps:], (rank, resumed["losses"], whole["losses"])
+        assert resumed["weights"] == whole["weights"], rank
+        assert forgot["weights"] != whole["weights"], "without the residuals the restart must differ"

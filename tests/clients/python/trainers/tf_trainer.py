@@ -1,11 +1,15 @@
 """A TensorFlow trainer for the shim tests (environment from shim_cluster.py).
 
-    tf_trainer.py [suite | extras]
+    tf_trainer.py [suite | extras | checkpoint PHASE DIR]
 
 suite: the tape with codec none against the reference average, then model.fit through
 DistributedOptimizer with 2bit, each as its own job on the agents. extras: Horovod's names,
 backward_passes_per_step, MetricAverageCallback, dgc's momentum warning and agent errors as
-the training loop sees them. Prints "report: {json}" last."""
+the training loop sees them. checkpoint trains in a custom loop with DistributedOptimizer and 2bit,
+saving model and optimizer (tf.train.Checkpoint) and the reducer's state (pickled) per trainer in
+DIR: PHASE whole trains 2 x CHECKPOINT_STEPS steps; save the first half and saves; resume loads
+and trains the second half; forget does too without the reducer's state. Prints "report: {json}"
+last."""
 
 import json
 import os
@@ -34,6 +38,44 @@ def batch(rank, it):
 
 
 LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+CHECKPOINT_STEPS = 8
+
+
+def checkpointed(phase, directory):
+    import pickle
+    tf.config.experimental.enable_op_determinism()
+    m = model()
+    reducer = gcagent.Reducer(gcagent.Client(job="checkpoint"), codec="2bit", params={"threshold": "0.005"})
+    opt = gtf.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9), reducer)
+    opt.build(m.trainable_variables)
+    ckpt = tf.train.Checkpoint(model=m, optimizer=opt)
+    path = os.path.join(directory, f"rank{RANK}")
+    first, last = 0, 2 * CHECKPOINT_STEPS
+    if phase in ("resume", "forget"):
+        ckpt.read(path + ".ckpt").assert_consumed()
+        if phase == "resume":
+            with open(path + ".gcagent", "rb") as f:
+                reducer.load_state_dict(pickle.load(f))
+        first = CHECKPOINT_STEPS
+    elif phase == "save":
+        last = CHECKPOINT_STEPS
+    losses = []
+    for it in range(first, last):
+        x, y = batch(RANK, it)
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, m(x))
+        opt.apply(tape.gradient(loss, m.trainable_variables), m.trainable_variables)
+        losses.append(float(loss))
+    report = {"losses": losses, "weights": [v.numpy().tolist() for v in m.trainable_variables]}
+    if phase == "save":
+        ckpt.write(path + ".ckpt")
+        state = reducer.state_dict()
+        with open(path + ".gcagent", "wb") as f:
+            pickle.dump(state, f)
+        report["residual_keys"] = len(state[f"rank{RANK}"]["residuals"])
+    return report
 
 
 def grads(m, x, y, tape_wrapper=None):
@@ -175,5 +217,8 @@ def extras():
 
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "suite"
-    result = extras() if mode == "extras" else {"tape": tape_exact(), "fit": keras_fit()}
+    if mode == "checkpoint":
+        result = checkpointed(sys.argv[2], sys.argv[3])
+    else:
+        result = extras() if mode == "extras" else {"tape": tape_exact(), "fit": keras_fit()}
     print("report: " + json.dumps(result), flush=True)
