@@ -27,6 +27,11 @@ def test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp(tmp_path):
         # The second backward pass of each accumulating pair reads the gradients FSDP keeps.
         assert parity["waited_in_hook"] == 2 * 3, parity
         assert parity["last_loss"] < parity["first_loss"], parity
+        # The same in bfloat16 (fp32 weights): FSDP casts each shard into fp32 gradients, and the
+        # average lands there at the end of the pass, still with no wait in the hook but for
+        # the accumulating steps.
+        assert r["parity_bf16"]["equal"] == [True] * 24, r["parity_bf16"]
+        assert r["parity_bf16"]["waited_in_hook"] == 2 * 3, r["parity_bf16"]
         # PyTorch's test_train_parity_hsdp, all 24 subtests (resharding, activation checkpointing,
         # uneven shards, gradients synced at the last microbatch or at each) against DDP.
         assert r["training"] == {"subtests": 24, "failures": []}, r["training"]

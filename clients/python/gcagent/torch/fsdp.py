@@ -17,9 +17,11 @@ contributes (reduce.contributor), so the agent averages it over the nodes, compr
 error feedback and residuals of its own, the first modules first. The hook submits and
 returns: backward goes on while the agent works. At the end of the backward pass (a callback
 of the autograd engine) the averages are copied into FSDP's reduce-scatter output, of which
-the sharded gradients are views. Where FSDP would read that output before the end of the pass
-(gradients accumulated over steps without zero_grad, a cast to another gradient dtype, CPU
-offload, post-accumulate-grad hooks, CUDA tensors), the hook waits for its shard itself.
+the sharded gradients are views, or into the one buffer FSDP cast that output into (fp32
+gradients of a bfloat16 reduce). Where FSDP would read that output before the end of the
+pass otherwise (gradients accumulated over steps without zero_grad, gradients of several
+dtypes, CPU offload, post-accumulate-grad hooks, CUDA tensors), the hook waits for its shard
+itself.
 
 A shard that fails or is not reduced within timeout_s fails the step: backward() raises the
 GcagentError at the end of the pass, once every shard in flight is back; the gradients of that
@@ -88,23 +90,41 @@ class _Shards:
                              "bfloat16 (FSDP pre- and post-divides float16 around the all-reduce)")
 
     def read_early(self, output) -> bool:
-        """True when FSDP reads the reduce-scatter output before the backward pass ends, not
-        only through views of it (see the module's docstring)."""
+        """True when FSDP reads the reduce-scatter output before the backward pass ends other than
+        through views of it or one cast of it (see the module's docstring)."""
         if output.device.type != "cpu":
             return True
+        grad_dtypes = {getattr(p, "sharded_grad_dtype", None) or output.dtype for p in self.params}
+        if len(grad_dtypes) > 1:  # several casts: not one buffer laid out as the output
+            return True
         for p in self.params:
-            grad_dtype = getattr(p, "sharded_grad_dtype", None)
             if (p.sharded_param.grad is not None or p.offload_to_cpu
-                    or (grad_dtype is not None and grad_dtype != output.dtype)
                     or getattr(p.sharded_param, "_post_accumulate_grad_hooks", None)):
                 return True
         return False
 
-    def viewed_by_gradients(self, output) -> bool:
-        storage = output.untyped_storage().data_ptr()
-        return all(p.sharded_param.grad is not None
-                   and p.sharded_param.grad._local_tensor.untyped_storage().data_ptr() == storage
-                   for p in self.params)
+    def gradient_buffer(self, output):
+        """The flat tensor the sharded gradients view, laid out as the reduce-scatter output: the
+        output itself, or the buffer FSDP cast it into (a bfloat16 reduce for fp32 gradients);
+        None when the gradients are laid out otherwise (this FSDP version copied them)."""
+        grads = [p.sharded_param.grad for p in self.params]
+        if any(g is None for g in grads):
+            return None
+        local = [g._local_tensor for g in grads]
+        storage = local[0].untyped_storage()
+        if output.dtype == local[0].dtype and storage.data_ptr() == output.untyped_storage().data_ptr():
+            base = output.storage_offset()
+        else:
+            base = local[0].storage_offset()
+        offset = base
+        for p, g in zip(self.params, local):
+            if (g.untyped_storage().data_ptr() != storage.data_ptr() or g.storage_offset() != offset
+                    or g.dtype != local[0].dtype or not g.is_contiguous()):
+                return None
+            offset += p.padded_sharded_param_size.numel()
+        if (offset - base) * local[0].element_size() > storage.nbytes() - base * local[0].element_size():
+            return None
+        return torch.empty(0, dtype=local[0].dtype).set_(storage, base, (output.numel(),))
 
 
 class HSDPState:
@@ -239,12 +259,13 @@ class HSDPState:
         for shards, key, output in pending:
             try:
                 self._wait(shards, key)
-                if not shards.viewed_by_gradients(output):
+                gradients = shards.gradient_buffer(output)
+                if gradients is None:
                     raise GcagentError(ERR_INVALID_ARGUMENT,
                                        f"gcagent: FSDP module {shards.index} ({shards.name}) copied its reduce-scatter "
                                        "output before the agent's average arrived: this FSDP version is not supported")
-                with torch.no_grad():
-                    output.copy_(self._slots[key].view(output.shape))
+                with torch.no_grad():  # into the output, or the gradients FSDP cast it into (as FSDP casts)
+                    gradients.copy_(self._slots[key].view(gradients.shape))
             except GcagentError as e:
                 self._note_loss(e)
                 failure = failure or e  # the others are still waited for: nothing stays in flight

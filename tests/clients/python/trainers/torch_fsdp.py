@@ -131,14 +131,19 @@ def ported():
     return report
 
 
-def parity():
-    """gcagent's HSDP against FSDP2's own (a 2-D mesh over gloo), same inputs, bit for bit."""
+def parity(bf16=False):
+    """gcagent's HSDP against FSDP2's own (a 2-D mesh over gloo), same inputs, bit for bit.
+    bf16: both compute and reduce in bfloat16 (fp32 weights): FSDP casts each reduced shard into
+    the fp32 gradients, and the agent's average (fp32, rounded once to bfloat16: what two bfloat16
+    terms summed and halved give) lands there at the end of the pass."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
     torch.manual_seed(0)
     base = TinyLM()
     ref = shard(copy.deepcopy(base), init_device_mesh("cpu", (WORLD // LOCAL, LOCAL),
-                                                       mesh_dim_names=("replicate", "shard")))
-    model = shard(base, gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
-    state = gcagent.torch.fsdp.hsdp(model, client=client("parity"), codec="none")
+                                                       mesh_dim_names=("replicate", "shard")), mp)
+    model = shard(base, gcagent.torch.fsdp.node_mesh(local_size=LOCAL), mp)
+    state = gcagent.torch.fsdp.hsdp(model, client=client(f"parity-{bf16}"), codec="none")
     opt, ref_opt = (torch.optim.Adam(m.parameters(), lr=3e-3) for m in (model, ref))
     probs, equal, losses = chain(), [], []
     for step in range(24):
@@ -352,7 +357,8 @@ def main():
     torch.set_num_threads(1)  # four trainers and two agents share the host's cores
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
     if sys.argv[1] == "suite":
-        report = {"ported": ported(), "parity": parity(), "unused": unused(), "training": train_parity_hsdp()}
+        report = {"ported": ported(), "parity": parity(), "parity_bf16": parity(bf16=True), "unused": unused(),
+                  "training": train_parity_hsdp()}
     elif sys.argv[1] == "agent-dies":
         print("report: " + json.dumps(agent_dies()), flush=True)
         os._exit(0)  # the node's process group may still wait on a trainer that failed apart
