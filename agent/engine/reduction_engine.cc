@@ -56,7 +56,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
         KeyState* k = findKey(o.job, o.key);
         if (k == nullptr) return false;
         return (k->active && k->iteration == o.iteration) ||
-               (traitsOf(k->topology).shares_outlive_step && k->last_ok && k->last_iteration == o.iteration);
+               (sharesOutliveStep(*k) && k->last_ok && k->last_iteration == o.iteration);
       },
       [this](const Outgoing& o, const Status& why) {
         KeyState* k = findKey(o.job, o.key);
@@ -88,9 +88,13 @@ EngineCounters ReductionEngine::counters() const {
 
 ReductionEngine::~ReductionEngine() { *alive_ = nullptr; }
 
+uint32_t ReductionEngine::ownerOf(const KeyState& k, uint32_t slice) const {
+  return k.toOwner() ? *k.spec.policy.owner : membership_.ownerOf(k.spec.key, slice);
+}
+
 SliceFlow ReductionEngine::flowOf(const KeyState& k, uint32_t slice, bool own_share_encoded) const {
-  return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, membership_.ownerOf(k.spec.key, slice),
-                     transport_.rank());
+  return sliceFlowOf(k.topology, own_share_encoded, membership_.view().members, ownerOf(k, slice), transport_.rank(),
+                     k.toOwner());
 }
 
 Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, const std::vector<TensorSpec>& tensors) {
@@ -107,6 +111,9 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
                                    options_.gpu_staged_codecs, transport_.size() == 1};
   std::vector<DeclaredTensor> declared;
   for (const TensorSpec& t : tensors) {
+    if (t.policy.owner && *t.policy.owner >= transport_.size())
+      return Status::invalidArgument(strCat("tensor ", t.key, ": reduce.owner ", *t.policy.owner, " is not a node (",
+                                            transport_.size(), " nodes)"));
     GC_ASSIGN_OR_RETURN(TensorRoute route, makeRoute(t, route_options, *planner_, *stats_));
     declared.push_back({t.key, route.device_coded, t.policy.contributor});
     KeyState k(std::move(route));
@@ -149,7 +156,7 @@ void ReductionEngine::dropJob(uint64_t job) {
   for (LocalCoder* c : coders) c->forgetJob(job);
   owner_->forgetJob(job);
   for (const auto& [key, k] : j->second->keys)
-    if (traitsOf(k.topology).shares_outlive_step && k.last_ok) departed_shares_[{job, key}] = k.last_iteration;
+    if (sharesOutliveStep(k) && k.last_ok) departed_shares_[{job, key}] = k.last_iteration;
   jobs_.erase(j);
 }
 
@@ -184,11 +191,20 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
     k.last_trainer_iteration = iteration;
     return unreachable;
   }
+  if (k.toOwner() && !membership_.view().contains(*k.spec.policy.owner)) {
+    js.recordOutcome(false, options_.now());
+    k.completed_once = true;
+    k.last_iteration = wire;
+    k.last_trainer_iteration = iteration;
+    return Status::unavailable(strCat("tensor ", key, " is reduced to node ", *k.spec.policy.owner,
+                                      ", which is not a member now (", membership_.view().describe(), ")"));
+  }
   k.active = true;
   k.iteration = wire;
   k.trainer_iteration = iteration;
   k.outputs = std::move(buffers);
-  k.slices_left = k.slice_count;
+  // Reduced to another node, this one waits for no result: it is done once its shares left.
+  k.slices_left = k.toOwner() && *k.spec.policy.owner != transport_.rank() ? 0 : k.slice_count;
   k.started = options_.now();
   if (planner_->maybeRefit(k.started)) gauges_.costs(jobs_);
   if (k.plan_epoch != planner_->epoch() && replan(k, *planner_, options_.min_elements, /*log_always=*/false))
@@ -411,8 +427,9 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     const SliceFlow flow = flowOf(*k, s, compressed && k->mxnet());
     // A share both sent and added here (allgather) would point, uncompressed, into the
     // trainers' buffers, which this node's result overwrites while its sends may still wait
-    // in the lanes: it travels as a copy.
-    if (!compressed && flow.share_merged_here && !flow.share_to.empty()) {
+    // in the lanes: it travels as a copy. So does one of a tensor reduced to another node:
+    // this node completes before it has left, and its trainers write the next step there.
+    if (!compressed && (flow.share_merged_here || k->toOwner()) && !flow.share_to.empty()) {
       auto copy = std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end());
       e.bytes = *copy;
       e.pin = std::move(copy);
@@ -434,6 +451,8 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (touched[r]) lanes_->send(r);
+  // Reduced to another node: every share is on its way (copies or encodings the lanes hold).
+  if (k->active && k->iteration == iteration && k->slices_left == 0) completeKey(job, *k, {});
 }
 
 void ReductionEngine::onCoded(uint64_t job, uint64_t key, uint64_t iteration, const Status& status) {
@@ -499,7 +518,7 @@ void ReductionEngine::onMessage(const transport::Message& m) {
   std::optional<RingHop> hop;
   if (traitsOf(k.topology).hops)
     hop = ringHopOf(membership_.view().members, membership_.ownerOf(h.key, h.slice), transport_.rank());
-  auto checked = checkSlice(h, k, membership_.ownerOf(h.key, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
+  auto checked = checkSlice(h, k, ownerOf(k, h.slice), transport_.rank(), m.from, hop ? &*hop : nullptr);
   if (!checked.ok()) return reject(m, checked.status());
   const bool compressed = *checked;
   const bool contribution = h.kind == SliceKind::kContribution;

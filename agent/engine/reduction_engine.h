@@ -191,6 +191,12 @@ class ReductionEngine : public JobPart {
 
  private:
   KeyState* findKey(uint64_t job, uint64_t key);
+  // Whether `k`'s shares may still be in the lanes after its step completed here: under
+  // allgather (TopologyTraits) and for a tensor reduced to another node.
+  static bool sharesOutliveStep(const KeyState& k) { return traitsOf(k.topology).shares_outlive_step || k.toOwner(); }
+  // The owner of a slice of `k`: the node it is reduced to (reduce.owner), else round robin
+  // over the members.
+  uint32_t ownerOf(const KeyState& k, uint32_t slice) const;
   // What a state of `k` is valid for here (residual_state.h).
   ResidualLayout layoutOf(const KeyState& k) const;
   // The owner side's sum of a slice. The whole sum, the result, is sent to every node (ps) or

@@ -21,6 +21,7 @@ std::string describe(const ReductionPolicy& p) {
   std::string text = strCat(aggregationName(p.aggregation), ", ", resultName(p.result));
   if (p.topology) text += strCat(", ", topologyName(*p.topology));
   if (p.contributor) text += strCat(", local rank ", *p.contributor, " alone");
+  if (p.owner) text += strCat(", to node ", *p.owner);
   return text;
 }
 
@@ -60,10 +61,16 @@ Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
       if (ec != std::errc() || end != value.data() + value.size() || value.empty())
         return Status::invalidArgument(strCat("reduce.contributor '", value, "' is not a local rank (0, 1, ...)"));
       policy.contributor = rank;
+    } else if (name == "reduce.owner") {
+      uint32_t rank = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
+      if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+        return Status::invalidArgument(strCat("reduce.owner '", value, "' is not a node rank (0, 1, ...)"));
+      policy.owner = rank;
     } else {
       return Status::invalidArgument(strCat("unknown parameter '", name,
-                                            "' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology "
-                                            "and reduce.contributor)"));
+                                            "' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology, "
+                                            "reduce.contributor and reduce.owner)"));
     }
     it = params.erase(it);
   }

@@ -5,6 +5,7 @@
 //   reduce.result      = average (default) | sum
 //   reduce.topology    = ps | ring | allgather | auto (default: the agent's scheduler.topology)
 //   reduce.contributor = a local rank (default: every local trainer)
+//   reduce.owner       = a node rank (default: every slice's owner by round robin, the result to all)
 //
 // bidirectional: a slice's owner adds its own node's sum exactly; every other node sends
 //   its sum encoded with its own residual; the owner encodes the total with its own residual
@@ -36,6 +37,12 @@
 //   trainers); the others declare it but never submit it. Its nodes' contributions are then
 //   one trainer's each, so its average is over the nodes.
 //
+// owner: the tensor is reduced to that node alone (MPI's reduce, one root): it owns every
+//   slice, every node sends it its share, and the result stays there; the other nodes
+//   complete once their shares are on their way, their buffers left as they were. The pieces
+//   of a reduce-scatter: one such tensor per node, each node's region of a gradient (FSDP
+//   without replication). Parameter server only; the result is never re-encoded.
+//
 // A sum is returned as summed; an average is that sum divided once by the number of
 // trainers that contributed (never scaled twice).
 #pragma once
@@ -60,6 +67,7 @@ struct ReductionPolicy {
   ResultKind result = ResultKind::kAverage;
   std::optional<Topology> topology{};  // unset: the agent's default (scheduler.topology)
   std::optional<uint32_t> contributor{};  // the one local rank that contributes it; unset: every one
+  std::optional<uint32_t> owner{};        // the node it is reduced to; unset: all-reduced
   bool operator==(const ReductionPolicy&) const = default;
 };
 

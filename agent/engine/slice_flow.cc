@@ -15,7 +15,7 @@ std::vector<uint32_t> othersThan(std::span<const uint32_t> members, uint32_t sel
 }  // namespace
 
 SliceFlow sliceFlowOf(Topology topology, bool own_share_encoded, std::span<const uint32_t> members, uint32_t owner,
-                      uint32_t self) {
+                      uint32_t self, bool result_kept) {
   SliceFlow f;
   switch (topology) {
     case Topology::kRing: {
@@ -44,7 +44,7 @@ SliceFlow sliceFlowOf(Topology topology, bool own_share_encoded, std::span<const
   }
   f.share_merged_here = true;
   f.share_exact = !own_share_encoded;
-  f.sum_to = othersThan(members, self);
+  if (!result_kept) f.sum_to = othersThan(members, self);
   return f;
 }
 

@@ -41,7 +41,8 @@ TopologyTraits traitsOf(Topology topology);
 
 // `members`: ascending ranks, `owner` and `self` among them. `own_share_encoded`: the mxnet
 // policy with a compressed tensor, whose owner encodes its own share like every other node.
+// `result_kept`: a tensor reduced to its owner (reduce.owner): under ps the result stays there.
 SliceFlow sliceFlowOf(Topology topology, bool own_share_encoded, std::span<const uint32_t> members, uint32_t owner,
-                      uint32_t self);
+                      uint32_t self, bool result_kept = false);
 
 }  // namespace gcagent::agent

@@ -18,8 +18,9 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   auto push = compress::makeCodec(r.push_spec, options.codec_env);
   if (!push.ok()) return Status::invalidArgument(strCat("tensor ", t.key, ": ", push.status().message()));
   r.push = std::move(push).value();
-  r.topology = t.policy.topology.value_or(options.topology);
-  if (r.topology == Topology::kAuto && r.mxnet()) {
+  // A tensor reduced to one node travels as to a parameter server unless it chose otherwise.
+  r.topology = t.policy.topology.value_or(t.policy.owner ? Topology::kPs : options.topology);
+  if (r.topology == Topology::kAuto && (r.mxnet() || t.policy.owner)) {
     r.topology = Topology::kPs;
   } else if (r.topology == Topology::kAuto) {
     // From the reference model, the same on every node: the topology is part of the wire.
@@ -34,7 +35,11 @@ Result<TensorRoute> makeRoute(const TensorSpec& t, const RouteOptions& options, 
   // Whether a tensor is worth compressing is the planner's call (per reduction); the pull
   // codec of an uncompressed push codec stays uncompressed, and so does every result under
   // the mxnet policy, and none travel under allgather (each node sums the contributions).
-  if (r.mxnet() || r.allgather() || r.push_spec.name == "none") {
+  if (r.toOwner() && r.topology != Topology::kPs)
+    return Status::invalidArgument(strCat("tensor ", t.key, ": reduce.owner reduces to one node, as a parameter "
+                                          "server does; it cannot travel by ", topologyName(r.topology),
+                                          " (use reduce.topology=ps)"));
+  if (r.mxnet() || r.allgather() || r.toOwner() || r.push_spec.name == "none") {
     r.pull_spec = {"none", {}};
   } else {
     r.pull_spec = options.result_codec == "same" ? r.push_spec : compress::CodecSpec{options.result_codec, {}};

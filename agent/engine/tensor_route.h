@@ -65,6 +65,8 @@ struct TensorRoute {
   bool mxnet() const { return spec.policy.aggregation == Aggregation::kMxnet; }
   bool ring() const { return topology == Topology::kRing; }
   bool allgather() const { return topology == Topology::kAllgather; }
+  // Reduced to one node (reduce.owner): its result stays there.
+  bool toOwner() const { return spec.policy.owner.has_value(); }
   // Contributions and results travel compressed this reduction.
   bool pushCompressed() const { return plan.compress && push_spec.name != "none"; }
   bool pullCompressed() const { return plan.compress && pull_spec.name != "none"; }

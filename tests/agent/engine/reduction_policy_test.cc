@@ -52,8 +52,18 @@ TEST(ReductionPolicy, AnUnknownReduceNameIsRefused) {
   auto policy = takeReductionPolicy(params);
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().message(),
-            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology "
-            "and reduce.contributor)");
+            "unknown parameter 'reduce.order' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology, "
+            "reduce.contributor and reduce.owner)");
+}
+
+TEST(ReductionPolicy, ATensorMayBeReducedToOneNode) {
+  compress::Params params = {{"reduce.owner", "2"}, {"threshold", "0.5"}};
+  auto policy = takeReductionPolicy(params);
+  ASSERT_TRUE(policy.ok());
+  EXPECT_EQ(policy->owner, 2u);
+  EXPECT_EQ(describe(*policy), "bidirectional, average, to node 2");
+  compress::Params bad = {{"reduce.owner", "-1"}};
+  EXPECT_EQ(takeReductionPolicy(bad).status().message(), "reduce.owner '-1' is not a node rank (0, 1, ...)");
 }
 
 TEST(ReductionPolicy, ATensorMayChooseItsTopology) {
