@@ -159,10 +159,27 @@ class HSDPState:
         self.dropped_residuals = 0  # of the last load_state_dict: owned by another node now
         self._slots = self._declare_on(self.client)
         for shards, module in hooked:
-            module.set_all_reduce_hook(functools.partial(self._on_shard, shards))
+            self._attach(module, shards)
+
+    def _attach(self, module, shards):
+        module.set_all_reduce_hook(functools.partial(self._on_shard, shards))
 
     def _key(self, shards, local_rank):
         return shards.index * self.local_size + local_rank
+
+    def _saved_keys(self):
+        """The keys whose residuals this trainer saves: the shards it contributes."""
+        return [self._key(s, self.local_rank) for s in self._modules]
+
+    def _submit(self, shards, output, input_tensor):
+        """Puts the module's gradient in the slots and submits it: the keys submitted, and the
+        tensor the average lands in (a slot, or part of one)."""
+        key = self._key(shards, self.local_rank)
+        slot = self._slots[key]
+        with torch.no_grad():
+            slot.copy_(output.reshape(-1))
+        self.client.submit(self._step, [key])
+        return [key], slot
 
     def _declare_on(self, client):
         """Declares every shard on `client` (every trainer of a node declares them all; each
@@ -190,7 +207,7 @@ class HSDPState:
             self._lost = e
 
     # Runs in the autograd thread, inside FSDP's post-backward.
-    def _on_shard(self, shards, output):
+    def _on_shard(self, shards, output, input_tensor=None):
         if not self._in_pass:
             if self._lost is not None:
                 self._reconnect()
@@ -201,7 +218,7 @@ class HSDPState:
             self._at_end = self._queue_finish()
         if self._failure is None:
             try:
-                self._reduce(shards, output)
+                self._reduce(shards, output, input_tensor)
             except GcagentError as e:
                 # Raised at the end of the pass, not here: the rest of FSDP's backward (the node's
                 # reduce-scatters, which every trainer of the node must make alike) still runs.
@@ -213,29 +230,25 @@ class HSDPState:
             if self._failure is not None:
                 raise self._failure
 
-    def _reduce(self, shards, output):
+    def _reduce(self, shards, output, input_tensor):
         if output.numel() != shards.elements:
             raise GcagentError(ERR_INVALID_ARGUMENT,
                                f"gcagent: FSDP module {shards.index} ({shards.name}) reduced {output.numel()} "
                                f"elements, {shards.elements} declared: parameters without gradients this step? "
                                "module.set_reduce_scatter_unused_params(True) reduces them as zeros")
-        key = self._key(shards, self.local_rank)
-        slot = self._slots[key]
-        if output.dtype != slot.dtype:
+        if output.dtype != shards.dtype:
             raise GcagentError(ERR_INVALID_ARGUMENT,
                                f"gcagent: FSDP module {shards.index} ({shards.name}) reduced {output.dtype}, "
-                               f"declared {slot.dtype}: set MixedPrecisionPolicy(reduce_dtype=...) before hsdp()")
-        with torch.no_grad():
-            slot.copy_(output.reshape(-1))
-        self.client.submit(self._step, [key])
+                               f"declared {shards.dtype}: set MixedPrecisionPolicy(reduce_dtype=...) first")
+        keys, result = self._submit(shards, output, input_tensor)
         self.shards += 1
         if self._at_end and not shards.read_early(output):
-            self._pending.append((shards, key, output))
+            self._pending.append((shards, keys, output, result))
             return
         self.waited_in_hook += 1
-        self._wait(shards, key)
+        self._wait(shards, keys)
         with torch.no_grad():
-            output.copy_(slot.view(output.shape))
+            output.copy_(result.view(output.shape))
 
     def _queue_finish(self) -> bool:
         try:
@@ -244,8 +257,8 @@ class HSDPState:
             return False  # not inside a backward pass
         return True
 
-    def _wait(self, shards, key):
-        if not self.client.wait(self._step, [key], int(self.timeout_s * 1000)):
+    def _wait(self, shards, keys):
+        if not self.client.wait(self._step, keys, int(self.timeout_s * 1000)):
             raise GcagentError(ERR_TIMEOUT, f"gcagent: the shard of FSDP module {shards.index} ({shards.name}) of "
                                             f"step {self._step} was not reduced within {self.timeout_s} s")
 
@@ -256,16 +269,16 @@ class HSDPState:
             return
         pending, self._pending, self._in_pass = self._pending, [], False
         failure, self._failure = self._failure, None
-        for shards, key, output in pending:
+        for shards, keys, output, result in pending:
             try:
-                self._wait(shards, key)
+                self._wait(shards, keys)
                 gradients = shards.gradient_buffer(output)
                 if gradients is None:
                     raise GcagentError(ERR_INVALID_ARGUMENT,
                                        f"gcagent: FSDP module {shards.index} ({shards.name}) copied its reduce-scatter "
                                        "output before the agent's average arrived: this FSDP version is not supported")
                 with torch.no_grad():  # into the output, or the gradients FSDP cast it into (as FSDP casts)
-                    gradients.copy_(self._slots[key].view(gradients.shape))
+                    gradients.copy_(result.view(gradients.shape))
             except GcagentError as e:
                 self._note_loss(e)
                 failure = failure or e  # the others are still waited for: nothing stays in flight
@@ -279,9 +292,9 @@ class HSDPState:
     def _abandon(self):
         """A shard failed: the shards already in flight are waited for and dropped."""
         pending, self._pending = self._pending, []
-        for shards, key, _ in pending:
+        for shards, keys, _, _ in pending:
             try:
-                self._wait(shards, key)
+                self._wait(shards, keys)
             except GcagentError:
                 pass  # the hook's own error is the one raised
 
@@ -298,7 +311,7 @@ class HSDPState:
             raise GcagentError(ERR_INVALID_ARGUMENT, "gcagent: state_dict() during a backward pass")
         if self._lost is not None:
             self._reconnect()
-        mine = [self._key(s, self.local_rank) for s in self._modules]
+        mine = self._saved_keys()
         return {f"rank{self.client.world_rank}": {
             "step": self._step, "node": self.client.node_rank, "nodes": self.client.node_count,
             "residuals": {str(k): self.client.get_state(k) for k in mine}}}
@@ -314,7 +327,7 @@ class HSDPState:
                                                      f"it has {sorted(state_dict)}")
         entry = state_dict[name]
         residuals = {int(k): v for k, v in entry["residuals"].items()}
-        mine = {self._key(s, self.local_rank) for s in self._modules}
+        mine = set(self._saved_keys())
         if set(residuals) != mine:
             raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: the checkpoint's shards {sorted(residuals)} are not this "
                                                      f"model's {sorted(mine)} (another model, or other fully_shard modules)")
@@ -325,6 +338,102 @@ class HSDPState:
 
     def close(self):
         self.client.close()
+
+
+try:  # FSDP2's interface for a custom reduce-scatter (set_custom_reduce_scatter)
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
+except ImportError:  # an FSDP2 without it: fsdp() then says so
+    _ReduceScatter = None
+
+
+class _AgentReduceScatter(_ReduceScatter or object):
+    """FSDP2's reduce-scatter of one module, through the agents (FSDPState)."""
+
+    def __init__(self, state, shards):
+        self._state, self._shards = state, shards
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        # FSDP reduces float32 and bfloat16 with AVG unless a gradient divide factor is set.
+        self._state._op = op
+        self._state._on_shard(self._shards, output_tensor, input_tensor)
+        return None
+
+
+class FSDPState(HSDPState):
+    """FSDP2 sharded over every trainer of every node, its reduce-scatter the agents'.
+
+    FSDP's reduce-scatter input is the module's whole gradient, cut into one chunk per trainer
+    of the job (node by node); node n's trainers own the n-th region of it. Each region is a
+    tensor of its own, reduced to node n alone (reduce.owner): every trainer of the job submits
+    all the regions, its node's agent sums them over the node's trainers and sends each to its
+    owner, compressed with error feedback, and only the owner gets the region's average back:
+    each node sends and receives (N-1)/N of the gradient once, where an all-reduce moves it
+    twice. A trainer's shard is its part of its own node's region."""
+
+    def __init__(self, model, client=None, codec=None, params=None, timeout_s=300.0):
+        if _ReduceScatter is None:
+            raise ValueError("gcagent: fsdp() needs FSDP2's set_custom_reduce_scatter (torch 2.9 or later)")
+        self._op = dist.ReduceOp.AVG  # of the reduce-scatter being made
+        super().__init__(model, client=client, codec=codec, params=params, timeout_s=timeout_s)
+        self.nodes = self.client.node_count
+        world = dist.get_world_size(self._modules[0].node_group) if self._modules else 0
+        if world != self.nodes * self.local_size:
+            raise ValueError(f"gcagent: fsdp() needs fully_shard over every trainer of the job ({self.nodes} nodes x "
+                             f"{self.local_size}); the modules are sharded over {world} (for a mesh of this node's "
+                             "trainers, use hsdp())")
+
+    def _attach(self, module, shards):
+        module.set_custom_reduce_scatter(_AgentReduceScatter(self, shards))
+
+    def _key(self, shards, node):
+        return shards.index * self.client.node_count + node
+
+    def _saved_keys(self):
+        # Every local trainer contributes every region: local rank 0 keeps the node's residuals.
+        if self.local_rank != 0:
+            return []
+        return [self._key(s, n) for s in self._modules for n in range(self.client.node_count)]
+
+    def _declare_on(self, client):
+        nodes = client.node_count
+        specs = [TensorSpec(shards.index * nodes + n, self.local_size * shards.elements, -shards.index, self.codec,
+                            {**self.params, "reduce.owner": str(n)}, _SLOT_DTYPES[shards.dtype])
+                 for shards in self._modules for n in range(nodes)]
+        client.declare(specs)
+        return {spec.key: _slot_tensor(client, spec.key, shards.dtype)
+                for spec, shards in zip(specs, [s for s in self._modules for _ in range(nodes)])}
+
+    def _refuse(self, shards, why):
+        raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: FSDP module {shards.index} ({shards.name}): {why}")
+
+    def _submit(self, shards, output, input_tensor):
+        if self._op != dist.ReduceOp.AVG:
+            self._refuse(shards, f"FSDP asked for a reduce-scatter with {self._op}; the agents average (AVG): leave "
+                                 "set_gradient_divide_factor unset")
+        region = self.local_size * shards.elements
+        if input_tensor is None or input_tensor.numel() != self.nodes * region:
+            self._refuse(shards, f"a reduce-scatter input of {None if input_tensor is None else input_tensor.numel()} "
+                                 f"elements, {self.nodes} regions of {region} declared")
+        flat = input_tensor.reshape(-1)
+        keys = [self._key(shards, n) for n in range(self.nodes)]
+        with torch.no_grad():
+            for n, key in enumerate(keys):
+                self._slots[key].copy_(flat[n * region:(n + 1) * region])
+        self.client.submit(self._step, keys)
+        own = self._slots[self._key(shards, self.client.node_rank)]
+        return keys, own[self.local_rank * shards.elements:(self.local_rank + 1) * shards.elements]
+
+
+def fsdp(model, client=None, codec=None, params=None, timeout_s: float = 300.0) -> FSDPState:
+    """Hands the reduce-scatter of every fully_shard module of `model`, sharded over every
+    trainer of the job (a 1-D mesh over the world: fully_shard's default), to the agents (see
+    FSDPState): FSDP without replication, compressed between the nodes. All trainers call it
+    with the same model, after fully_shard and before the first backward pass. Failures,
+    reconnection and checkpoints as hsdp()'s."""
+    return FSDPState(model, client=client, codec=codec, params=params, timeout_s=timeout_s)
 
 
 def hsdp(model, client=None, codec=None, params=None, timeout_s: float = 300.0) -> HSDPState:

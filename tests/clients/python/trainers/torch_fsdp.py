@@ -2,6 +2,7 @@
 shim_cluster.py.
 
     torch_fsdp.py suite | agent-dies | train[-bf16] CODEC [PARAMS] | checkpoint PHASE CODEC PARAMS DIR
+                | world CODEC PARAMS STEPS
 
 suite runs, each as its own job on the agents:
   ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
@@ -18,6 +19,7 @@ agent-dies trains until backward() raises (the test kills an agent).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
 with HSDP through the agent and reports the validation loss; train-bf16 computes and reduces in
 bfloat16 (the agent's slots hold bfloat16).
+world runs world_parity (FSDP over all trainers, the reduce-scatter through the agents).
 checkpoint trains the transformer with a torch.distributed.checkpoint of model, optimizer and
 the hook's state (gcagent.torch.fsdp.HSDPState is Stateful) in DIR: PHASE whole trains 2 x
 CHECKPOINT_STEPS steps; save the first half and saves; resume loads and trains the second half;
@@ -159,6 +161,36 @@ def parity(bf16=False):
         equal.append(all(torch.equal(p.to_local(), q.to_local()) for p, q in zip(model.parameters(), ref.parameters())))
     report = {"equal": equal, "shards": state.shards, "waited_in_hook": state.waited_in_hook,
               "modules": len(state._modules), "first_loss": losses[0], "last_loss": losses[19]}
+    state.close()
+    return report
+
+
+def world_parity(codec, params, steps):
+    """FSDP without replication: the transformer sharded over all four trainers, its
+    reduce-scatter through the agents (gcagent.torch.fsdp.fsdp), beside the same model under
+    FSDP2's own reduce-scatter over gloo: the largest parameter difference at each step (codec
+    none: fp32 summation order alone), and both models' last losses."""
+    torch.manual_seed(0)
+    base = TinyLM()
+    mesh = init_device_mesh("cpu", (WORLD,))
+    ref = shard(copy.deepcopy(base), mesh)
+    model = shard(base, mesh)
+    state = gcagent.torch.fsdp.fsdp(model, client=client(f"world-{codec}"), codec=codec, params=params)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, ref))
+    probs, differences, losses = chain(), [], {"agent": [], "gloo": []}
+    for step in range(steps):
+        x, y = sample(probs, 16, 1000 * step + RANK)
+        for name, m, o in (("agent", model, opt), ("gloo", ref, ref_opt)):
+            loss = loss_of(m, x, y)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            losses[name].append(loss.item())
+        differences.append(max(float((p.to_local() - q.to_local()).abs().max())
+                               for p, q in zip(model.parameters(), ref.parameters())))
+    report = {"differences": differences, "shards": state.shards, "waited_in_hook": state.waited_in_hook,
+              "first_loss": losses["agent"][0], "last_loss": sum(losses["agent"][-10:]) / 10,
+              "gloo_last_loss": sum(losses["gloo"][-10:]) / 10}
     state.close()
     return report
 
@@ -362,6 +394,9 @@ def main():
     elif sys.argv[1] == "agent-dies":
         print("report: " + json.dumps(agent_dies()), flush=True)
         os._exit(0)  # the node's process group may still wait on a trainer that failed apart
+    elif sys.argv[1] == "world":
+        params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}
+        report = world_parity(sys.argv[2], params, int(sys.argv[4]))
     elif sys.argv[1] == "checkpoint":
         params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if sys.argv[4] else {}
         report = checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5])
