@@ -96,7 +96,7 @@ Result<ResidualState> decodeResidualState(std::span<const std::byte> blob) {
     p.values.resize(floats);
     std::vector<std::byte> bytes;
     r.getBytes(bytes, floats * sizeof(float));
-    std::memcpy(p.values.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(p.values.data(), bytes.data(), bytes.size());
     s.parts.push_back(std::move(p));
   }
   if (r.remaining() != 0) return Status::dataLoss(strCat("error-feedback state: ", r.remaining(), " trailing bytes"));

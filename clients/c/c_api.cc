@@ -284,7 +284,7 @@ GCAGENT_API int gcagent_state_get(gcagent_client* client, uint64_t key, uint8_t*
     GCAGENT_CLIENT_RETURN_IF_FAILED(client->impl->getState(key, &blob));
     auto* out = static_cast<uint8_t*>(std::malloc(std::max<size_t>(blob.size(), 1)));
     if (out == nullptr) return failure(GCAGENT_ERR_NO_MEMORY, strCat("no memory for a state of ", blob.size(), " bytes"));
-    std::memcpy(out, blob.data(), blob.size());
+    if (!blob.empty()) std::memcpy(out, blob.data(), blob.size());
     *data = out;
     *bytes = blob.size();
     return {};
