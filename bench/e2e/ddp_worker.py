@@ -12,9 +12,12 @@ Workloads:
   rest in the root). --hook fsdp: FSDP2's own HSDP (a nodes x local mesh; the replica all-reduce
   over gloo across nodes); --hook gcagent: the node's mesh, and gcagent.torch.fsdp.hsdp (the
   agents across nodes; codec from GCAGENT_CODEC); --hook fsdp-node: the node's mesh and nothing
-  across nodes (the nodes' models drift apart: a timing of the in-node part alone). The sync time is the iteration minus the same
-  iteration with set_requires_gradient_sync(False) (no reduce-scatter, no all-reduce); both
-  keep FSDP's all-gathers inside the node.
+  across nodes (the nodes' models drift apart: a timing of the in-node part alone);
+  --hook fsdp-world: FSDP2 over every trainer (no replication), its reduce-scatter over gloo;
+  --hook gcagent-world: the same mesh, the reduce-scatter through the agents
+  (gcagent.torch.fsdp.fsdp). The sync time is the iteration minus the same iteration with
+  set_requires_gradient_sync(False) (no reduce-scatter, no all-reduce); both keep FSDP's
+  all-gathers (inside the node, or over every trainer for the world rows).
 - mlp: a real small training loop (an MLP on scikit-learn's digits, batch 32 per rank, SGD);
   the number is the median time of a whole training step (forward, backward with sync, step).
 
@@ -301,6 +304,8 @@ def hsdp(a, rank):
     model = ShardedGradientSet(shapes)
     if a.hook == "fsdp":
         mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("replicate", "shard"))
+    elif a.hook in ("fsdp-world", "gcagent-world"):  # FSDP without replication: over every trainer
+        mesh = init_device_mesh("cpu", (world,))
     elif a.hook == "fsdp-node":  # the reduce-scatter inside the node alone: what every HSDP row pays first
         mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("node", "local"))["local"]
     else:
@@ -309,7 +314,11 @@ def hsdp(a, rank):
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    state = gcagent.torch.fsdp.hsdp(model) if a.hook == "gcagent" else None
+    if a.hook == "gcagent-world":
+        import gcagent.torch.fsdp
+        state = gcagent.torch.fsdp.fsdp(model)
+    else:
+        state = gcagent.torch.fsdp.hsdp(model) if a.hook == "gcagent" else None
     x = torch.ones(())
 
     def step(sync=True):

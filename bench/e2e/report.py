@@ -10,7 +10,7 @@ GBIT = 1e9 / 8
 
 def _baseline(rows, model, rate, system="ddp"):
     """The row a system is compared with: FSDP2's own HSDP for gcagent's HSDP rows, else DDP gloo."""
-    base = "fsdp2-hsdp gloo" if system.startswith("hsdp+") else "ddp"
+    base = "fsdp2-hsdp gloo" if system.startswith("hsdp+") else "fsdp2 gloo" if system.startswith("fsdp+") else "ddp"
     return next((r for r in rows if r["model"] == model and r["rate"] == rate and r["system"] == base
                  and "sync_s" in r), None)
 
@@ -32,7 +32,8 @@ CODEC_ORDER = ("none", "fp16", "2bit", "onebit", "dgc", "threshold")
 # gcagent through the C test trainer (or, on the mlp, its comm hook), then DDP with gcagent's hook
 ORDER = ["ddp", "ddp-fp16", "powersgd1", "powersgd4", "horovod"] + [f"gcagent {c}" for c in CODEC_ORDER] + [
     f"ddp+gcagent {c}" for c in CODEC_ORDER] + [f"optimizer+gcagent {c}" for c in CODEC_ORDER] + [
-    "fsdp2 in-node only", "fsdp2-hsdp gloo"] + [f"hsdp+gcagent {c}" for c in CODEC_ORDER]
+    "fsdp2 in-node only", "fsdp2-hsdp gloo"] + [f"hsdp+gcagent {c}" for c in CODEC_ORDER] + [
+    "fsdp2 gloo"] + [f"fsdp+gcagent {c}" for c in CODEC_ORDER]
 MODEL_ORDER = ["vgg16", "resnet50", "bert_base", "mlp"]
 
 
@@ -188,6 +189,13 @@ def goals(rows):
                     out.append(f"- hsdp+gcagent 2bit vs FSDP2's HSDP over gloo, the cross-node part (sync minus "
                                f"\"fsdp2 in-node only\": {cross['2bit'] * 1e3:.0f} ms against {cross['gloo'] * 1e3:.0f} "
                                f"ms) ({model}, {rate}): {ratio:.2f}x, goal 4.0x: {'met' if ratio >= 4 else 'MISSED'}")
+        # FSDP2 without replication: the agents' reduce-scatter against FSDP2's own over gloo
+        for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
+            world_base = _find(rows, model, rate, "fsdp2 gloo")
+            check("fsdp+gcagent none vs FSDP2's reduce-scatter over gloo (within 10%)",
+                  _best(rows, model, rate, "fsdp+gcagent none"), world_base, 0.9, model, rate)
+            check("fsdp+gcagent 2bit vs FSDP2's reduce-scatter over gloo",
+                  _best(rows, model, rate, "fsdp+gcagent 2bit"), world_base, 4.0, model, rate)
     return out
 
 

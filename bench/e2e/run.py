@@ -22,7 +22,9 @@ FSDP2's own HSDP across nodes over gloo (row "fsdp2-hsdp gloo"); fsdp-node: the 
 nothing across nodes (row "fsdp2 in-node only": the in-node reduce-scatter every HSDP row pays,
 subtracted in the goals to give the cross-node part); hsdp-<codec>: the same sharding,
 gcagent.torch.fsdp.hsdp across nodes (rows "hsdp+gcagent <codec>", speed-up against
-"fsdp2-hsdp gloo"); the agents started in the
+"fsdp2-hsdp gloo"); fsdp-world: FSDP2 over every trainer of every node (no replication), its
+reduce-scatter over gloo (row "fsdp2 gloo"); fsdp-<codec>: the same mesh, the reduce-scatter
+through the agents (gcagent.torch.fsdp.fsdp; rows "fsdp+gcagent <codec>"); the agents started in the
 namespaces as for the C trainer and with the same scheduling, so gcagent overlaps with the
 backward pass as DDP's allreduce does. gcagent's rows run once per --scheduling.
 
@@ -80,8 +82,12 @@ OPTIMIZERS = {f"opt-{c}": c for c in CODECS}
 # FSDP2 sharded over each node's trainers (--local), across nodes: FSDP2's own HSDP over gloo, or
 # gcagent.torch.fsdp.hsdp with a codec: system -> codec label (None: FSDP2's own)
 HSDP = {"fsdp-hsdp": None, "fsdp-node": None, **{f"hsdp-{c}": c for c in CODECS}}
+# FSDP2 over every trainer (no replication): its own reduce-scatter over gloo, or
+# gcagent.torch.fsdp.fsdp's through the agents: system -> codec label (None: FSDP2's own)
+FSDP_WORLD = {"fsdp-world": None, **{f"fsdp-{c}": c for c in CODECS}}
 # the synced gradients checked against the average of every rank's (gradient sets)
-CHECKS = {"allreduce": "exact", "fsdp": "exact", "fp16": "fp16", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
+CHECKS = {"allreduce": "exact", "fsdp": "exact", "fsdp-world": "exact", "fp16": "fp16",
+          ("gcagent-world", "none"): "exact", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
           ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
@@ -339,6 +345,16 @@ def main():
                                 ns, "hsdp", csv, h, a.iterations, a.timeout,
                                 gcagent_codec=s, agent_extra=() if s is None else agent_flags(q, rate),
                                 check=not a.no_check, local=a.local)))
+                    elif system in FSDP_WORLD and workload == "gradset":
+                        codec = FSDP_WORLD[system]
+                        hook = "fsdp-world" if codec is None else "gcagent-world"
+                        label = "fsdp2 gloo" if codec is None else f"fsdp+gcagent {codec}"
+                        scheds = ["-"] if codec is None else a.scheduling.split(",")
+                        for sched in scheds:
+                            runs.append((label, sched, lambda s=codec, q=sched, h=hook: run_torch(
+                                ns, "hsdp", csv, h, a.iterations, a.timeout,
+                                gcagent_codec=s, agent_extra=() if s is None else agent_flags(q, rate),
+                                check=not a.no_check, local=a.local)))
                     elif system == "horovod":
                         # `pip install horovod` (0.28.1, the newest on PyPI) with HOROVOD_WITH_GLOO=1
                         # HOROVOD_WITH_PYTORCH=1 against torch 2.15 did not finish building within
@@ -378,7 +394,7 @@ def main():
                         # whole run, warm-up included: drops make TCP back off
                         res.update(tbf_packets=tbf1[0] - tbf0[0], tbf_drops=tbf1[1] - tbf0[1])
                         res.update(model=model, rate=rate, system=label, scheduling=sched, nodes=a.nodes,
-                                   local=a.local if label.startswith(("fsdp2-", "hsdp+")) else 1,
+                                   local=a.local if label.startswith(("fsdp2", "hsdp+", "fsdp+")) else 1,
                                    wall_s=round(time.time() - started, 1), command=command)
                         rows = [r for r in rows if (r["model"], r["rate"], r["system"], r["scheduling"]) !=
                                 (model, rate, label, sched)] + [res]
