@@ -25,6 +25,19 @@ std::string describe(const ReductionPolicy& p) {
   return text;
 }
 
+namespace {
+
+// A rank given as a parameter's text: digits only.
+Result<uint32_t> rankOf(std::string_view name, const std::string& value, std::string_view what) {
+  uint32_t rank = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
+  if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+    return Status::invalidArgument(strCat(name, " '", value, "' is not ", what, " (0, 1, ...)"));
+  return rank;
+}
+
+}  // namespace
+
 Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
   ReductionPolicy policy;
   for (auto it = params.begin(); it != params.end();) {
@@ -56,17 +69,9 @@ Result<ReductionPolicy> takeReductionPolicy(compress::Params& params) {
       if (!topology.ok()) return Status::invalidArgument(strCat("reduce.", topology.status().message()));
       policy.topology = *topology;
     } else if (name == "reduce.contributor") {
-      uint32_t rank = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
-      if (ec != std::errc() || end != value.data() + value.size() || value.empty())
-        return Status::invalidArgument(strCat("reduce.contributor '", value, "' is not a local rank (0, 1, ...)"));
-      policy.contributor = rank;
+      GC_ASSIGN_OR_RETURN(policy.contributor, rankOf(name, value, "a local rank"));
     } else if (name == "reduce.owner") {
-      uint32_t rank = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
-      if (ec != std::errc() || end != value.data() + value.size() || value.empty())
-        return Status::invalidArgument(strCat("reduce.owner '", value, "' is not a node rank (0, 1, ...)"));
-      policy.owner = rank;
+      GC_ASSIGN_OR_RETURN(policy.owner, rankOf(name, value, "a node rank"));
     } else {
       return Status::invalidArgument(strCat("unknown parameter '", name,
                                             "' (reduce.* names are reduce.aggregation, reduce.result, reduce.topology, "

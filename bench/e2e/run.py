@@ -334,21 +334,17 @@ def main():
                         runs.append((system, "-", lambda s=system: run_torch(ns, workload, csv, DDP_SYSTEMS[s],
                                                                               a.iterations, a.timeout,
                                                                               check=not a.no_check)))
-                    elif system in HSDP and workload == "gradset":
-                        codec = HSDP[system]
-                        hook = {"fsdp-hsdp": "fsdp", "fsdp-node": "fsdp-node"}.get(system, "gcagent")
-                        label = {"fsdp": "fsdp2-hsdp gloo", "fsdp-node": "fsdp2 in-node only"}.get(
-                            hook, f"hsdp+gcagent {codec}")
-                        scheds = ["-"] if codec is None else a.scheduling.split(",")
-                        for sched in scheds:
-                            runs.append((label, sched, lambda s=codec, q=sched, h=hook: run_torch(
-                                ns, "hsdp", csv, h, a.iterations, a.timeout,
-                                gcagent_codec=s, agent_extra=() if s is None else agent_flags(q, rate),
-                                check=not a.no_check, local=a.local)))
-                    elif system in FSDP_WORLD and workload == "gradset":
-                        codec = FSDP_WORLD[system]
-                        hook = "fsdp-world" if codec is None else "gcagent-world"
-                        label = "fsdp2 gloo" if codec is None else f"fsdp+gcagent {codec}"
+                    elif (system in HSDP or system in FSDP_WORLD) and workload == "gradset":
+                        # FSDP2 sharded in the node (HSDP) or over every trainer: FSDP2's own, or the agents'
+                        if system in HSDP:
+                            codec = HSDP[system]
+                            hook = {"fsdp-hsdp": "fsdp", "fsdp-node": "fsdp-node"}.get(system, "gcagent")
+                            label = {"fsdp": "fsdp2-hsdp gloo", "fsdp-node": "fsdp2 in-node only"}.get(
+                                hook, f"hsdp+gcagent {codec}")
+                        else:
+                            codec = FSDP_WORLD[system]
+                            hook = "fsdp-world" if codec is None else "gcagent-world"
+                            label = "fsdp2 gloo" if codec is None else f"fsdp+gcagent {codec}"
                         scheds = ["-"] if codec is None else a.scheduling.split(",")
                         for sched in scheds:
                             runs.append((label, sched, lambda s=codec, q=sched, h=hook: run_torch(
