@@ -342,7 +342,9 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
             (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
         auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
         if (!size.ok()) return done(size.status());
-        auto payload = std::make_shared<ByteBuffer>(bytes, bytes + *size);
+        // Sized, then copied: a ByteBuffer built from a range copies byte by byte (default_init.h).
+        auto payload = std::make_shared<ByteBuffer>(*size);
+        std::memcpy(payload->data(), bytes, *size);
         encodings.slices.push_back({payload, *payload, 0});
       }
     }

@@ -80,8 +80,8 @@
     "memory the error-feedback residuals may use")                                             \
   X(compress, on_gpu, Flag, "true", 0, 0, "",                                                  \
     "gradients trainers keep on a GPU are summed, encoded and decoded on that GPU, residuals kept there; false stages them through host memory for the CPU codecs") \
-  X(compress, gpu_staged_codecs, TextList, "topk,dgc,threshold", 0, 0, "",                     \
-    "codecs whose GPU gradients are staged through host memory for the CPU codecs even with on_gpu (the selection codecs: slower on the GPU at the default slice size, see bench/gpu_path)") \
+  X(compress, gpu_staged_codecs, TextList, "none,topk,dgc,threshold", 0, 0, "",                \
+    "codecs whose GPU gradients are staged through host memory for the CPU codecs even with on_gpu (none, which the host sends from pinned memory without a copy, and the selection codecs, slower on the GPU at the default slice size: see bench/gpu_path)") \
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
     "address:port of the Prometheus /metrics endpoint; port 0 picks one (logged); empty disables it") \
   X(security, token_file, Text, "", 0, 0, "",                                                   \

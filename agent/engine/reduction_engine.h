@@ -112,7 +112,7 @@ struct EngineOptions {
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even
   // where a LocalCoder could code them: the selection codecs launch dozens of small kernels
   // per slice, slower than the CPU on an H100 (bench/gpu_path/h100.txt).
-  std::vector<std::string> gpu_staged_codecs = {"topk", "dgc", "threshold"};
+  std::vector<std::string> gpu_staged_codecs = {"none", "topk", "dgc", "threshold"};
   compress::CodecEnv codec_env;
   // Where the engine counts bytes, times and errors; null: a private, unexported set.
   std::shared_ptr<metrics::Stats> stats;

@@ -137,12 +137,12 @@ def test_device_tensors_reduce_through_cuda_ipc(tmp_path):
         trainer.close()
 
 
-@pytest.mark.parametrize("staged", ["", "topk,dgc,threshold"], ids=["all-coded", "default"])
+@pytest.mark.parametrize("staged", ["", "none,topk,dgc,threshold"], ids=["all-coded", "default"])
 def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path, staged):
     """2 agents x 2 trainer processes on one GPU: the same gradients reduced once through host
     tensors and once through device slots, where the agent sums, encodes (residuals on the
     GPU) and decodes on the GPU, must give bit-identical results for all 12 codecs; with the
-    default configuration the selection codecs are staged through the host instead."""
+    default configuration none and the selection codecs are staged through the host instead."""
     torch = pytest.importorskip("torch")
     if not host_has_gpu() or not torch.cuda.is_available():
         pytest.skip("no GPU: the device path needs one (and PyTorch with CUDA)")
@@ -161,7 +161,8 @@ def test_device_and_host_jobs_give_the_same_bytes_for_every_codec(tmp_path, stag
     # The GPU sums a node's two trainers and only encodings cross PCIe: less than one fp32
     # gradient per iteration each way (staging would move two, 4 bytes per element each).
     fp32_bytes = 4 * iterations * (70_001 + 2 * 50_000 + 65_537 + 5 * 40_000 + 3 * 100_000)
-    staged_bytes = 0 if not staged else 2 * 4 * iterations * 3 * 100_000  # both trainers' slots
+    staged_elements = 70_001 + 3 * 100_000 if staged else 0  # none's tensor and the selection codecs'
+    staged_bytes = 2 * 4 * iterations * staged_elements  # both trainers' slots
     for s, rc in zip(sent, received):
         assert staged_bytes < s < staged_bytes + fp32_bytes, (sent, received, fp32_bytes)
         assert staged_bytes < rc < staged_bytes + fp32_bytes, (sent, received, fp32_bytes)

@@ -35,6 +35,15 @@ std::vector<uint32_t> bitsOf(const std::vector<float>& v) {
   return out;
 }
 
+// The bytes an encoding holds: what encode() returned, or for a sparse codec (which returns
+// the most it may write) what the pair count at the head says.
+size_t countedSize(const compress::Codec& reference, const std::vector<std::byte>& head, size_t returned) {
+  if (reference.isFixedSize()) return returned;
+  uint32_t count = 0;
+  std::memcpy(&count, head.data(), 4);
+  return compress::sparse::bytesFor(count);
+}
+
 // A sparse encoding: `count` in the head, then the given indices and zero values, room for
 // `total_pairs` pairs.
 std::vector<std::byte> sparsePairs(uint32_t count, const std::vector<uint32_t>& indices, size_t total_pairs) {
@@ -186,7 +195,9 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
       std::vector<std::byte> host_out(max_bytes);
       auto host_bytes = host_codec->encode(g, host_state, host_out, id);
       ASSERT_TRUE(host_bytes.ok()) << host_bytes.status().toString();
-      host_out.resize(*host_bytes);
+      const Status host_encoded = settle(*host_);  // the host device runs its work on its own thread
+      ASSERT_TRUE(host_encoded.ok()) << host_encoded.toString();
+      host_out.resize(countedSize(*reference, host_out, *host_bytes));
 
       const float* gpu_g = upload(g);
       std::byte* gpu_out = upload(std::vector<std::byte>{}, max_bytes);
@@ -195,14 +206,9 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
       ASSERT_TRUE(gpu_bytes.ok()) << gpu_bytes.status().toString();
       const Status encoded = settle(*gpu_);
       ASSERT_TRUE(encoded.ok()) << encoded.toString();
-      size_t size = *gpu_bytes;
-      if (!reference->isFixedSize()) {  // the pair count heads the encoding
-        EXPECT_EQ(size, max_bytes);
-        uint32_t count = 0;
-        const auto head = download(gpu_out, 4);
-        std::memcpy(&count, head.data(), 4);
-        size = compress::sparse::bytesFor(count);
-      }
+      EXPECT_EQ(*gpu_bytes, *host_bytes);
+      const size_t size =
+          reference->isFixedSize() ? *gpu_bytes : countedSize(*reference, download(gpu_out, 4), *gpu_bytes);
       ASSERT_EQ(size, host_out.size());
       EXPECT_EQ(download(gpu_out, size), host_out);
       EXPECT_EQ(bitsOf(download(gpu_state, state_n)), bitsOf(host_state));
@@ -211,7 +217,8 @@ TEST_P(CudaCoderCodecTest, EncodeStateAndScaledDecodeMatchTheHostBitForBit) {
       for (const float scale : {1.0f, 1.0f / 3.0f}) {
         SCOPED_TRACE(::testing::Message() << "scale " << scale);
         std::vector<float> host_decoded(n, 5.0f);
-        const Status host_s = host_codec->decode(host_out, host_decoded, scale, id);
+        ASSERT_TRUE(host_codec->decode(host_out, host_decoded, scale, id).ok());
+        const Status host_s = settle(*host_);
         ASSERT_TRUE(host_s.ok()) << host_s.toString();
         float* gpu_decoded = upload(std::vector<float>(n, 5.0f));
         const Status gpu_s = gpu_codec->decode({gpu_out, size}, {gpu_decoded, n}, scale, id);
@@ -332,7 +339,8 @@ TEST_F(CudaCoderDeviceTest, ACorruptEncodingIsReportedByAfterInTheCpuCodecsWords
 
   const std::vector<std::byte> corrupt = sparsePairs(301, {0, 1, 2}, 3);
   std::vector<float> host_out(kSparseN, 1.0f);
-  const Status host_s = host_codec->decode(corrupt, host_out, 1.0f, {});
+  ASSERT_TRUE(host_codec->decode(corrupt, host_out, 1.0f, {}).ok());  // reported by after()
+  const Status host_s = settle(*host_);
   EXPECT_EQ(host_s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(host_s.message(), kCountError);
 
@@ -350,6 +358,7 @@ TEST_F(CudaCoderDeviceTest, ACorruptEncodingIsReportedByAfterInTheCpuCodecsWords
   const std::vector<std::byte> good = compress::testing::encode(*reference, g, state);
   std::vector<float> host_good(kSparseN, 1.0f);
   ASSERT_TRUE(host_codec->decode(good, host_good, 0.5f, {}).ok());
+  ASSERT_TRUE(settle(*host_).ok());
   std::byte* gpu_good_in = upload(good);
   ASSERT_TRUE(gpu_codec->decode({gpu_good_in, good.size()}, {gpu_out, kSparseN}, 0.5f, {}).ok());
   const Status after_good = settle(*gpu_);
@@ -384,6 +393,7 @@ TEST_F(CudaCoderDeviceTest, AFaultStopsOnlyTheWorkOfItsOwnAfter) {
   EXPECT_TRUE(reports[1].ok()) << reports[1].toString();
   std::vector<float> host_out(kSparseN, 1.0f);
   ASSERT_TRUE(host_codec->decode(good_bytes, host_out, 0.5f, {}).ok());
+  ASSERT_TRUE(settle(*host_).ok());
   EXPECT_EQ(bitsOf(download(gpu_out, kSparseN)), bitsOf(host_out));
 }
 
