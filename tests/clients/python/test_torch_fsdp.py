@@ -110,13 +110,16 @@ def test_fsdp_over_every_trainer_reduce_scatters_through_the_agents(tmp_path):
     """FSDP without replication (the transformer sharded over 2 nodes x 2 trainers), each
     module's reduce-scatter through the agents: each region reduced to its node alone. With
     codec none every step stays within fp32 summation-order rounding of FSDP2's own
-    reduce-scatter over gloo; with 2bit it trains as FSDP2 over gloo does."""
+    reduce-scatter over gloo, and every reduce-scatter's output equals bit for bit the sum the
+    trainer computes from every trainer's input in gcagent's documented order; with 2bit it
+    trains as FSDP2 over gloo does."""
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
         exact = reports(run_trainers(c, 2, "torch_fsdp.py", ["world", "none", "", "20"]), c)
         twobit = reports(run_trainers(c, 2, "torch_fsdp.py", ["world", "2bit", "threshold=0.002", "150"]), c)
     for r in exact:
         assert r["shards"] == 20 * 3 and r["waited_in_hook"] == 0, r
         assert max(r["differences"]) < 1e-5, r["differences"]
+        assert r["exact"] == [True] * (20 * 3), r["exact"]
     for r in twobit:
         assert r["last_loss"] < 0.8 * r["first_loss"], r
         assert r["last_loss"] <= 1.05 * r["gloo_last_loss"], r

@@ -165,32 +165,67 @@ def parity(bf16=False):
     return report
 
 
+def documented_order_sum(inputs, chunk):
+    """The reduce-scatter's output for chunk `chunk` in gcagent's documented order (DESIGN.md,
+    section 4a), computed here from every trainer's input: each node adds its trainers' inputs
+    in local-rank order, the owner adds the nodes' sums in node-rank order, and the average
+    divides once by the number of trainers."""
+    n = inputs[0].numel() // WORLD
+    piece = [x.reshape(-1)[chunk * n:(chunk + 1) * n] for x in inputs]
+    total = None
+    for node in range(WORLD // LOCAL):
+        node_sum = piece[node * LOCAL]
+        for local in range(1, LOCAL):
+            node_sum = node_sum + piece[node * LOCAL + local]
+        total = node_sum if total is None else total + node_sum
+    return total / WORLD
+
+
 def world_parity(codec, params, steps):
     """FSDP without replication: the transformer sharded over all four trainers, its
     reduce-scatter through the agents (gcagent.torch.fsdp.fsdp), beside the same model under
     FSDP2's own reduce-scatter over gloo: the largest parameter difference at each step (codec
-    none: fp32 summation order alone), and both models' last losses."""
+    none: fp32 summation order alone), and both models' last losses. With codec none each
+    reduce-scatter's output is also checked bit for bit against documented_order_sum of every
+    trainer's input (gathered over gloo after the step)."""
     torch.manual_seed(0)
     base = TinyLM()
     mesh = init_device_mesh("cpu", (WORLD,))
     ref = shard(copy.deepcopy(base), mesh)
     model = shard(base, mesh)
     state = gcagent.torch.fsdp.fsdp(model, client=client(f"world-{codec}"), codec=codec, params=params)
+    # A tap on the shim's reduce-scatter: what FSDP handed it and where the average lands.
+    taken = []
+    through_agents = gcagent.torch.fsdp._AgentReduceScatter.__call__
+
+    def tap(comm, output_tensor, input_tensor, group, op, async_op=False):
+        taken.append((input_tensor.detach().clone(), output_tensor))
+        return through_agents(comm, output_tensor, input_tensor, group, op, async_op)
+
+    gcagent.torch.fsdp._AgentReduceScatter.__call__ = tap
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, ref))
-    probs, differences, losses = chain(), [], {"agent": [], "gloo": []}
+    probs, differences, losses, exact = chain(), [], {"agent": [], "gloo": []}, []
     for step in range(steps):
         x, y = sample(probs, 16, 1000 * step + RANK)
         for name, m, o in (("agent", model, opt), ("gloo", ref, ref_opt)):
+            taken.clear()
             loss = loss_of(m, x, y)
             loss.backward()
+            if name == "agent" and codec == "none":
+                for input_tensor, output_tensor in taken:
+                    inputs = [torch.empty_like(input_tensor) for _ in range(WORLD)]
+                    dist.all_gather(inputs, input_tensor)
+                    expected = documented_order_sum(inputs, RANK)
+                    exact.append(torch.equal(output_tensor.reshape(-1), expected))
             o.step()
             o.zero_grad()
             losses[name].append(loss.item())
         differences.append(max(float((p.to_local() - q.to_local()).abs().max())
                                for p, q in zip(model.parameters(), ref.parameters())))
+    gcagent.torch.fsdp._AgentReduceScatter.__call__ = through_agents
     report = {"differences": differences, "shards": state.shards, "waited_in_hook": state.waited_in_hook,
               "first_loss": losses["agent"][0], "last_loss": sum(losses["agent"][-10:]) / 10,
-              "gloo_last_loss": sum(losses["gloo"][-10:]) / 10}
+              "gloo_last_loss": sum(losses["gloo"][-10:]) / 10, "exact": exact}
     state.close()
     return report
 
