@@ -18,6 +18,11 @@ def test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp(tmp_path):
     for r in rep:
         # PyTorch's own test of the all-reduce hook, with its expected gradients.
         assert r["ported"] == {"hook_called": True, "out_proj": True, "in_proj": True}, r["ported"]
+        # Its test of the reduce-scatter (test_reduce_scatter_fp32 and _fp16) with gcagent's
+        # comm in place of DefaultReduceScatter: all 8 gradients equal the all_reduce's.
+        for dtype in ("torch.float32", "torch.float16"):
+            assert r["ported_reduce_scatter"][dtype] == {"equal": [True] * 8, "agent_shards": 1,
+                                                         "comm": "gcagent.torch.fsdp"}, r["ported_reduce_scatter"]
         # Every step bit for bit FSDP2's HSDP over gloo (2 trainers per node: the order of a
         # sum of two does not matter), including the steps that accumulate gradients.
         parity = r["parity"]

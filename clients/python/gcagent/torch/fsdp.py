@@ -57,8 +57,8 @@ def node_mesh(device_type: str = "cpu", local_size: int = None):
     return mesh["local"]
 
 
-# The reduce dtypes the hook takes, as the agent's slot dtypes.
-_SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+# The reduce dtypes the agent's slots take, as the agent's slot dtypes.
+_SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def _slot_tensor(client, key, dtype):
@@ -70,13 +70,14 @@ def _slot_tensor(client, key, dtype):
 class _Shards:
     """What the hook needs of one FSDP module: its parameter group's sharded parameters."""
 
-    def __init__(self, index, module):
+    def __init__(self, index, module, reduce_dtypes=(torch.float32, torch.bfloat16)):
         groups = module._get_fsdp_state()._fsdp_param_groups
         if len(groups) > 1:
             raise ValueError(f"gcagent: module {type(module).__name__} has {len(groups)} FSDP parameter groups "
                              "(shard_placement_fn with several meshes); hsdp() takes one per module")
         self.index = index
         self.name = type(module).__name__
+        self.group = groups[0] if groups else None
         self.params = [p for g in groups for p in g.fsdp_params if p.sharded_param.requires_grad]
         self.node_group = groups[0].mesh_info.shard_process_group if groups else None  # this node's trainers
         self.elements = sum(p.padded_sharded_param_size.numel() for p in self.params)
@@ -85,7 +86,7 @@ class _Shards:
         if len(dtypes) > 1:
             raise ValueError(f"gcagent: module {index} ({self.name}) reduces gradients of several dtypes {dtypes}")
         self.dtype = dtypes.pop() if dtypes else torch.float32
-        if self.dtype not in _SLOT_DTYPES:
+        if self.dtype not in reduce_dtypes:
             raise ValueError(f"gcagent: module {index} ({self.name}) reduces in {self.dtype}; hsdp() takes float32 and "
                              "bfloat16 (FSDP pre- and post-divides float16 around the all-reduce)")
 
@@ -133,6 +134,8 @@ class HSDPState:
     shards: shards reduced through the agent; waited_in_hook: of those, the ones the hook
     waited for itself (FSDP would have read them early)."""
 
+    _REDUCE_DTYPES = (torch.float32, torch.bfloat16)
+
     def __init__(self, model, client=None, codec=None, params=None, timeout_s=300.0):
         self._own_client = client is None  # only a connection of its own is made anew
         self.client = client or Client()
@@ -143,7 +146,7 @@ class HSDPState:
         modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
         if not modules:
             raise ValueError("gcagent: hsdp() needs a model with fully_shard applied (no FSDPModule found)")
-        hooked = [(_Shards(i, m), m) for i, m in enumerate(modules)]
+        hooked = [(_Shards(i, m, self._REDUCE_DTYPES), m) for i, m in enumerate(modules)]
         hooked = [(s, m) for s, m in hooked if s.params]  # a module whose parameters all are frozen reduces nothing
         self._modules = [s for s, _ in hooked]
         self.local_rank, self.local_size = self.client.local_rank, self.client.local_size
@@ -242,13 +245,17 @@ class HSDPState:
                                f"declared {shards.dtype}: set MixedPrecisionPolicy(reduce_dtype=...) first")
         keys, result = self._submit(shards, output, input_tensor)
         self.shards += 1
-        if self._at_end and not shards.read_early(output):
+        if self._at_end and not self._reads_early(shards, output):
             self._pending.append((shards, keys, output, result))
             return
         self.waited_in_hook += 1
         self._wait(shards, keys)
         with torch.no_grad():
             output.copy_(result.view(output.shape))
+
+    def _reads_early(self, shards, output) -> bool:
+        """Whether FSDP reads the output before the pass ends (the hook then waits for it)."""
+        return shards.read_early(output)
 
     def _queue_finish(self) -> bool:
         try:
@@ -346,6 +353,25 @@ except ImportError:  # an FSDP2 without it: fsdp() then says so
     _ReduceScatter = None
 
 
+def _reduce_scatter_op(shards):
+    """The op FSDP will hand the reduce-scatter of `shards`' module, by FSDP's own rule: AVG for
+    float32 and bfloat16, SUM around a pre- and post-division for float16 (or with
+    set_force_sum_reduction_for_comms), PREMUL_SUM for a gradient divide factor other than the
+    world size."""
+    group = shards.group
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
+        return _get_gradient_divide_factors(shards.node_group, None, shards.dtype, group.device.type,
+                                            group.gradient_divide_factor, group.force_sum_reduction_for_comms)[2]
+    except (ImportError, AttributeError, TypeError):  # another FSDP version: its default rule
+        return dist.ReduceOp.SUM if shards.dtype == torch.float16 else dist.ReduceOp.AVG
+
+
+def _op_name(op):
+    return {dist.ReduceOp.AVG: "AVG", dist.ReduceOp.SUM: "SUM"}.get(op, str(op)) if isinstance(
+        op, dist.ReduceOp.RedOpType) else str(op)
+
+
 class _AgentReduceScatter(_ReduceScatter or object):
     """FSDP2's reduce-scatter of one module, through the agents (FSDPState)."""
 
@@ -356,7 +382,6 @@ class _AgentReduceScatter(_ReduceScatter or object):
         return torch.empty(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-        # FSDP reduces float32 and bfloat16 with AVG unless a gradient divide factor is set.
         self._state._op = op
         self._state._on_shard(self._shards, output_tensor, input_tensor)
         return None
@@ -371,12 +396,19 @@ class FSDPState(HSDPState):
     all the regions, its node's agent sums them over the node's trainers and sends each to its
     owner, compressed with error feedback, and only the owner gets the region's average back:
     each node sends and receives (N-1)/N of the gradient once, where an all-reduce moves it
-    twice. A trainer's shard is its part of its own node's region."""
+    twice. A trainer's shard is its part of its own node's region.
+
+    The agents reduce as FSDP asks (its rule, read at fsdp()): float32 and bfloat16 gradients
+    are averaged (AVG); float16 ones are summed (SUM: FSDP divides before and after, against
+    overflow), in fp32, rounded once to float16."""
+
+    _REDUCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
     def __init__(self, model, client=None, codec=None, params=None, timeout_s=300.0):
         if _ReduceScatter is None:
             raise ValueError("gcagent: fsdp() needs FSDP2's set_custom_reduce_scatter (torch 2.9 or later)")
         self._op = dist.ReduceOp.AVG  # of the reduce-scatter being made
+        self._ops = {}  # module index -> the op its regions were declared for
         super().__init__(model, client=client, codec=codec, params=params, timeout_s=timeout_s)
         self.nodes = self.client.node_count
         world = dist.get_world_size(self._modules[0].node_group) if self._modules else 0
@@ -399,20 +431,35 @@ class FSDPState(HSDPState):
 
     def _declare_on(self, client):
         nodes = client.node_count
+        for shards in self._modules:
+            op = _reduce_scatter_op(shards)
+            if op not in (dist.ReduceOp.AVG, dist.ReduceOp.SUM):
+                raise ValueError(f"gcagent: FSDP module {shards.index} ({shards.name}) would reduce-scatter with "
+                                 f"{_op_name(op)} (a gradient divide factor other than the number of trainers); "
+                                 "the agents average or sum")
+            self._ops[shards.index] = op
         specs = [TensorSpec(shards.index * nodes + n, self.local_size * shards.elements, -shards.index, self.codec,
-                            {**self.params, "reduce.owner": str(n)}, _SLOT_DTYPES[shards.dtype])
+                            {**self.params, "reduce.owner": str(n),
+                             **({"reduce.result": "sum"} if self._ops[shards.index] == dist.ReduceOp.SUM else {})},
+                            _SLOT_DTYPES[shards.dtype])
                  for shards in self._modules for n in range(nodes)]
         client.declare(specs)
         return {spec.key: _slot_tensor(client, spec.key, shards.dtype)
                 for spec, shards in zip(specs, [s for s in self._modules for _ in range(nodes)])}
 
+    def _reads_early(self, shards, output) -> bool:
+        # After a SUM FSDP divides the output at once (its post-division).
+        return self._op == dist.ReduceOp.SUM or shards.read_early(output)
+
     def _refuse(self, shards, why):
         raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent: FSDP module {shards.index} ({shards.name}): {why}")
 
     def _submit(self, shards, output, input_tensor):
-        if self._op != dist.ReduceOp.AVG:
-            self._refuse(shards, f"FSDP asked for a reduce-scatter with {self._op}; the agents average (AVG): leave "
-                                 "set_gradient_divide_factor unset")
+        declared = self._ops[shards.index]
+        if self._op != declared:
+            self._refuse(shards, f"FSDP asked for a reduce-scatter with {_op_name(self._op)}; its regions were declared "
+                                 f"for {_op_name(declared)} at fsdp(): set the gradient divide factor and "
+                                 "set_force_sum_reduction_for_comms before fsdp()")
         region = self.local_size * shards.elements
         if input_tensor is None or input_tensor.numel() != self.nodes * region:
             self._refuse(shards, f"a reduce-scatter input of {None if input_tensor is None else input_tensor.numel()} "

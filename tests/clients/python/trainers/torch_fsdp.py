@@ -7,7 +7,8 @@ shim_cluster.py.
 suite runs, each as its own job on the agents:
   ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
           test_fully_shard_comm.py), with gcagent's hook in place of its all_reduce over the
-          inter-node group, and its expected gradients;
+          inter-node group, and its expected gradients; and its _test_reduce_scatter (float32
+          and float16) with gcagent's reduce-scatter in place of DefaultReduceScatter;
   parity  a small transformer trained 20 steps with gcagent.torch.fsdp.hsdp (codec none) beside
           the same model under FSDP2's own HSDP over gloo (a 2-D mesh): parameters compared bit
           for bit at every step; then steps without zero_grad (gradients accumulate, so the hook
@@ -130,6 +131,59 @@ def ported():
               "out_proj": torch.equal(out_grad, torch.full((5, 40), 22.5)),
               "in_proj": torch.equal(in_grad, torch.arange(0, 100, 10, dtype=torch.float32).repeat(20, 1))}
     state.close()
+    return report
+
+
+def ported_reduce_scatter():
+    """PyTorch's TestFullyShardCollectiveOps._test_reduce_scatter (test_fully_shard_comm.py, run
+    by test_reduce_scatter_fp32 and test_reduce_scatter_fp16), with gcagent's reduce-scatter
+    (what fsdp() installs through set_custom_reduce_scatter) in place of DefaultReduceScatter,
+    over 2 nodes x 2 trainer processes instead of 128 threads, on the CPU's streams: FSDP's own
+    foreach_reduce copies the gradients in, calls the comm with its op (AVG for float32; SUM
+    between a pre- and a post-division for float16) and views the output out; each sharded
+    gradient must equal the all_reduce of the same gradients with FSDP's divide factors."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import (_div_if_needed, _get_gradient_divide_factors,
+                                                                       foreach_reduce)
+    from torch.distributed.tensor import DTensor
+    param_sizes = [torch.Size(s) for s in ([17, 257], [17], [64, 312], [64], [64, 64], [512, 64], [256], [64, 297])]
+    report = {}
+    for reduce_scatter_dtype in (torch.float32, torch.float16):
+        torch.manual_seed(42)
+        orig_params = [nn.Parameter(torch.randn(size)) for size in param_sizes]
+        for orig_param in orig_params:
+            dist.broadcast(orig_param, src=0)
+        module = nn.ParameterList([param.detach().clone() for param in orig_params])
+        fully_shard(module, mp_policy=MixedPrecisionPolicy(reduce_dtype=reduce_scatter_dtype))
+        state = gcagent.torch.fsdp.fsdp(module, client=client(f"ported-rs-{reduce_scatter_dtype}"), codec="none")
+        fsdp_param_group = module._get_fsdp_state()._fsdp_param_groups[0]
+        fsdp_param_group.lazy_init()
+        fsdp_params = fsdp_param_group.fsdp_params
+        fsdp_param_group.comm_ctx.lazy_init(torch.device("cpu"))
+        fsdp_param_group.unshard()
+        fsdp_param_group.wait_for_unshard()
+        fsdp_param_group.reshard()
+        unsharded_grads = [torch.ones_like(param) * (RANK % 8) for param in orig_params]
+        reduced_grads = [grad.detach().clone() for grad in unsharded_grads]
+        group = fsdp_param_group.mesh_info.shard_process_group
+        comm = fsdp_param_group._reduce_scatter_comm  # gcagent's
+        _, _, _, post_reduce_event, _, _, _ = foreach_reduce(
+            fsdp_params, unsharded_grads, group, torch.cpu.current_stream(), comm,
+            reduce_dtype=reduce_scatter_dtype, device=torch.device("cpu"), gradient_divide_factor=None,
+            all_reduce_group=None, all_reduce_stream=torch.cpu.Stream(), all_reduce_hook=None,
+            all_reduce_grads=True, partial_reduce_output=None)
+        torch.cpu.current_stream().wait_event(post_reduce_event)
+        predivide_factor, postdivide_factor, _, all_reduce_op = _get_gradient_divide_factors(
+            group, None, reduce_scatter_dtype)
+        for grad in reduced_grads:
+            _div_if_needed(grad, predivide_factor)
+            dist.all_reduce(grad, group=group, op=all_reduce_op)
+            _div_if_needed(grad, postdivide_factor)
+        equal = [isinstance(p.sharded_param.grad, DTensor) and torch.equal(p.sharded_param.grad.full_tensor(), g)
+                 for p, g in zip(fsdp_params, reduced_grads)]
+        report[str(reduce_scatter_dtype)] = {"equal": equal, "agent_shards": state.shards,
+                                            "comm": type(comm).__module__}
+        state.close()
     return report
 
 
@@ -424,7 +478,7 @@ def main():
     torch.set_num_threads(1)  # four trainers and two agents share the host's cores
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
     if sys.argv[1] == "suite":
-        report = {"ported": ported(), "parity": parity(), "parity_bf16": parity(bf16=True), "unused": unused(),
+        report = {"ported": ported(), "ported_reduce_scatter": ported_reduce_scatter(), "parity": parity(), "parity_bf16": parity(bf16=True), "unused": unused(),
                   "training": train_parity_hsdp()}
     elif sys.argv[1] == "agent-dies":
         print("report: " + json.dumps(agent_dies()), flush=True)
