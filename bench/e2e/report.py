@@ -28,7 +28,7 @@ def _best(rows, model, rate, system):
     return min(found, key=lambda r: r["sync_s"]) if found else None
 
 
-CODEC_ORDER = ("none", "fp16", "2bit", "onebit", "dgc", "threshold")
+CODEC_ORDER = ("none", "fp16", "bf16", "2bit", "onebit", "dgc", "threshold")
 # gcagent through the C test trainer (or, on the mlp, its comm hook), then DDP with gcagent's hook
 ORDER = ["ddp", "ddp-fp16", "powersgd1", "powersgd4", "horovod"] + [f"gcagent {c}" for c in CODEC_ORDER] + [
     f"ddp+gcagent {c}" for c in CODEC_ORDER] + [f"optimizer+gcagent {c}" for c in CODEC_ORDER] + [

@@ -72,7 +72,7 @@ SHIM = ROOT / "clients" / "python"  # the gcagent package the workers import (--
 
 DDP_SYSTEMS = {"ddp": "allreduce", "ddp-fp16": "fp16", "powersgd1": "powersgd1", "powersgd4": "powersgd4"}
 # codec label -> (codec, params)
-CODECS = {"none": ("none", []), "fp16": ("fp16", []), "2bit": ("2bit", []), "onebit": ("onebit", []),
+CODECS = {"none": ("none", []), "fp16": ("fp16", []), "bf16": ("bf16", []), "2bit": ("2bit", []), "onebit": ("onebit", []),
           "dgc": ("dgc", ["ratio=0.001"]), "threshold": ("threshold", ["drop=0.99"]),
           "topk": ("topk", ["ratio=0.01"])}
 # DDP with gcagent's comm hook: system -> codec label
@@ -88,7 +88,8 @@ FSDP_WORLD = {"fsdp-world": None, **{f"fsdp-{c}": c for c in CODECS}}
 # the synced gradients checked against the average of every rank's (gradient sets)
 CHECKS = {"allreduce": "exact", "fsdp": "exact", "fsdp-world": "exact", "fp16": "fp16",
           ("gcagent-world", "none"): "exact", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
-          ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16"}
+          ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16", ("gcagent-world", "bf16"): "bf16",
+          ("gcagent", "bf16"): "bf16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
 # the same under another topology (agent/engine/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...

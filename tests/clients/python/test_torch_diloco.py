@@ -1,0 +1,57 @@
+"""gcagent.torch.diloco (Streaming DiLoCo's outer steps through the agents) against torchft's own
+DiLoCo (torchft 0.2.0 from PyPI: torchft.local_sgd.DiLoCo with its Manager, lighthouse and gloo
+process group), run here side by side on the same models and data: 2 agents with one trainer
+each against 2 torchft replica groups of one rank."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchft")
+
+from shim_cluster import TRAINERS, Cluster, reports, run_trainers, shim_env  # noqa: E402
+
+AGENT_ARGS = ["--compress.min_elements", "0"]
+
+
+def torchft_report(*args):
+    r = subprocess.run([sys.executable, str(TRAINERS / "torchft_diloco.py"), *args], env=shim_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads([line for line in r.stdout.splitlines() if line.startswith("report: ")][-1][len("report: "):])
+
+
+def test_streaming_diloco_steps_as_torchfts_own_mocked_regression_run(tmp_path):
+    """torchft's DiLoCoMockedUpdateTest (torchft/diloco_regression_test.py) in all six of its
+    configurations (2 fragments; fragment_sync_delay 0 and 1; fragment_update_alpha 0, 0.5 and 1):
+    every parameter at each of its 16 recorded steps equals torchft's own run's."""
+    reference = torchft_report("mocked")
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 1, "torch_diloco.py", ["mocked"]), c)
+    for r, t in zip(rep, reference):
+        assert r["history"] == t["history"]
+    # The outer steps moved the parameters (not a run where nothing synced).
+    assert rep[0]["history"]["0"]["15"] != rep[0]["history"]["0"]["14"]
+
+
+@pytest.mark.parametrize("name", ["diloco", "streaming"])
+def test_diloco_trains_as_torchfts_diloco_on_a_real_model(tmp_path, name):
+    """An MLP, each replica on its own batches, 5 outer steps (streaming: 2 fragments, a delay of
+    one step, alpha 0.5), uncompressed outer gradients: every parameter within fp32 rounding of
+    torchft's run."""
+    reference = torchft_report("train", name)
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 1, "torch_diloco.py", ["train", name, "none"]), c)
+    for r, t in zip(rep, reference):
+        assert r["failed_syncs"] == 0
+        worst = max(abs(a - b) for p, q in zip(r["params"], t["params"]) for a, b in zip(p, q))
+        assert worst < 1e-6, worst
+    # Plain DiLoCo ends on an outer step: both replicas hold the same model. (Streaming's outer
+    # steps keep half of each replica's local parameters: alpha 0.5.)
+    if name == "diloco":
+        assert rep[0]["params"] == rep[1]["params"]
+    else:
+        assert rep[0]["params"] != rep[1]["params"]
