@@ -297,3 +297,22 @@ def test_the_readmes_fsdp2_script_trains_on_two_nodes_of_two_trainers(tmp_path):
     for node, err in ((0, err0), (1, err1)):
         m = re.search(rf"node {node}: agent done: (\d+) iterations; sent (\d+) raw bytes as (\d+) wire bytes", err)
         assert m and int(m.group(1)) > 0 and 0 < int(m.group(3)) * 10 < int(m.group(2)), err
+
+
+def test_the_readmes_diloco_script_trains_on_two_nodes(tmp_path):
+    """The README's DiLoCo example through gcagent-run: each node trains alone, the agents average
+    the pseudo-gradient every 20 steps (11 outer steps in 10 epochs)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    script = tmp_path / "train_diloco.py"
+    script.write_text(readme_script("### PyTorch DiLoCo"))
+    port = free_ports(1)[0]
+    procs = [launch(["--nnodes", "2", "--node-rank", str(r), "--master-port", str(port), str(script)])
+             for r in (1, 0)]
+    (rc1, _, err1), (rc0, out0, err0) = finish(procs, timeout=300)
+    assert rc0 == 0 and rc1 == 0, out0[-3000:] + err0[-3000:] + err1[-3000:]
+    epochs = re.findall(r"^epoch \d+: test accuracy ([0-9.]+)% after (\d+) outer steps$", out0, re.M)
+    assert len(epochs) == 10 and float(epochs[-1][0]) > 80 and int(epochs[-1][1]) == 11, out0
+    for node, err in ((0, err0), (1, err1)):
+        m = re.search(rf"node {node}: agent done: (\d+) iterations; sent (\d+) raw bytes", err)
+        assert m and int(m.group(1)) == 11, err
