@@ -35,12 +35,15 @@ commit fails) and raises the GcagentError from the inner optimizer's step(); the
 of that fragment comes sync_every steps later.
 """
 
+import logging
 import time
 
 import torch
 
 from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
 from gcagent.torch import _connection_lost, _declared_anew
+
+_log = logging.getLogger("gcagent.diloco")
 
 
 class _Fragment:
@@ -107,8 +110,9 @@ class DiLoCo:
     codec, params: the fragments' codec (GCAGENT_CODEC by default); client: a gcagent.Client
     (one of its own by default); timeout_s: how long an outer step waits for its average.
 
-    Counters: outer_steps (taken, failed ones included), failed_syncs, waited_s (time the inner steps waited for an
-    average that was not back by its outer step), local_step."""
+    Counters: outer_steps (taken, failed ones included), failed_syncs, late_syncs and waited_s (the
+    outer steps whose average was not back in time, each logged, and how long the inner steps
+    waited for them), local_step."""
 
     def __init__(self, model_fragments, inner_optimizer, outer_optimizer, sync_every, fragment_sync_delay=0,
                  fragment_update_alpha=0.0, codec=None, params=None, client=None, timeout_s=600.0):
@@ -143,6 +147,7 @@ class DiLoCo:
         self.local_step = 0     # inner steps since the last outer step of any fragment
         self.outer_steps = 0    # outer steps applied, every fragment's
         self.failed_syncs = 0
+        self.late_syncs = 0     # outer steps whose average was not back by then
         self.waited_s = 0.0
 
     def _declare_on(self, client):
@@ -198,9 +203,19 @@ class DiLoCo:
             f.failure = e
 
     def _wait(self, f):
+        # With a delay the average should be back by now (overlapped with the inner steps).
+        overlapped = self._delay > 0
+        if overlapped and self.client.wait(f.iteration, [f.index], 0):
+            return
         start = time.perf_counter()
         done = self.client.wait(f.iteration, [f.index], int(self.timeout_s * 1000))
-        self.waited_s += time.perf_counter() - start
+        waited = time.perf_counter() - start
+        self.waited_s += waited
+        if overlapped:
+            self.late_syncs += 1
+            _log.warning("gcagent: outer step %d (DiLoCo fragment %d) was not averaged within its %d inner steps: the "
+                         "inner steps waited %.3f s for it (%d late of %d)", f.iteration, f.index, self._delay, waited,
+                         self.late_syncs, self.outer_steps + 1)
         if not done:
             raise GcagentError(ERR_TIMEOUT, f"gcagent: outer step {f.iteration} (DiLoCo fragment {f.index}) was not "
                                             f"averaged within {self.timeout_s} s")

@@ -21,6 +21,34 @@ RANK = int(os.environ["WORLD_RANK"])
 JOB = os.environ.get("GCAGENT_JOB", "job")
 
 
+def digits(codec, params):
+    """The README's DiLoCo example (an MLP on scikit-learn's digits, sync_every 20) as streaming
+    DiLoCo of 2 fragments with a delay of 2 steps, outer gradients with `codec`: the test
+    accuracy and loss after 10 epochs."""
+    from sklearn.datasets import load_digits
+    world = int(os.environ["WORLD_SIZE"])
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    train_x, train_y = x[:1500][RANK::world], y[:1500][RANK::world]
+    test_x, test_y = x[1500:], y[1500:]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+    with gcagent.torch.diloco.DiLoCo([model[0], model[2]], inner, outer, sync_every=20, fragment_sync_delay=2,
+                                     codec=codec, params=params) as diloco:
+        for _ in range(10):
+            for i in range(0, len(train_x) - 31, 32):
+                inner.zero_grad()
+                torch.nn.functional.cross_entropy(model(train_x[i:i + 32]), train_y[i:i + 32]).backward()
+                inner.step()
+    with torch.no_grad():
+        out = model(test_x)
+    return {"accuracy": (out.argmax(1) == test_y).float().mean().item(),
+            "test_loss": torch.nn.functional.cross_entropy(out, test_y).item(), "diloco": diloco,
+            "late_syncs": diloco.late_syncs}
+
+
 def main():
     torch.set_num_threads(1)
     mode = sys.argv[1]
@@ -36,6 +64,9 @@ def main():
                                              client=client) as diloco:
                 common.mocked_loop(model, inner, lambda h, i=index: report.setdefault("history", {}).update({i: h}))
             client.close()
+    elif mode == "digits":
+        report.update(digits(sys.argv[2], dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}))
+        diloco = report.pop("diloco")
     else:
         fragments, delay, alpha = common.TRAIN_CONFIGS[sys.argv[2]]
         params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else {}
