@@ -58,18 +58,17 @@ def test_diloco_trains_as_torchfts_diloco_on_a_real_model(tmp_path, name):
 
 
 def test_compressed_outer_gradients_train_as_uncompressed(tmp_path):
-    """The README's digits MLP as streaming DiLoCo (2 fragments, a delay of 2 steps, sync_every 20),
-    2 nodes: outer gradients in bf16 and as the top 2% with error feedback (SparseLoCo's density)
-    end within 2 points of test accuracy of the uncompressed run."""
+    """The README's digits MLP (sync_every 20, each average overlapping 2 inner steps), 2 nodes:
+    outer gradients in bf16 end within a point of test accuracy of the uncompressed run, and as
+    the top 3% with error feedback (SparseLoCo's density) within 3 points, after 11 outer steps."""
     accuracy = {}
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
-        for codec, params in (("none", ""), ("bf16", ""), ("topk", "ratio=0.02")):
+        for codec, params in (("none", ""), ("bf16", ""), ("topk", "ratio=0.03")):
             rep = reports(finish(start_trainers(c, 1, "torch_diloco.py", ["digits", codec, params],
                                                 job=f"digits-{codec}"), 240), c)
-            # 230 inner steps, an outer step every 10 (2 fragments in turn)
-            assert all(r["failed_syncs"] == 0 and r["outer_steps"] == 23 for r in rep), rep
+            assert all(r["failed_syncs"] == 0 and r["outer_steps"] == 11 for r in rep), rep
             accuracy[codec] = rep[0]["accuracy"]
     print("test accuracy:", accuracy)
     assert accuracy["none"] > 0.8, accuracy
-    for codec in ("bf16", "topk"):
-        assert accuracy[codec] >= accuracy["none"] - 0.02, accuracy
+    assert accuracy["bf16"] >= accuracy["none"] - 0.01, accuracy
+    assert accuracy["topk"] >= accuracy["none"] - 0.03, accuracy

@@ -22,8 +22,8 @@ JOB = os.environ.get("GCAGENT_JOB", "job")
 
 
 def digits(codec, params):
-    """The README's DiLoCo example (an MLP on scikit-learn's digits, sync_every 20) as streaming
-    DiLoCo of 2 fragments with a delay of 2 steps, outer gradients with `codec`: the test
+    """The README's DiLoCo example (an MLP on scikit-learn's digits, sync_every 20), each average
+    overlapping 2 inner steps (fragment_sync_delay), outer gradients with `codec`: the test
     accuracy and loss after 10 epochs."""
     from sklearn.datasets import load_digits
     world = int(os.environ["WORLD_SIZE"])
@@ -35,7 +35,7 @@ def digits(codec, params):
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     inner = torch.optim.SGD(model.parameters(), lr=0.1)
     outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
-    with gcagent.torch.diloco.DiLoCo([model[0], model[2]], inner, outer, sync_every=20, fragment_sync_delay=2,
+    with gcagent.torch.diloco.DiLoCo([model], inner, outer, sync_every=20, fragment_sync_delay=2,
                                      codec=codec, params=params) as diloco:
         for _ in range(10):
             for i in range(0, len(train_x) - 31, 32):
