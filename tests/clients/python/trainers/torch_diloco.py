@@ -1,7 +1,8 @@
 """A DiLoCo trainer through gcagent (gcagent.torch.diloco.DiLoCo), one trainer per agent; the
 environment comes from shim_cluster.py.
 
-    torch_diloco.py mocked | train NAME CODEC [PARAMS]
+    torch_diloco.py mocked | train NAME CODEC [PARAMS] | digits CODEC PARAMS
+                  | checkpoint PHASE CODEC PARAMS DIR
 
 mocked: torchft's mocked regression test in each of diloco_common.MOCKED_CONFIGS, its parameter
 histories; train: the MLP of diloco_common, TRAIN_OUTER_STEPS outer steps of config NAME, its
@@ -49,6 +50,40 @@ def digits(codec, params):
             "late_syncs": diloco.late_syncs}
 
 
+CHECKPOINT_OUTER_STEPS = 3
+
+
+def checkpointed(phase, codec, params, directory):
+    """Plain DiLoCo on diloco_common's MLP with a compressed codec (its residuals matter): whole
+    trains 2 x CHECKPOINT_OUTER_STEPS outer steps; save trains the first half and saves model,
+    inner optimizer and DiLoCo state (torch.save); resume loads them into a fresh model and trains
+    the second half; forget does too without the DiLoCo state's residuals. Reports the parameters."""
+    model = common.train_model()
+    inner, outer = common.optimizers(model, 1)
+    path = os.path.join(directory, f"rank{RANK}.pt")
+    steps = common.TRAIN_SYNC_EVERY * CHECKPOINT_OUTER_STEPS
+    first, last = {"whole": (0, 2 * steps), "save": (0, steps), "resume": (steps, 2 * steps),
+                   "forget": (steps, 2 * steps)}[phase]
+    with gcagent.torch.diloco.DiLoCo([model], inner, outer, sync_every=common.TRAIN_SYNC_EVERY, codec=codec,
+                                     params=params) as diloco:
+        if phase in ("resume", "forget"):
+            saved = torch.load(path, weights_only=False)
+            model.load_state_dict(saved["model"])
+            inner.load_state_dict(saved["inner"])
+            if phase == "forget":
+                for f in saved["diloco"]["fragments"]:
+                    f["residuals"] = b""
+            diloco.load_state_dict(saved["diloco"])
+        for step in range(first, last):
+            x, y = common.batch(RANK, step)
+            inner.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            inner.step()
+        if phase == "save":
+            torch.save({"model": model.state_dict(), "inner": inner.state_dict(), "diloco": diloco.state_dict()}, path)
+    return {"params": [p.detach().reshape(-1).tolist() for p in model.parameters()], "diloco": diloco}
+
+
 def main():
     torch.set_num_threads(1)
     mode = sys.argv[1]
@@ -64,6 +99,10 @@ def main():
                                              client=client) as diloco:
                 common.mocked_loop(model, inner, lambda h, i=index: report.setdefault("history", {}).update({i: h}))
             client.close()
+    elif mode == "checkpoint":
+        params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if sys.argv[4] else {}
+        report.update(checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5]))
+        diloco = report.pop("diloco")
     elif mode == "digits":
         report.update(digits(sys.argv[2], dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}))
         diloco = report.pop("diloco")
