@@ -100,7 +100,28 @@ def _settled_with(buf):
     return settle
 
 
-class State:
+class _Reconnecting:
+    """A shim's connection to the agent, made anew at its next step once the agent closed it. The
+    shim has client, _own_client, _slots (what _declare_on(client) returns), _lost and
+    reconnects."""
+
+    def _note_loss(self, e):
+        if _connection_lost(self._own_client, e):
+            self._lost = e
+
+    def _reconnect(self):
+        """A new connection with the tensors declared again, or, while the agent does not answer,
+        the old one kept: the step's tensors fail on it at once."""
+        fresh = _declared_anew(self._declare_on)
+        if fresh is None:
+            return
+        old, (self.client, self._slots) = self.client, fresh
+        old.close()
+        self._lost = None
+        self.reconnects += 1
+
+
+class State(_Reconnecting):
     """The hook's state: one agent connection and a completion thread per process.
 
     optimizer: the model's optimizer, when given, is checked against the codec (a warning when
@@ -386,10 +407,6 @@ class State:
         old.close()
         self._lost = None
         self.reconnects += 1
-
-    def _note_loss(self, e):
-        if _connection_lost(self._own_client, e):
-            self._lost = e
 
     def _drain(self):
         while self._queue or self._pending:

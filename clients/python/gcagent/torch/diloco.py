@@ -41,7 +41,7 @@ import time
 import torch
 
 from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
-from gcagent.torch import _connection_lost, _declared_anew
+from gcagent.torch import _Reconnecting
 
 _log = logging.getLogger("gcagent.diloco")
 
@@ -98,7 +98,7 @@ class _Fragment:
         self.outer_optimizer.zero_grad()
 
 
-class DiLoCo:
+class DiLoCo(_Reconnecting):
     """Streaming DiLoCo's outer steps through the agents (see the module's docstring).
 
     model_fragments: the modules that sync apart (a list; one module for plain DiLoCo);
@@ -142,7 +142,8 @@ class DiLoCo:
         self._own_client = client is None
         self.client = client or Client()
         self._slots = self._declare_on(self.client)
-        self._lost = None
+        self._lost = None       # the error that lost the connection, until it is made anew
+        self.reconnects = 0
         self._hooks = []
         self.local_step = 0     # inner steps since the last outer step of any fragment
         self.outer_steps = 0    # outer steps applied, every fragment's
@@ -235,18 +236,6 @@ class DiLoCo:
             self.failed_syncs += 1
             raise failure
         f.outer_step(self._slots[f.index], self._alpha)
-
-    def _note_loss(self, e):
-        if _connection_lost(self._own_client, e):
-            self._lost = e
-
-    def _reconnect(self):
-        fresh = _declared_anew(self._declare_on)
-        if fresh is None:
-            return
-        old, (self.client, self._slots) = self.client, fresh
-        old.close()
-        self._lost = None
 
     # ---- Checkpoints ----
 

@@ -39,7 +39,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
-from gcagent.torch import _connection_lost, _declared_anew
+from gcagent.torch import _Reconnecting
 
 
 def node_mesh(device_type: str = "cpu", local_size: int = None):
@@ -128,7 +128,7 @@ class _Shards:
         return torch.empty(0, dtype=local[0].dtype).set_(storage, base, (output.numel(),))
 
 
-class HSDPState:
+class HSDPState(_Reconnecting):
     """The all-reduce hook's state: one agent connection per trainer. See the module's docstring.
 
     shards: shards reduced through the agent; waited_in_hook: of those, the ones the hook
@@ -193,21 +193,6 @@ class HSDPState:
         client.declare(specs)
         return {self._key(s, self.local_rank): _slot_tensor(client, self._key(s, self.local_rank), s.dtype)
                 for s in self._modules}
-
-    def _reconnect(self):
-        """A new connection with the shards declared again, or, while the agent does not answer,
-        the old one kept: the pass's shards fail on it at once."""
-        fresh = _declared_anew(self._declare_on)
-        if fresh is None:
-            return
-        old, (self.client, self._slots) = self.client, fresh
-        old.close()
-        self._lost = None
-        self.reconnects += 1
-
-    def _note_loss(self, e):
-        if _connection_lost(self._own_client, e):
-            self._lost = e
 
     # Runs in the autograd thread, inside FSDP's post-backward.
     def _on_shard(self, shards, output, input_tensor=None):
