@@ -87,8 +87,9 @@ class _Shards:
             raise ValueError(f"gcagent: module {index} ({self.name}) reduces gradients of several dtypes {dtypes}")
         self.dtype = dtypes.pop() if dtypes else torch.float32
         if self.dtype not in reduce_dtypes:
-            raise ValueError(f"gcagent: module {index} ({self.name}) reduces in {self.dtype}; hsdp() takes float32 and "
-                             "bfloat16 (FSDP pre- and post-divides float16 around the all-reduce)")
+            raise ValueError(f"gcagent: module {index} ({self.name}) reduces in {self.dtype}; this takes "
+                             f"{', '.join(str(d) for d in reduce_dtypes)} (hsdp(): FSDP pre- and post-divides "
+                             "float16 around the all-reduce hook; fsdp() takes float16 too)")
 
     def read_early(self, output) -> bool:
         """True when FSDP reads the reduce-scatter output before the backward pass ends other than
