@@ -9,7 +9,7 @@
 namespace gcagent::shm::protocol {
 namespace {
 
-constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kStateStored);
+constexpr uint16_t kLastType = static_cast<uint16_t>(MessageType::kIterationAnswer);
 
 MessageType typeOf(const Body& body) { return static_cast<MessageType>(body.index() + 1); }
 
@@ -108,6 +108,11 @@ struct BodyWriter {
     w.put(m.key);
     w.put(m.received);
     w.put(m.dropped);
+  }
+  void operator()(const IterationQuery& m) { w.put(m.iteration); }
+  void operator()(const IterationAnswer& m) {
+    w.put(m.iteration);
+    w.put(m.job_iteration);
   }
 };
 
@@ -385,6 +390,19 @@ StateStored parseStateStored(BodyParser& p) {
   return m;
 }
 
+IterationQuery parseIterationQuery(BodyParser& p) {
+  IterationQuery m;
+  m.iteration = p.get<uint64_t>();
+  return m;
+}
+
+IterationAnswer parseIterationAnswer(BodyParser& p) {
+  IterationAnswer m;
+  m.iteration = p.get<uint64_t>();
+  m.job_iteration = p.get<uint64_t>();
+  return m;
+}
+
 Error parseError(BodyParser& p) {
   Error m;
   uint16_t code = p.get<uint16_t>();
@@ -425,6 +443,8 @@ std::string_view messageTypeName(MessageType type) {
     case MessageType::kStateGet: return "state get";
     case MessageType::kStatePart: return "state part";
     case MessageType::kStateStored: return "state stored";
+    case MessageType::kIterationQuery: return "iteration query";
+    case MessageType::kIterationAnswer: return "iteration answer";
   }
   return "unknown";
 }
@@ -484,6 +504,8 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kStateGet: m.body = parseStateGet(p); break;
     case MessageType::kStatePart: m.body = parseStatePart(p); break;
     case MessageType::kStateStored: m.body = parseStateStored(p); break;
+    case MessageType::kIterationQuery: m.body = parseIterationQuery(p); break;
+    case MessageType::kIterationAnswer: m.body = parseIterationAnswer(p); break;
   }
   GC_RETURN_IF_ERROR(p.finish());
   return m;

@@ -64,6 +64,9 @@ enum class MessageType : uint16_t {
   kStateGet = 13,     // trainer -> agent: the part of a tensor's state from `offset` on
   kStatePart = 14,    // either way: part of a tensor's state (the reply to a get, or a put)
   kStateStored = 15,  // agent -> trainer: a put part is in; at the last, the state is in force
+  // Where a step goes (added in version 1 without changing it: older agents answer an error).
+  kIterationQuery = 16,   // trainer -> agent: which iteration of the job would my iteration i be?
+  kIterationAnswer = 17,  // agent -> trainer: that one (0: i was given up)
 };
 std::string_view messageTypeName(MessageType type);
 
@@ -215,8 +218,22 @@ struct StateStored {
   bool operator==(const StateStored&) const = default;
 };
 
+// Trainers number their steps themselves; the job's nodes agree on the iterations they reduce,
+// which differ after a realignment (agent/engine/job_alignment.h). A trainer that chooses what
+// a step sends by the job's iteration (DiLoCo's fragment turns) asks before it submits.
+struct IterationQuery {
+  uint64_t iteration = 0;
+  bool operator==(const IterationQuery&) const = default;
+};
+
+struct IterationAnswer {
+  uint64_t iteration = 0;      // the trainer's, as asked
+  uint64_t job_iteration = 0;  // the job's, 0 when the trainer's was given up
+  bool operator==(const IterationAnswer&) const = default;
+};
+
 using Body = std::variant<Hello, Welcome, Declare, Declared, Submit, Complete, Error, DeclareDevice, DeclaredDevice,
-                          Ping, Pong, Membership, StateGet, StatePart, StateStored>;
+                          Ping, Pong, Membership, StateGet, StatePart, StateStored, IterationQuery, IterationAnswer>;
 
 struct Message {
   uint32_t request_id = 0;

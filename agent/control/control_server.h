@@ -95,6 +95,7 @@ class ControlServer : public JobPart, private SessionHost {
   Status importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) override {
     return engine_.importState(job, key, blob, dropped);
   }
+  uint64_t jobIteration(uint64_t job, uint64_t iteration) override { return engine_.alignmentOf(job).peek(iteration); }
 
   void accept();
   void acceptFailed(const boost::system::error_code& ec);

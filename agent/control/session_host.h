@@ -50,6 +50,8 @@ class SessionHost {
   // (ReductionEngine::exportState, importState).
   virtual void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done) = 0;
   virtual Status importState(uint64_t job, uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) = 0;
+  // The job's iteration a trainer's `iteration` would be reduced as now (0: given up).
+  virtual uint64_t jobIteration(uint64_t job, uint64_t iteration) = 0;
 
  protected:
   ~SessionHost() = default;

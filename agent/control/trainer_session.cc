@@ -43,6 +43,7 @@ void TrainerSession::dispatch(const protocol::Message& m) {
   else if (std::holds_alternative<protocol::Ping>(m.body)) return send({m.request_id, protocol::Pong{}});
   else if (auto* get = std::get_if<protocol::StateGet>(&m.body)) s = onStateGet(m.request_id, *get);
   else if (auto* part = std::get_if<protocol::StatePart>(&m.body)) s = onStatePart(m.request_id, std::move(*part));
+  else if (auto* query = std::get_if<protocol::IterationQuery>(&m.body)) s = onIterationQuery(m.request_id, *query);
   else s = Status::invalidArgument(strCat("control message '", protocol::messageTypeName(static_cast<protocol::MessageType>(m.body.index() + 1)),
                                           "' is not one a trainer sends"));
   if (!s.ok()) {
@@ -218,6 +219,12 @@ Status TrainerSession::onSubmit(uint32_t request, const protocol::Submit& s) {
     }
     contribute(s.iteration, key);
   }
+  return {};
+}
+
+Status TrainerSession::onIterationQuery(uint32_t request, const protocol::IterationQuery& q) {
+  if (!job_) return Status::failedPrecondition("iteration query before hello");
+  send({request, protocol::IterationAnswer{q.iteration, host_.jobIteration(job_->id, q.iteration)}});
   return {};
 }
 

@@ -75,6 +75,7 @@ class TrainerSession : public TrainerConnection {
   // A tensor's error-feedback state, read part by part from a copy taken at offset 0, and
   // written part by part, put in force at the last.
   Status onStateGet(uint32_t request, const shm::protocol::StateGet& g);
+  Status onIterationQuery(uint32_t request, const shm::protocol::IterationQuery& q);
   Status onStatePart(uint32_t request, shm::protocol::StatePart p);
   void sendStatePart(uint32_t request, uint64_t offset);
   // This trainer's buffer of (iteration, key) is ready: starts the reduction once every

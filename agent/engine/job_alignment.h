@@ -42,6 +42,14 @@ class JobAlignment {
     return true;
   }
 
+  // The wire iteration start(iteration) would give now, without starting it (0: given up).
+  // A trainer that picks what it sends by the job's iteration (DiLoCo's fragment turns) asks
+  // this before it submits.
+  uint64_t peek(uint64_t iteration) const {
+    const uint64_t offset = !started_ && iteration + offset_ < floor_ ? floor_ - iteration : offset_;
+    return iteration + offset < floor_ ? 0 : iteration + offset;
+  }
+
   uint64_t floor() const { return floor_; }
   uint64_t offset() const { return offset_; }
   // A trainer's iteration on the wire, and back (0 for one below the offset).

@@ -293,6 +293,14 @@ GCAGENT_API int gcagent_state_get(gcagent_client* client, uint64_t key, uint8_t*
 
 GCAGENT_API void gcagent_state_free(uint8_t* data) { std::free(data); }
 
+GCAGENT_API int gcagent_job_iteration(gcagent_client* client, uint64_t iteration, uint64_t* job_iteration) {
+  if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;
+  return guarded(client->last_error, [&]() -> Outcome {
+    if (job_iteration == nullptr) return failure(GCAGENT_ERR_INVALID_ARGUMENT, "job_iteration is NULL");
+    return client->impl->jobIteration(iteration, job_iteration);
+  });
+}
+
 GCAGENT_API int gcagent_state_put(gcagent_client* client, uint64_t key, const uint8_t* data, uint64_t bytes,
                                   uint32_t* dropped) {
   if (client == nullptr) return GCAGENT_ERR_INVALID_ARGUMENT;

@@ -520,6 +520,20 @@ Outcome Client::getState(uint64_t key, std::vector<std::byte>* out) {
   return success();
 }
 
+Outcome Client::jobIteration(uint64_t iteration, uint64_t* job_iteration) {
+  if (!broken_.ok()) return broken_;
+  protocol::Message reply;
+  GCAGENT_CLIENT_RETURN_IF_FAILED(request({0, protocol::IterationQuery{iteration}},
+                                          protocol::MessageType::kIterationAnswer, Deadline::after(reply_timeout_ms_),
+                                          &reply));
+  const auto& answer = std::get<protocol::IterationAnswer>(reply.body);
+  if (answer.iteration != iteration)
+    return breakWith(failure(GCAGENT_ERR_PROTOCOL, strCat("the agent answered a query of iteration ", iteration,
+                                                          " for iteration ", answer.iteration)));
+  *job_iteration = answer.job_iteration;
+  return success();
+}
+
 Outcome Client::putState(uint64_t key, std::span<const std::byte> blob, uint32_t* dropped) {
   if (!broken_.ok()) return broken_;
   if (slots_.count(key) == 0) return failure(GCAGENT_ERR_NOT_FOUND, strCat("key ", key, " is not declared"));

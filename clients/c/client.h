@@ -66,6 +66,8 @@ class Client {
   // part by part; and a blob put back, in force from the tensor's next step (`dropped`: owner
   // parts that belonged to another layout of the job).
   Outcome getState(uint64_t key, std::vector<std::byte>* out);
+  // The job's iteration this trainer's `iteration` would be reduced as now (0: given up).
+  Outcome jobIteration(uint64_t iteration, uint64_t* job_iteration);
   Outcome putState(uint64_t key, std::span<const std::byte> blob, uint32_t* dropped);
   // A new descriptor of the segment holding key's host slot, and the slot's offset in it.
   Outcome bufferFd(uint64_t key, int* fd, uint64_t* offset) const;

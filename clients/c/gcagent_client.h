@@ -26,7 +26,8 @@
  * GCAGENT_CLIENT_3 (ABI version 3 added gcagent_connect_flags), GCAGENT_CLIENT_4 (ABI
  * version 4 added gcagent_result_nodes and gcagent_resync_root) and GCAGENT_CLIENT_5 (ABI
  * version 5 added gcagent_wait_any and gcagent_buffer_fd) and GCAGENT_CLIENT_6 (ABI version 6
- * added gcagent_state_get, gcagent_state_free, gcagent_state_put and gcagent_declare_dtypes).
+ * added gcagent_state_get, gcagent_state_free, gcagent_state_put and gcagent_declare_dtypes)
+ * and GCAGENT_CLIENT_7 (ABI version 7 added gcagent_job_iteration).
  * A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
@@ -45,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 6
+#define GCAGENT_CLIENT_ABI_VERSION 7
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -258,6 +259,17 @@ GCAGENT_API void gcagent_state_free(uint8_t* data);
  * counted in *dropped (may be NULL). */
 GCAGENT_API int gcagent_state_put(gcagent_client* client, uint64_t key, const uint8_t* data, uint64_t bytes,
                                   uint32_t* dropped);
+
+/* ---- The job's iterations (ABI version 7) ---- */
+
+/* Trainers number their steps themselves; the job's nodes agree on the iterations they reduce,
+ * and after a realignment (a lost or frozen peer, a node that joined) the two differ by an
+ * offset the agent keeps. *job_iteration is the job's iteration this trainer's `iteration`
+ * would be reduced as if submitted now (0: it was given up). A trainer that chooses what a step
+ * sends by the job's iteration (DiLoCo's fragment turns) asks before it submits: every node then
+ * sends the same tensor in the same job iteration. Call after the hello (any time). An agent
+ * older than ABI 7's answers GCAGENT_ERR_AGENT naming an unknown message type. */
+GCAGENT_API int gcagent_job_iteration(gcagent_client* client, uint64_t iteration, uint64_t* job_iteration);
 
 /* ---- bfloat16 and float16 tensors (ABI version 6) ---- */
 

@@ -709,6 +709,16 @@ TEST_F(ClientTest, AStateGoesOutAndComesBackInPartsOfAtMostFourMebibytes) {
   EXPECT_EQ(gcagent_state_get(client_, 10, nullptr, &bytes), GCAGENT_ERR_INVALID_ARGUMENT);
 }
 
+TEST_F(ClientTest, TheJobsIterationIsAskedOfTheAgent) {
+  connect();
+  agent_->iteration_offset = 56;
+  uint64_t job = 0;
+  ASSERT_EQ(gcagent_job_iteration(client_, 1, &job), GCAGENT_OK) << lastError();
+  EXPECT_EQ(job, 57u);
+  EXPECT_EQ(gcagent_job_iteration(client_, 1, nullptr), GCAGENT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(gcagent_job_iteration(nullptr, 1, &job), GCAGENT_ERR_INVALID_ARGUMENT);
+}
+
 TEST_F(ClientTest, CTestTrainerChecksTheAverage) {
   agent_->start();
   agent_->add = 0.0f;  // one trainer: the average is its own gradient

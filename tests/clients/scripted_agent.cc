@@ -181,6 +181,9 @@ bool ScriptedAgent::serve(int fd) {
       const size_t n = std::min<size_t>(protocol::kMaxStatePartBytes, kept.size() - get->offset);
       std::vector<std::byte> bytes(kept.begin() + get->offset, kept.begin() + get->offset + n);
       if (!send(fd, {id, protocol::StatePart{get->key, kept.size(), get->offset, std::move(bytes)}})) return true;
+    } else if (auto* query = std::get_if<protocol::IterationQuery>(&m.body)) {
+      if (!send(fd, {id, protocol::IterationAnswer{query->iteration, query->iteration + iteration_offset.load()}}))
+        return true;
     } else if (std::holds_alternative<protocol::Ping>(m.body)) {
       ++pings_seen;
       if (answer_pings.load()) {

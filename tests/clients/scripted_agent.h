@@ -62,6 +62,7 @@ class ScriptedAgent {
   // Error-feedback states: kept as put, read back as kept, in parts.
   std::atomic<int> state_parts_seen{0};
   std::atomic<uint32_t> state_dropped{0};  // reported at a put's last part
+  std::atomic<uint64_t> iteration_offset{0};  // the job's iteration = the trainer's + this
   std::vector<std::byte> state(uint64_t key) {
     std::lock_guard lock(state_mutex_);
     return states_[key];

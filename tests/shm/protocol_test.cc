@@ -64,6 +64,8 @@ std::vector<Message> samples() {
       {11, StateGet{7, 4096}},
       {12, StatePart{7, 10, 6, {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}}}},
       {13, StateStored{7, 10, 2}},
+      {14, IterationQuery{41}},
+      {15, IterationAnswer{41, 97}},
   };
 }
 
@@ -194,8 +196,8 @@ TEST(ProtocolTest, DeviceMessagesHaveAFixedLayout) {
   EXPECT_EQ(messageTypeName(MessageType::kDeclareDevice), "declare device");
   EXPECT_EQ(messageTypeName(MessageType::kDeclaredDevice), "declared device");
   auto header = std::vector<std::byte>(frame.begin(), frame.begin() + kHeaderBytes);
-  header[6] = std::byte{16};
-  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 16");
+  header[6] = std::byte{18};
+  EXPECT_EQ(parseHeader(header).status().message(), "control header: unknown message type 18");
 }
 
 TEST(ProtocolTest, PingAndPongAreBareHeaders) {
@@ -245,6 +247,8 @@ TEST(ProtocolTest, StatePartsStayInsideTheirTotalAndTheLimits) {
   EXPECT_EQ(messageTypeName(MessageType::kStateGet), "state get");
   EXPECT_EQ(messageTypeName(MessageType::kStatePart), "state part");
   EXPECT_EQ(messageTypeName(MessageType::kStateStored), "state stored");
+  EXPECT_EQ(messageTypeName(MessageType::kIterationQuery), "iteration query");
+  EXPECT_EQ(messageTypeName(MessageType::kIterationAnswer), "iteration answer");
   const std::vector<std::byte> four(4, std::byte{9});
   EXPECT_TRUE(roundTrip(encode({1, StatePart{3, 0, 0, {}}})).ok());  // an empty state: one empty part
   EXPECT_THAT(roundTrip(encode({1, StatePart{3, 8, 6, four}})).status().message(),

@@ -12,6 +12,7 @@ DEVICE_ABI_VERSION = 2  # GPU tensors need at least this one
 MEMBERSHIP_ABI_VERSION = 4  # gcagent_result_nodes and gcagent_resync_root
 WAIT_ANY_ABI_VERSION = 5  # gcagent_wait_any and gcagent_buffer_fd
 STATE_ABI_VERSION = 6  # gcagent_state_get, _free, _put and gcagent_declare_dtypes
+JOB_ITERATION_ABI_VERSION = 7  # gcagent_job_iteration
 
 
 class Tensor(ctypes.Structure):
@@ -101,6 +102,8 @@ def _declare(lib, version):
             "gcagent_declare_dtypes": (ctypes.c_int, [client_p, ctypes.POINTER(Tensor), ctypes.POINTER(ctypes.c_uint8),
                                                       sz]),
         })
+    if version >= JOB_ITERATION_ABI_VERSION:
+        sigs["gcagent_job_iteration"] = (ctypes.c_int, [client_p, u64, ctypes.POINTER(u64)])
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args

@@ -346,6 +346,18 @@ class Client:
                     f"restore the error-feedback state of key {key}")
         return dropped.value
 
+    def job_iteration(self, iteration: int) -> int:
+        """The job's iteration this trainer's `iteration` would be reduced as if submitted now:
+        the same on every node, though trainers' own numbers drift apart after a realignment
+        (0: it was given up). Ask before a submit whose tensor depends on the step's turn."""
+        if getattr(self._lib, "abi_version", 1) < _library.JOB_ITERATION_ABI_VERSION:
+            raise GcagentError(10, f"gcagent: job_iteration needs C ABI {_library.JOB_ITERATION_ABI_VERSION}, "
+                                   f"the loaded library has {self._lib.abi_version}")
+        out = ctypes.c_uint64()
+        self._check(self._lib.gcagent_job_iteration(self._handle, iteration, ctypes.byref(out)),
+                    f"ask the job's iteration of iteration {iteration}")
+        return out.value
+
     @staticmethod
     def _keys(keys: Iterable[int]):
         keys = list(keys)

@@ -52,5 +52,22 @@ TEST(JobAlignmentTest, ANodeThatStartedNothingStartsAtTheAgreedIteration) {
   EXPECT_EQ(*a.start(4), 41u);
 }
 
+TEST(JobAlignmentTest, PeekSaysWhereAStepWouldGoWithoutStartingIt) {
+  JobAlignment fresh;  // a joining node's job, before its first step
+  EXPECT_EQ(fresh.peek(1), 1u) << "no news: its own numbering";
+  ASSERT_TRUE(fresh.adopt(57));
+  EXPECT_EQ(fresh.peek(1), 57u);
+  EXPECT_EQ(fresh.peek(1), 57u) << "a peek starts nothing";
+  EXPECT_EQ(*fresh.start(1), 57u);
+  EXPECT_EQ(fresh.peek(2), 58u);
+
+  JobAlignment behind;
+  ASSERT_TRUE(behind.start(94).ok());
+  ASSERT_TRUE(behind.adopt(700));
+  EXPECT_EQ(behind.peek(94), 0u) << "given up";
+  EXPECT_EQ(behind.peek(95), 700u);
+  EXPECT_EQ(*behind.start(95), behind.peek(95));
+}
+
 }  // namespace
 }  // namespace gcagent::agent
