@@ -41,12 +41,13 @@ def shim_env(extra=None):
     return env
 
 
-def start_trainers(cluster, local_size, script, args=(), env=None, job="job"):
-    """Starts local_size trainers per agent; returns the processes in world-rank order."""
+def start_trainers(cluster, local_size, script, args=(), env=None, job="job", only=None):
+    """Starts local_size trainers per agent; returns the processes in world-rank order (with
+    only=r: those of agent r alone, one trainer started again)."""
     world = cluster.n * local_size
     master_port = free_ports(1)[0]
     procs = []
-    for r in range(cluster.n):
+    for r in range(cluster.n) if only is None else [only]:
         for l in range(local_size):
             e = shim_env(env)
             e.update(GCAGENT_SOCKET=cluster.sockets[r], GCAGENT_JOB=job, GCAGENT_LOCAL_RANK=str(l),
@@ -54,7 +55,7 @@ def start_trainers(cluster, local_size, script, args=(), env=None, job="job"):
                      WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
             procs.append(subprocess.Popen([sys.executable, str(TRAINERS / script), *args], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return procs
+    return procs if only is None or local_size > 1 else procs[0]
 
 
 def read_until(proc, text, timeout=300):

@@ -28,11 +28,25 @@ fragment_sync_delay, fragment_update_alpha), whose own regression fixtures the t
 against.
 
 Each fragment is one tensor of the agents (its parameters flattened), key = fragment index, its
-own codec and residuals; its iterations count its outer steps. An outer step whose average
-fails (the agent's error, a lost connection, a timeout) puts the fragment back at its global
-parameters of the last outer step (the local steps since are dropped, as torchft does when a
-commit fails) and raises the GcagentError from the inner optimizer's step(); the next attempt
-of that fragment comes sync_every steps later.
+own codec and residuals. Iterations are outer-step numbers, and whose turn an outer step is
+comes from the job's iteration, which every node agrees on (Client.job_iteration), so a node
+whose count drifted (it froze, or it joined late) sends the same fragment as the others. An
+outer step whose average fails (the agent's error, a lost connection, a timeout, a node lost)
+puts the fragment back at its global parameters of the last outer step (the local steps since
+are dropped, as torchft does when a commit fails) and raises the GcagentError from the inner
+optimizer's step(); the next attempt of that fragment comes sync_every steps later.
+
+Elastic (transport.on_peer_loss = "shrink"): a node that leaves fails the outer step in flight
+(if any); once the agents have left it behind, the outer steps average over the others. A step
+in flight when the membership changes may complete on some nodes and fail on others, so the
+first outer step under a smaller membership is followed by the same broadcast as a join's
+(below), from its lowest node. A node
+that joins (or comes back) starts from anything: the first outer step that completes under the
+membership that took it in is dropped on every node (it holds the joiner's pseudo-gradient of
+another model), and the node that kept training broadcasts its outer state through the agents:
+each fragment's global parameters and outer optimizer state. A trainer whose global parameters
+differ from those loads them, and its parameters become them; the others keep their local
+parameters. Counted in `resyncs`.
 """
 
 import logging
@@ -40,10 +54,13 @@ import time
 
 import torch
 
-from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
+from gcagent.client import (BROADCAST_KEY_BASE, ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec,
+                            codec_from_env)
 from gcagent.torch import _Reconnecting
 
 _log = logging.getLogger("gcagent.diloco")
+
+_STATE_KEY = BROADCAST_KEY_BASE - 2  # the outer state a joiner loads: apart from fragments and broadcasts
 
 
 class _Fragment:
@@ -73,6 +90,48 @@ class _Fragment:
                 torch.sub(g.reshape(-1), p.detach().reshape(-1), out=slot[at:at + n])
                 at += n
 
+    def outer_state(self):
+        """The outer optimizer's floating-point state of this fragment's parameters, in a fixed
+        order (parameter, then state name): what a joiner loads beside the global parameters."""
+        out = []
+        for p in self.params:
+            state = self.outer_optimizer.state.get(p, {})
+            out.extend(state[name] for name in sorted(state)
+                       if torch.is_tensor(state[name]) and state[name].is_floating_point())
+        return out
+
+    def prime_outer_state(self):
+        """Gives the outer optimizer its state for these parameters when it has none yet (no outer
+        step was taken), as after one step with zero gradients, the parameters unchanged: every
+        trainer's outer state then has the same shape."""
+        if all(self.outer_optimizer.state.get(p) for p in self.params):
+            return
+        with torch.no_grad():
+            kept = [p.detach().clone() for p in self.params]
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+        self._outer_step_alone()
+        with torch.no_grad():
+            for p, k in zip(self.params, kept):
+                p.copy_(k)
+                p.grad = None
+
+    def _outer_step_alone(self):
+        """The outer optimizer's step on this fragment's parameters alone: one optimizer may hold
+        every fragment's, and the others hold the inner step's gradients now (a step would move
+        them too)."""
+        mine = {id(p) for p in self.params}
+        others = [p for group in self.outer_optimizer.param_groups for p in group["params"]
+                  if id(p) not in mine and p.grad is not None]
+        kept = [p.grad for p in others]
+        for p in others:
+            p.grad = None
+        try:
+            self.outer_optimizer.step()
+        finally:
+            for p, g in zip(others, kept):
+                p.grad = g
+
     def restore(self):
         with torch.no_grad():
             for p, g in zip(self.params, self.global_params):
@@ -89,7 +148,7 @@ class _Fragment:
                 n = p.numel()
                 p.grad = averaged[at:at + n].view_as(p).clone()
                 at += n
-        self.outer_optimizer.step()
+        self._outer_step_alone()
         with torch.no_grad():
             for p, g in zip(self.params, self.global_params):
                 g.copy_(p)
@@ -112,7 +171,8 @@ class DiLoCo(_Reconnecting):
 
     Counters: outer_steps (taken, failed ones included), failed_syncs, late_syncs and waited_s (the
     outer steps whose average was not back in time, each logged, and how long the inner steps
-    waited for them), local_step."""
+    waited for them), resyncs and loaded (outer states broadcast to joiners, and loaded here),
+    local_step, job_iteration."""
 
     def __init__(self, model_fragments, inner_optimizer, outer_optimizer, sync_every, fragment_sync_delay=0,
                  fragment_update_alpha=0.0, codec=None, params=None, client=None, timeout_s=600.0):
@@ -140,6 +200,7 @@ class DiLoCo(_Reconnecting):
         self.params = dict(params) if params is not None else env_params
         self.timeout_s = timeout_s
         self._own_client = client is None
+        self._state_elements = 0  # of _STATE_KEY, once declared
         self.client = client or Client()
         self._slots = self._declare_on(self.client)
         self._lost = None       # the error that lost the connection, until it is made anew
@@ -150,11 +211,18 @@ class DiLoCo(_Reconnecting):
         self.failed_syncs = 0
         self.late_syncs = 0     # outer steps whose average was not back by then
         self.waited_s = 0.0
+        self.resyncs = 0        # outer states broadcast to nodes that joined
+        self.loaded = 0         # of them, the times this trainer loaded another node's state
+        self._pending = None    # the fragment whose pseudo-gradient was submitted last
+        self.job_iteration = 0  # the job's iteration of the outer step submitted last (the same on every node)
+        self._nodes = []        # the nodes the last outer step averaged over
 
     def _declare_on(self, client):
-        client.declare([TensorSpec(f.index, f.elements, -f.index, self.codec, dict(self.params))
-                        for f in self._fragments])
-        return {f.index: torch.from_numpy(client.slot(f.index)) for f in self._fragments}
+        specs = [TensorSpec(f.index, f.elements, -f.index, self.codec, dict(self.params)) for f in self._fragments]
+        if self._state_elements:
+            specs.append(TensorSpec(_STATE_KEY, self._state_elements, 1, "none", {"reduce.result": "sum"}))
+        client.declare(specs)
+        return {s.key: torch.from_numpy(client.slot(s.key)) for s in specs}
 
     def __enter__(self):
         self._hooks.append(self._inner.register_step_post_hook(self._after_inner_step))
@@ -165,36 +233,47 @@ class DiLoCo(_Reconnecting):
             h.remove()
         self._hooks.clear()
         # An average still in flight is waited for and dropped: nothing is left to the agent.
-        for f in self._fragments:
-            if f.in_flight:
-                f.in_flight = False
-                try:
-                    self._wait(f)
-                except GcagentError:
-                    pass
+        f = self._pending
+        if f is not None and f.in_flight:
+            f.in_flight = False
+            try:
+                self._wait(f)
+            except GcagentError:
+                pass
         if self._own_client:
             self.client.close()
         return False
 
-    def _current(self):
-        """The fragment whose turn it is: every trainer takes them in the same order."""
-        return self._fragments[self.outer_steps % len(self._fragments)]
+    def _turn(self, iteration):
+        """The fragment whose turn the trainer's `iteration` is: decided by the job's iteration,
+        the same on every node even where trainers' counts drifted apart (a node that froze or
+        joined late): the fragments take turns in the job's iterations."""
+        self.job_iteration = self.client.job_iteration(iteration)
+        return self._fragments[(max(self.job_iteration, 1) - 1) % len(self._fragments)]
 
     def _after_inner_step(self, optimizer, args, kwargs):
         self.local_step += 1
         if self.local_step == self._interval - self._delay:
-            self._prepare(self._current())
+            self._prepare()
         if self.local_step == self._interval:
             self.local_step = 0
-            self._sync(self._current())
+            self._sync(self._pending)
 
-    def _prepare(self, f):
+    def _prepare(self):
         if self._lost is not None:
             self._reconnect()
         # Numbered by the outer step, every fragment's: each iteration of the job is one key, so
         # the agents count it complete, and a node whose trainer leaves after its last outer
         # step does not fail that step on the others.
-        f.iteration = self.outer_steps + 1
+        iteration = self.outer_steps + 1
+        try:
+            f = self._pending = self._turn(iteration)
+        except GcagentError as e:
+            self._note_loss(e)
+            f = self._pending = self._fragments[self.outer_steps % len(self._fragments)]
+            f.iteration, f.failure = iteration, e
+            return
+        f.iteration = iteration
         f.pseudo_gradient_into(self._slots[f.index])
         try:
             self.client.submit(f.iteration, [f.index])
@@ -235,7 +314,67 @@ class DiLoCo(_Reconnecting):
             f.restore()
             self.failed_syncs += 1
             raise failure
+        root = self.client.resync_root
+        if root is not None:
+            # The average holds a joiner's pseudo-gradient, of another model: dropped on every node.
+            f.restore()
+            self._resync(root)
+            return
         f.outer_step(self._slots[f.index], self._alpha)
+        nodes, self._nodes = self._nodes, self.client.result_nodes
+        if nodes and nodes != self._nodes:
+            # The first outer step after nodes left: a step in flight at the change may have
+            # completed on some nodes and failed on others, so their global parameters can differ.
+            self._resync(self._nodes[0])
+
+    def _resync(self, root):
+        """Every member's trainers, at the same outer step (the first completed under a new
+        membership, which every member completes alike): the outer state of the root node's local
+        rank 0 trainer, broadcast through the agents (summed, every other trainer adding -0.0),
+        loaded where it differs (see the module's docstring). Takes an iteration of its own."""
+        for f in self._fragments:
+            f.prime_outer_state()
+        tensors = [t for f in self._fragments for t in f.global_params + f.outer_state()]
+        elements = sum(t.numel() for t in tensors)
+        if elements != self._state_elements:
+            self._state_elements = elements
+            self._slots = self._declare_on(self.client)
+        iteration, self.outer_steps = self.outer_steps + 1, self.outer_steps + 1
+        mine = self.client.world_rank == root * self.client.local_size
+        self._nodes = self.client.result_nodes
+        slot = self._slots[_STATE_KEY]
+        with torch.no_grad():
+            if mine:
+                torch.cat([t.detach().reshape(-1) for t in tensors], out=slot)
+            else:
+                slot.fill_(-0.0)
+            self.client.submit(iteration, [_STATE_KEY])
+            if not self.client.wait(iteration, [_STATE_KEY], int(self.timeout_s * 1000)):
+                raise GcagentError(ERR_TIMEOUT, f"gcagent: the outer state of node {root} did not arrive within "
+                                                f"{self.timeout_s} s")
+            at, loaded = 0, 0
+            for f in self._fragments:
+                state = f.global_params + f.outer_state()
+                n = sum(t.numel() for t in state)
+                part = slot[at:at + n]
+                at += n
+                glob = part[:f.elements]
+                behind = not torch.equal(glob, torch.cat([g.reshape(-1) for g in f.global_params]))
+                offset = 0
+                for t in state:
+                    t.copy_(part[offset:offset + t.numel()].view_as(t))
+                    offset += t.numel()
+                if behind:
+                    f.restore()
+                    loaded += 1
+        self.resyncs += 1
+        self.loaded += loaded > 0
+        _log.warning("gcagent: DiLoCo's outer state was broadcast from node %d after nodes joined%s", root,
+                     f"; {loaded} fragments loaded here" if loaded else "")
+
+    def global_parameters(self):
+        """Every fragment's global parameters (those of its last outer step), in fragment order."""
+        return [g for f in self._fragments for g in f.global_params]
 
     # ---- Checkpoints ----
 

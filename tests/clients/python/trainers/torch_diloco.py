@@ -2,7 +2,7 @@
 environment comes from shim_cluster.py.
 
     torch_diloco.py mocked | train NAME CODEC [PARAMS] | digits CODEC PARAMS
-                  | checkpoint PHASE CODEC PARAMS DIR
+                  | checkpoint PHASE CODEC PARAMS DIR | elastic DIR
 
 mocked: torchft's mocked regression test in each of diloco_common.MOCKED_CONFIGS, its parameter
 histories; train: the MLP of diloco_common, TRAIN_OUTER_STEPS outer steps of config NAME, its
@@ -11,6 +11,7 @@ parameters. Prints "report: {json}" last."""
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -48,6 +49,54 @@ def digits(codec, params):
     return {"accuracy": (out.argmax(1) == test_y).float().mean().item(),
             "test_loss": torch.nn.functional.cross_entropy(out, test_y).item(), "diloco": diloco,
             "late_syncs": diloco.late_syncs}
+
+
+def elastic(directory):
+    """Streaming DiLoCo (the digits MLP's two layers as fragments, sync_every 10, a delay of one
+    step, alpha 0) with inner steps paced at 10 ms, failed outer steps caught, until the job's
+    iteration written to DIR/stop has completed. Each outer step appends "job=J nodes=[...]" (or
+    "failed job=J: why") to DIR/progress<RANK>. Reports accuracy and the outer state."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    train_x, train_y = x[:1500][RANK::3], y[:1500][RANK::3]
+    test_x, test_y = x[1500:], y[1500:]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    inner = torch.optim.SGD(model.parameters(), lr=0.05)
+    outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+    progress = open(os.path.join(directory, f"progress{RANK}"), "a", buffering=1)
+    stop_file = os.path.join(directory, "stop")
+    nodes_seen = []
+    with gcagent.torch.diloco.DiLoCo([model[0], model[2]], inner, outer, sync_every=10,
+                                     fragment_sync_delay=1) as diloco:
+        step = 0
+        while True:
+            at = (step * 32) % (len(train_x) - 32)
+            inner.zero_grad()
+            torch.nn.functional.cross_entropy(model(train_x[at:at + 32]), train_y[at:at + 32]).backward()
+            try:
+                inner.step()
+                if diloco.local_step == 0:
+                    nodes = diloco.client.result_nodes
+                    if not nodes_seen or nodes_seen[-1] != nodes:
+                        nodes_seen.append(nodes)
+                    progress.write(f"job={diloco.job_iteration} nodes={nodes}\n")
+            except gcagent.GcagentError as e:
+                progress.write(f"failed job={diloco.job_iteration}: {e}\n")
+            step += 1
+            if diloco.local_step == 0 and os.path.exists(stop_file):
+                stop = open(stop_file).read().strip()
+                if stop and diloco.job_iteration >= int(stop):
+                    break
+            time.sleep(0.01)
+    with torch.no_grad():
+        out = model(test_x)
+    return {"accuracy": (out.argmax(1) == test_y).float().mean().item(), "nodes_seen": nodes_seen,
+            "global": [g.reshape(-1).tolist() for g in diloco.global_parameters()],
+            "momentum": [s["momentum_buffer"].reshape(-1).tolist() for s in outer.state_dict()["state"].values()],
+            "resyncs": diloco.resyncs, "loaded": diloco.loaded, "job_iteration": diloco.job_iteration,
+            "diloco": diloco}
 
 
 CHECKPOINT_OUTER_STEPS = 3
@@ -102,6 +151,9 @@ def main():
     elif mode == "checkpoint":
         params = dict(kv.split("=") for kv in sys.argv[4].split(",")) if sys.argv[4] else {}
         report.update(checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5]))
+        diloco = report.pop("diloco")
+    elif mode == "elastic":
+        report.update(elastic(sys.argv[2]))
         diloco = report.pop("diloco")
     elif mode == "digits":
         report.update(digits(sys.argv[2], dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}))
