@@ -43,6 +43,8 @@ constexpr std::array kCodecs = {
               GC_GPU(makeGpuThreshold)},
     CodecInfo{"randomk", "random-k with a shared seed, values only", makeRandomkCodec, GC_GPU(makeGpuRandomk)},
     CodecInfo{"qsgd", "QSGD stochastic quantization with s levels", makeQsgdCodec, GC_GPU(makeGpuQsgd)},
+    CodecInfo{"int8", "block-scaled int8 (each block's largest magnitude) with error feedback", makeInt8Codec,
+              GC_GPU(makeGpuInt8)},
 };
 #undef GC_GPU
 

@@ -16,6 +16,7 @@ Result<std::unique_ptr<GpuCodec>> makeGpuMx1bit(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuOnebit(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuTerngrad(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuQsgd(const Params& params);
+Result<std::unique_ptr<GpuCodec>> makeGpuInt8(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuTopk(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuThreshold(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuDgc(const Params& params);

@@ -48,6 +48,30 @@ __global__ void encodeLevels(const float* __restrict__ g, float* __restrict__ r,
   level[i] = qsgd::encodeElement<kFeedback>(g, r, i, norm, qsgd::unitOf(norm, levels), levels, stream);
 }
 
+// int8: one thread per block takes its largest magnitude (integer max of the bits: exact in
+// any order, as on the CPU).
+template <bool kFeedback>
+__global__ void maxMagnitudes(const float* __restrict__ g, const float* __restrict__ r, size_t n, size_t bucket,
+                              size_t buckets, float* __restrict__ scales, DeviceFault* fault) {
+  const size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (k >= buckets) return;
+  uint32_t most = 0;
+  for (size_t i = k * bucket, end = smaller(n, (k + 1) * bucket); i < end; ++i)
+    most = max(most, qsgd::magnitudeBits(inputAt<kFeedback>(g, r, i)));
+  scales[k] = floatOf(most);
+  if (!isfinite(scales[k])) raiseFault(fault, kFaultNonFinite, k);
+}
+
+template <bool kFeedback>
+__global__ void encodeNearestLevels(const float* __restrict__ g, float* __restrict__ r,
+                                    const float* __restrict__ scales, int8_t* __restrict__ level, size_t n,
+                                    size_t bucket, int32_t levels, const DeviceFault* fault) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n || faulted(fault)) return;
+  const float scale = scales[i / bucket];
+  level[i] = qsgd::encodeNearest<kFeedback>(g, r, i, scale, qsgd::unitOf(scale, levels), levels);
+}
+
 // Norms first, then levels, as the CPU codec checks them.
 __global__ void checkEncoded(const float* __restrict__ norms, const int8_t* __restrict__ level,
                              size_t n, size_t buckets, int32_t levels, DeviceFault* fault) {
@@ -74,12 +98,19 @@ __global__ void decodeLevels(const float* __restrict__ norms, const int8_t* __re
   acc[i] += qsgd::dequantize(level[i], qsgd::unitOf(norms[i / bucket], levels));
 }
 
+// qsgd's L2 norm and random draw, or int8's largest magnitude and nearest rounding (qsgd.cc).
+struct Flavor {
+  std::string_view name;
+  bool max_scale;
+  bool stochastic;
+};
+
 class GpuQsgdCodec final : public FaultingGpuCodec {
  public:
-  GpuQsgdCodec(int32_t levels, size_t bucket, uint64_t seed, bool error_feedback)
-      : levels_(levels), bucket_(bucket), seed_(seed), error_feedback_(error_feedback) {}
+  GpuQsgdCodec(Flavor flavor, int32_t levels, size_t bucket, uint64_t seed, bool error_feedback)
+      : flavor_(flavor), levels_(levels), bucket_(bucket), seed_(seed), error_feedback_(error_feedback) {}
 
-  std::string_view name() const override { return "qsgd"; }
+  std::string_view name() const override { return flavor_.name; }
   size_t stateElements(size_t n) const override { return error_feedback_ ? n : 0; }
   size_t maxEncodedBytes(size_t n) const override { return qsgd::encodedBytes(n, bucket_); }
 
@@ -101,14 +132,29 @@ class GpuQsgdCodec final : public FaultingGpuCodec {
     const uint64_t rng_stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     const float* g = in.data();
     float* r = error_feedback_ ? state.data() : nullptr;
-    if (error_feedback_) {
-      squareLanes<true><<<blocksFor(4 * buckets), kThreads, 0, s>>>(g, r, n, bucket_, lanes_.data());
+    if (flavor_.max_scale) {
+      if (error_feedback_) {
+        maxMagnitudes<true><<<blocksFor(buckets), kThreads, 0, s>>>(g, r, n, bucket_, buckets, norms, fault());
+      } else {
+        maxMagnitudes<false><<<blocksFor(buckets), kThreads, 0, s>>>(g, r, n, bucket_, buckets, norms, fault());
+      }
     } else {
-      squareLanes<false><<<blocksFor(4 * buckets), kThreads, 0, s>>>(g, r, n, bucket_, lanes_.data());
+      if (error_feedback_) {
+        squareLanes<true><<<blocksFor(4 * buckets), kThreads, 0, s>>>(g, r, n, bucket_, lanes_.data());
+      } else {
+        squareLanes<false><<<blocksFor(4 * buckets), kThreads, 0, s>>>(g, r, n, bucket_, lanes_.data());
+      }
+      finishNorms<<<blocksFor(buckets), kThreads, 0, s>>>(lanes_.data(), buckets, norms, fault());
     }
-    finishNorms<<<blocksFor(buckets), kThreads, 0, s>>>(lanes_.data(), buckets, norms, fault());
     recordFaultValue<<<1, 1, 0, s>>>(norms, nullptr, fault());
-    if (error_feedback_) {
+    if (!flavor_.stochastic) {
+      if (error_feedback_) {
+        encodeNearestLevels<true><<<blocksFor(n), kThreads, 0, s>>>(g, r, norms, level, n, bucket_, levels_, fault());
+      } else {
+        encodeNearestLevels<false><<<blocksFor(n), kThreads, 0, s>>>(g, r, norms, level, n, bucket_, levels_,
+                                                                     fault());
+      }
+    } else if (error_feedback_) {
       encodeLevels<true><<<blocksFor(n), kThreads, 0, s>>>(g, r, norms, level, n, bucket_, levels_,
                                                            rng_stream, fault());
     } else {
@@ -142,13 +188,16 @@ class GpuQsgdCodec final : public FaultingGpuCodec {
     switch (faultKind(f)) {
       case kFaultNonFinite:
         return Status::invalidArgument(
-            strCat("qsgd: bucket ", faultIndex(f), " has L2 norm ", f.value,
-                   ": the input must be finite and each bucket's norm must fit in fp32"));
+            flavor_.max_scale
+                ? strCat(name(), ": block ", faultIndex(f), " has largest magnitude ", f.value,
+                         ": the input must be finite")
+                : strCat(name(), ": bucket ", faultIndex(f), " has L2 norm ", f.value,
+                         ": the input must be finite and each bucket's norm must fit in fp32"));
       case kFaultBadNorm:
-        return Status::dataLoss(strCat("qsgd: bucket ", faultIndex(f), " has norm ", f.value,
+        return Status::dataLoss(strCat(name(), ": bucket ", faultIndex(f), " has norm ", f.value,
                                        ", expected a finite value >= 0"));
       case kFaultBadLevel:
-        return Status::dataLoss(strCat("qsgd: element ", faultIndex(f), " has level ",
+        return Status::dataLoss(strCat(name(), ": element ", faultIndex(f), " has level ",
                                        static_cast<int>(f.value), ", outside [-", levels_, ", ",
                                        levels_, "]"));
       default:
@@ -157,6 +206,7 @@ class GpuQsgdCodec final : public FaultingGpuCodec {
   }
 
  private:
+  Flavor flavor_;
   int32_t levels_;
   size_t bucket_;
   uint64_t seed_;
@@ -173,8 +223,21 @@ Result<std::unique_ptr<GpuCodec>> makeGpuQsgd(const Params& params) {
   const uint64_t seed = reader.seed("seed", 0);
   const bool error_feedback = reader.boolean("error_feedback", false);
   GC_RETURN_IF_ERROR(reader.finish());
-  auto codec = std::make_unique<GpuQsgdCodec>(static_cast<int32_t>(levels),
+  auto codec = std::make_unique<GpuQsgdCodec>(Flavor{"qsgd", false, true}, static_cast<int32_t>(levels),
                                               static_cast<size_t>(bucket), seed, error_feedback);
+  GC_RETURN_IF_ERROR(codec->init());
+  return std::unique_ptr<GpuCodec>(std::move(codec));
+}
+
+Result<std::unique_ptr<GpuCodec>> makeGpuInt8(const Params& params) {
+  ParamReader reader("int8", params);
+  const int64_t block = reader.integer("block", 128, Range::closed(1, 1 << 20));
+  const bool stochastic = reader.boolean("stochastic", false);
+  const uint64_t seed = reader.seed("seed", 0);
+  const bool error_feedback = reader.boolean("error_feedback", true);
+  GC_RETURN_IF_ERROR(reader.finish());
+  auto codec = std::make_unique<GpuQsgdCodec>(Flavor{"int8", true, stochastic}, qsgd::kMaxLevels,
+                                              static_cast<size_t>(block), seed, error_feedback);
   GC_RETURN_IF_ERROR(codec->init());
   return std::unique_ptr<GpuCodec>(std::move(codec));
 }

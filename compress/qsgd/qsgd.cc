@@ -18,6 +18,12 @@
 // decodeAdd rejects (data_loss) a buffer of the wrong size, a norm that is not finite or is
 // negative, and a level outside [-s, s]. encode rejects (invalid_argument) a non-finite x, or
 // a bucket norm beyond fp32's range, before changing the state.
+//
+// int8: the same format with s = 127 and each block's largest magnitude in place of its norm
+// (block-scaled int8, as low-communication training sends its outer gradients), every element
+// rounded to the nearest level (ties to the smaller magnitude; |decoded - x| <= scale/254) or,
+// with stochastic = true, drawn as qsgd's. Parameters: block (elements per scale, [1,
+// 2^20], default 128), stochastic (default false), seed, error_feedback (default true).
 #include "compress/qsgd/qsgd.h"
 
 #include <algorithm>
@@ -86,6 +92,21 @@ double squareSum(const float* __restrict g, const float* __restrict r, size_t be
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
+// The largest magnitude of x over [begin, end), exact in any order (magnitudeBits).
+template <bool kFeedback>
+float maxMagnitude(const float* __restrict g, const float* __restrict r, size_t begin, size_t end) {
+  uint32_t most = 0;
+  for (size_t i = begin; i < end; ++i) most = std::max(most, qsgd::magnitudeBits(inputAt<kFeedback>(g, r, i)));
+  return floatOf(most);
+}
+
+template <bool kFeedback>
+void encodeNearestLoop(const float* __restrict g, float* __restrict r, int8_t* __restrict level, size_t begin,
+                       size_t end, float scale, int32_t levels) {
+  const float unit = qsgd::unitOf(scale, levels);
+  for (size_t i = begin; i < end; ++i) level[i] = qsgd::encodeNearest<kFeedback>(g, r, i, scale, unit, levels);
+}
+
 void decodeAddLoop(const int8_t* __restrict level, float* __restrict acc, size_t begin,
                    size_t end, float unit) {
   for (size_t i = begin; i < end; ++i) acc[i] += qsgd::dequantize(level[i], unit);
@@ -102,13 +123,21 @@ size_t firstInvalidLevel(const int8_t* level, size_t n, int32_t levels) {
                              }) - level);
 }
 
+// What scales a bucket, and how a level is rounded: qsgd's L2 norm and random draw, or int8's
+// largest magnitude and (by default) nearest rounding.
+struct Flavor {
+  std::string_view name;
+  bool max_scale;
+  bool stochastic;
+};
+
 class QsgdCodec final : public Codec {
  public:
-  QsgdCodec(int32_t levels, size_t bucket, uint64_t seed, bool error_feedback,
+  QsgdCodec(Flavor flavor, int32_t levels, size_t bucket, uint64_t seed, bool error_feedback,
             const CodecEnv& env)
-      : levels_(levels), bucket_(bucket), seed_(seed), error_feedback_(error_feedback), env_(env) {}
+      : flavor_(flavor), levels_(levels), bucket_(bucket), seed_(seed), error_feedback_(error_feedback), env_(env) {}
 
-  std::string_view name() const override { return "qsgd"; }
+  std::string_view name() const override { return flavor_.name; }
   size_t stateElements(size_t n) const override { return error_feedback_ ? n : 0; }
   size_t maxEncodedBytes(size_t n) const override { return qsgd::encodedBytes(n, bucket_); }
 
@@ -132,12 +161,12 @@ class QsgdCodec final : public Codec {
     for (size_t k = 0; k < buckets; ++k) {
       const float norm = loadLe<float>(norms + 4 * k);
       if (!std::isfinite(norm) || norm < 0.0f)
-        return Status::dataLoss(strCat("qsgd: bucket ", k, " has norm ", norm,
+        return Status::dataLoss(strCat(name(), ": bucket ", k, " has norm ", norm,
                                        ", expected a finite value >= 0"));
     }
     const auto* level = reinterpret_cast<const int8_t*>(in.data() + 4 * buckets);
     if (size_t bad = firstInvalidLevel(level, n, levels); bad < n)
-      return Status::dataLoss(strCat("qsgd: element ", bad, " has level ", int{level[bad]},
+      return Status::dataLoss(strCat(name(), ": element ", bad, " has level ", int{level[bad]},
                                      ", outside [-", levels, ", ", levels, "]"));
     float* dst = acc.data();
     forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
@@ -159,16 +188,29 @@ class QsgdCodec final : public Codec {
     // Every norm first, into the header, so a non-finite input fails before r changes.
     forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
       for (size_t k = begin / bucket; k * bucket < end; ++k) {
-        const double sum = squareSum<kFeedback>(g, r, k * bucket, std::min(end, (k + 1) * bucket));
-        storeLe(out + 4 * k, static_cast<float>(std::sqrt(sum)));
+        const size_t last = std::min(end, (k + 1) * bucket);
+        storeLe(out + 4 * k, flavor_.max_scale ? maxMagnitude<kFeedback>(g, r, k * bucket, last)
+                                               : static_cast<float>(std::sqrt(squareSum<kFeedback>(g, r, k * bucket,
+                                                                                                   last))));
       }
     });
     for (size_t k = 0; k < buckets; ++k) {
       const float norm = loadLe<float>(out + 4 * k);
       if (!std::isfinite(norm))
-        return Status::invalidArgument(strCat(
-            "qsgd: bucket ", k, " has L2 norm ", norm,
-            ": the input must be finite and each bucket's norm must fit in fp32"));
+        return Status::invalidArgument(
+            flavor_.max_scale
+                ? strCat(name(), ": block ", k, " has largest magnitude ", norm, ": the input must be finite")
+                : strCat(name(), ": bucket ", k, " has L2 norm ", norm,
+                         ": the input must be finite and each bucket's norm must fit in fp32"));
+    }
+    if (!flavor_.stochastic) {
+      auto* level = reinterpret_cast<int8_t*>(out + 4 * buckets);
+      forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
+        for (size_t k = begin / bucket; k * bucket < end; ++k)
+          encodeNearestLoop<kFeedback>(g, r, level, k * bucket, std::min(end, (k + 1) * bucket),
+                                       loadLe<float>(out + 4 * k), levels);
+      });
+      return qsgd::encodedBytes(n, bucket);
     }
     const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     auto* level = reinterpret_cast<int8_t*>(out + 4 * buckets);
@@ -182,6 +224,7 @@ class QsgdCodec final : public Codec {
     return qsgd::encodedBytes(n, bucket);
   }
 
+  Flavor flavor_;
   int32_t levels_;
   size_t bucket_;
   uint64_t seed_;
@@ -203,9 +246,24 @@ Result<std::unique_ptr<Codec>> makeQsgdCodec(const Params& params, const CodecEn
   const bool error_feedback = reader.boolean("error_feedback", false,
       kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<Codec>(new QsgdCodec(static_cast<int32_t>(levels),
+  return std::unique_ptr<Codec>(new QsgdCodec({"qsgd", false, true}, static_cast<int32_t>(levels),
                                               static_cast<size_t>(bucket), seed, error_feedback,
                                               env));
+}
+
+Result<std::unique_ptr<Codec>> makeInt8Codec(const Params& params, const CodecEnv& env) {
+  ParamReader reader("int8", params);
+  const int64_t block = reader.integer("block", 128, Range::closed(1, 1 << 20),
+      "elements that share one scale (their largest magnitude)");
+  const bool stochastic = reader.boolean("stochastic", false,
+      "round each level by a random draw with the expected value of x (false: to the nearest level)");
+  const uint64_t seed = reader.seed("seed", 0,
+      "seed of the stochastic rounding");
+  const bool error_feedback = reader.boolean("error_feedback", true,
+      kErrorFeedbackHelp);
+  GC_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<Codec>(new QsgdCodec({"int8", true, stochastic}, qsgd::kMaxLevels,
+                                              static_cast<size_t>(block), seed, error_feedback, env));
 }
 
 }  // namespace gcagent::compress

@@ -58,4 +58,19 @@ GC_HD int8_t encodeElement(const float* g, float* r, size_t i, float norm, float
   return static_cast<int8_t>(level);
 }
 
+// int8 (the same format, a bucket's largest magnitude as its scale): the level of element i
+// rounded to the nearest (u = 1/2: a tie goes to the smaller magnitude), no random draw.
+template <bool kFeedback>
+GC_HD int8_t encodeNearest(const float* g, float* r, size_t i, float scale, float unit, int32_t levels) {
+  const float x = inputAt<kFeedback>(g, r, i);
+  const int32_t level = quantize(x, scale, levels, 0.5f);
+  if constexpr (kFeedback) r[i] = x - dequantize(level, unit);
+  return static_cast<int8_t>(level);
+}
+
+// The bits of |x| as an integer: their order is that of the magnitudes, with +inf above every
+// finite value and NaN above +inf, so a bucket's largest is exact in any order and a
+// non-finite input shows in it.
+GC_HD uint32_t magnitudeBits(float x) { return bitsOf(x) & 0x7fffffffu; }
+
 }  // namespace gcagent::compress::qsgd

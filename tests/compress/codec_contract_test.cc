@@ -27,6 +27,7 @@ const std::map<std::string, Params> kErrorFeedbackParams = {
     {"bf16", {{"error_feedback", "true"}}},
     {"terngrad", {{"error_feedback", "true"}}},
     {"qsgd", {{"error_feedback", "true"}}},
+    {"int8", {}},
     {"randomk", {{"error_feedback", "true"}}},
     {"dgc", {{"momentum", "0"}}},
 };

@@ -126,6 +126,8 @@ std::vector<Case> cases() {
       {"terngrad_feedback", "terngrad", {{"error_feedback", "true"}}, "815e97207a7f071c"},
       {"qsgd_feedback", "qsgd", {{"error_feedback", "true"}}, "347b866543ea4aa1"},
       {"qsgd", "qsgd", {}, "7279d38be9e9d12b"},
+      {"int8", "int8", {}, "110d1c4ea8c650cf"},
+      {"int8_stochastic", "int8", {{"stochastic", "true"}, {"block", "37"}}, "edf840c891ad9912"},
       {"randomk", "randomk", {}, "d98fe4d944b692ee"},
       {"topk", "topk", {}, "20498f2ca724a1ae"},
       {"topk_0001", "topk", {{"ratio", "0.001"}}, "5f4419ab49b67108"},

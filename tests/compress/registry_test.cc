@@ -15,7 +15,7 @@ TEST(RegistryTest, ListsEveryCodecOnce) {
     EXPECT_FALSE(info.summary.empty()) << info.name;
   }
   EXPECT_EQ(names, (std::set<std::string>{"none", "fp16", "bf16", "2bit", "1bit", "onebit", "terngrad",
-                                          "topk", "dgc", "threshold", "randomk", "qsgd"}));
+                                          "topk", "dgc", "threshold", "randomk", "qsgd", "int8"}));
 }
 
 TEST(RegistryTest, EveryCodecBuildsWithDefaults) {

@@ -139,6 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"terngrad", {{"clip", "false"}, {"error_feedback", "true"}, {"seed", "7"}}},
                       Case{"qsgd", {}},
                       Case{"qsgd", {{"bucket", "100"}, {"error_feedback", "true"}, {"levels", "4"}, {"seed", "3"}}},
+                      Case{"int8", {}},
+                      Case{"int8", {{"block", "37"}, {"stochastic", "true"}, {"error_feedback", "false"}}},
                       Case{"topk", {}}, Case{"topk", {{"ratio", "0.3"}}}, Case{"threshold", {}},
                       Case{"threshold", {{"drop", "0.5"}, {"sample", "0.01"}, {"seed", "5"}}},
                       Case{"dgc", {}},  // warming up: counts planned on the device
@@ -257,7 +259,7 @@ TEST_F(GpuCodecFaultTest, SparseRefusesARepeatedIndex) {
 
 // A non-finite gradient is refused before the state changes, in the CPU codec's words.
 TEST_F(GpuCodecFaultTest, NonFiniteGradientLeavesTheStateAlone) {
-  for (const std::string name : {"onebit", "terngrad", "qsgd"}) {
+  for (const std::string name : {"onebit", "terngrad", "qsgd", "int8"}) {
     SCOPED_TRACE(name);
     const Params params = name == "onebit" ? Params{} : Params{{"error_feedback", "true"}};
     auto cpu = compress::testing::mustMake(name, params);

@@ -236,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"none", {}}, Case{"fp16", {}}, Case{"fp16", {{"error_feedback", "true"}}},
                       Case{"bf16", {}}, Case{"bf16", {{"error_feedback", "true"}}}, Case{"2bit", {}},
                       Case{"1bit", {}}, Case{"onebit", {}}, Case{"terngrad", {{"error_feedback", "true"}}},
-                      Case{"qsgd", {{"error_feedback", "true"}}}, Case{"topk", {}},
+                      Case{"qsgd", {{"error_feedback", "true"}}}, Case{"int8", {}}, Case{"topk", {}},
                       Case{"topk", {{"ratio", "0.3"}}}, Case{"threshold", {}}, Case{"dgc", {}},
                       Case{"randomk", {}}),
     caseName);
