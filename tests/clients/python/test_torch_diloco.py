@@ -6,6 +6,7 @@ each against 2 torchft replica groups of one rank."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -164,3 +165,64 @@ def test_a_node_leaves_and_another_joins_between_outer_steps(tmp_path):
     assert rep[0]["global"] == rep[1]["global"] == rep[2]["global"]
     assert rep[0]["momentum"] == rep[1]["momentum"] == rep[2]["momentum"]
     assert min(r["accuracy"] for r in rep) > 0.85, rep
+
+
+def test_the_language_model_benchmarks_worker_trains_through_the_agents(tmp_path):
+    """bench/diloco/worker.py (the DiLoCo benchmark's trainer: the byte-level transformer on the
+    standard library's sources), 2 nodes, int8 outer gradients, streaming with 2 fragments: 8
+    inner steps, 4 outer steps (2 per fragment), none failed, and a validation loss below the untrained
+    model's (ln 256 nats per byte)."""
+    bench = TRAINERS.parents[3] / "bench" / "diloco"
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        procs = []
+        for r in range(2):
+            env = shim_env({"GCAGENT_SOCKET": c.sockets[r], "GCAGENT_JOB": "lm", "GCAGENT_LOCAL_RANK": "0",
+                            "GCAGENT_LOCAL_SIZE": "1", "RANK": str(r), "WORLD_SIZE": "2"})
+            env["PYTHONPATH"] += os.pathsep + str(bench)
+            procs.append(subprocess.Popen([sys.executable, str(bench / "worker.py"), "--system", "diloco",
+                                           "--steps", "8", "--sync-every", "4", "--fragments", "2", "--delay", "1",
+                                           "--codec", "int8"], env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        results = finish(procs, 300)
+    assert all(rc == 0 for rc, _ in results), [out[-3000:] for _, out in results]
+    for _, out in results:
+        r = json.loads([ln for ln in out.splitlines() if ln.startswith("result: ")][-1][len("result: "):])
+        assert r["outer_steps"] == 4 and r["failed_syncs"] == 0, r
+        assert r["val_loss"] < 5.545, r
+
+
+def test_a_frozen_agent_fails_outer_steps_and_the_nodes_take_turns_alike_after(tmp_path):
+    """Streaming DiLoCo (2 fragments) on 2 nodes, transport.on_peer_loss = fail: agent 1 is
+    stopped (SIGSTOP) for 8 s, past the peer timeout (2 s). Node 0's outer steps fail at once
+    while it is away; node 1's trainer gives its frozen agent up and connects anew. After it
+    resumes, the trainers' counts of outer steps differ, but both take each turn by the job's
+    iteration: their outer steps succeed again, on both nodes in the same job iterations, and
+    both end with the same global parameters."""
+    args = AGENT_ARGS + ["--transport.peer_timeout", "2", "--transport.heartbeat_interval", "0.2"]
+    with Cluster(tmp_path, 2, args) as c:
+        procs = start_trainers(c, 1, "torch_diloco.py", ["elastic", str(tmp_path)],
+                               env={"DILOCO_NODES": "2"})
+        try:
+            for _ in range(20):
+                _wait_progress(tmp_path, 1, r"job=(\d+) nodes=\[0, 1\]", procs)
+            c.procs[1].send_signal(signal.SIGSTOP)
+            _wait_progress(tmp_path, 0, r"failed job=(\d+)", procs)
+            time.sleep(8.0)
+            c.procs[1].send_signal(signal.SIGCONT)
+            back = int(_wait_progress(tmp_path, 1, r"job=(\d+) nodes=\[0, 1\]", procs).group(1))
+            (tmp_path / "stop").write_text(str(back + 40))
+            rep = reports(finish(procs, 240), c)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            if c.procs[1].poll() is None:
+                c.procs[1].send_signal(signal.SIGCONT)
+    done = [{int(m) for m in re.findall(r"^job=(\d+) ", "\n".join(_progress(tmp_path, r)), re.M)} for r in (0, 1)]
+    print("frozen agent under DiLoCo:", [(r["failed_syncs"], r["accuracy"]) for r in rep],
+          "outer steps only one node completed:", sorted(done[0] ^ done[1]))
+    assert rep[0]["failed_syncs"] > 0 and rep[1]["failed_syncs"] > 0, rep
+    after = {j for j in done[0] if j > back}
+    assert len(after) >= 30 and after <= done[1], (sorted(after), sorted(done[1]))
+    assert rep[0]["job_iteration"] == rep[1]["job_iteration"]
+    assert rep[0]["global"] == rep[1]["global"]
