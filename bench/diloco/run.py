@@ -9,9 +9,12 @@ step every h steps through the agents; codecs none, int8 (block-scaled, error fe
 (3%, error feedback); -s<f>: streaming, f fragments with a delay of 2 steps).
 
 Numbers per row: validation loss (nats per byte, trainer 0; the ratio to DDP's), bytes on the
-wire per node per inner step (veth counters, TCP/IP headers included; the ratio DDP / row), and
-the compute fraction: the local row's wall time over the row's (the same loop with nothing to
-wait for, in the same run and namespaces). Needs root (ip netns, tc).
+wire per node per inner step (veth counters, TCP/IP headers included; the ratio DDP / row), the
+local row's wall time over the row's (the same loop with nothing to wait for, in the same run
+and namespaces; noisy on a shared host, and DDP's only measure, its all-reduce being inside
+backward), and for DiLoCo the share of the slowest trainer's loop spent computing, that is
+outside the outer steps (timed around the inner optimizer's step, less its own math). Needs
+root (ip netns, tc).
 
     bench/diloco/run.py [--rates 100mbit,1gbit] [--rows local,ddp,diloco-H20-none,...]
         [--steps 400] [--nodes 4] [--out bench/results]
@@ -102,6 +105,9 @@ def run_row(ns, row, steps, timeout):
     return {"row": row, "wall_s": max(r["wall_s"] for r in results), "val_loss": results[0]["val_loss"],
             "val_losses": [r["val_loss"] for r in results], "wire_bytes_per_step": wire,
             "waited_s": max(r.get("waited_s", 0.0) for r in results),
+            # the share of each trainer's loop spent outside outer steps (forward, backward,
+            # optimizer, batches); the slowest trainer's
+            "compute_fraction": min(1 - r["outer_s"] / r["wall_s"] for r in results),
             "late_syncs": max(r.get("late_syncs", 0) for r in results),
             "failed_syncs": max(r.get("failed_syncs", 0) for r in results),
             "parameters": results[0]["parameters"], "corpus": results[0]["corpus"]}
@@ -112,15 +118,17 @@ def table(rate, rows, steps, nodes):
     ddp, local = by.get("ddp"), by.get("local")
     lines = [f"### {rate}, {nodes} nodes x 1 trainer, {steps} inner steps of 16 x 64 bytes each "
              f"({rows[0]['parameters']} parameters, corpus {rows[0]['corpus']})", "",
-             "| row | val loss | vs DDP | wire bytes/node/step | DDP / row | wall s | compute fraction | late syncs |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| row | val loss | vs DDP | wire bytes/node/step | DDP / row | wall s | local wall / wall | "
+             "computing | late syncs |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vs = f"{r['val_loss'] / ddp['val_loss']:.3f}" if ddp else ""
         ratio = (f"{ddp['wire_bytes_per_step'] / r['wire_bytes_per_step']:.0f}x"
                  if ddp and r["wire_bytes_per_step"] > 0 and r["row"] != "local" else "")
         frac = f"{local['wall_s'] / r['wall_s']:.2f}" if local else ""
+        computing = f"{r['compute_fraction']:.3f}" if r["row"].startswith("diloco") else ""
         lines.append(f"| {r['row']} | {r['val_loss']:.4f} | {vs} | {r['wire_bytes_per_step']:.0f} | {ratio} | "
-                     f"{r['wall_s']:.1f} | {frac} | {r['late_syncs']} |")
+                     f"{r['wall_s']:.1f} | {frac} | {computing} | {r['late_syncs']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -4,8 +4,9 @@ own random windows of the training text, for --steps inner steps of --batch wind
 --system local: no communication at all (the compute-only baseline); ddp: DistributedDataParallel
 over gloo, an all-reduce every step; diloco: gcagent.torch.diloco.DiLoCo through the agent (the
 environment names it), outer step every --sync-every steps with --codec. Prints
-"result: {json}": wall seconds of the training loop, validation loss, seconds the inner steps
-waited for outer steps."""
+"result: {json}": wall seconds of the training loop, of forward and backward (DDP's all-reduce
+overlaps its backward), of the optimizer's math and of DiLoCo's outer steps inside step(), the
+validation loss."""
 
 import argparse
 import json
@@ -51,6 +52,11 @@ def main():
         dist.init_process_group("gloo")
         trained = torch.nn.parallel.DistributedDataParallel(model)
     inner = torch.optim.AdamW(trained.parameters(), lr=INNER_LR if a.system == "diloco" else DDP_LR)
+    # The optimizer's own math, timed by hooks registered before DiLoCo's: the rest of step() is
+    # the outer steps (submit, wait, apply).
+    math = {"s": 0.0, "at": 0.0}
+    inner.register_step_pre_hook(lambda *_: math.update(at=time.perf_counter()))
+    inner.register_step_post_hook(lambda *_: math.update(s=math["s"] + time.perf_counter() - math["at"]))
     diloco = None
     if a.system == "diloco":
         import gcagent.torch.diloco
@@ -67,19 +73,22 @@ def main():
         diloco = gcagent.torch.diloco.DiLoCo(fragments, inner, outer, sync_every=a.sync_every,
                                              fragment_sync_delay=a.delay, codec=a.codec, params=params)
         diloco.__enter__()
-    compute = 0.0
+    compute, stepping = 0.0, 0.0
     start = time.perf_counter()
     for _ in range(a.steps):
         x, y = lm.batch(train, generator, a.batch, CONTEXT)
         t0 = time.perf_counter()
         inner.zero_grad()
         lm.loss_of(trained, x, y).backward()
-        compute += time.perf_counter() - t0
+        t1 = time.perf_counter()
         inner.step()
+        compute += t1 - t0
+        stepping += time.perf_counter() - t1
     wall = time.perf_counter() - start
     if diloco is not None:
         diloco.__exit__(None, None, None)
-    result = {"rank": rank, "wall_s": wall, "forward_backward_s": compute, "corpus": digest,
+    result = {"rank": rank, "wall_s": wall, "forward_backward_s": compute, "optimizer_s": math["s"],
+              "outer_s": stepping - math["s"], "corpus": digest,
               "val_loss": lm.validation_loss(model, val, CONTEXT), "parameters": lm.parameter_count(model)}
     if diloco is not None:
         result.update(outer_steps=diloco.outer_steps, failed_syncs=diloco.failed_syncs,
