@@ -81,14 +81,9 @@ def run_row(ns, row, steps, timeout):
             procs.append(subprocess.Popen(ns.prefix(r) + [str(TORCH_PY), str(HERE / "worker.py"),
                                                           *worker_args(row, steps)],
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outs = []
-        for p in procs:
-            try:
-                outs.append(p.communicate(timeout=timeout)[0])
-            except subprocess.TimeoutExpired:
-                p.kill()
-                outs.append(p.communicate()[0] + "\n(timed out)")
-        if any(p.returncode for p in procs):
+        finished = cluster.finish(procs, timeout)
+        outs = [out for _, out in finished]
+        if any(rc for rc, _ in finished):
             raise RuntimeError(f"{row}: a worker failed:\n" + "\n".join(o[-2000:] for o in outs))
         return [json.loads([ln for ln in o.splitlines() if ln.startswith("result: ")][-1][8:]) for o in outs]
 

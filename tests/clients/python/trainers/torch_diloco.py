@@ -23,18 +23,22 @@ RANK = int(os.environ["WORLD_RANK"])
 JOB = os.environ.get("GCAGENT_JOB", "job")
 
 
+def digits_mlp(shares):
+    """scikit-learn's digits, this trainer's share of the training set (one of `shares`), the test
+    set, and the README's MLP with the same initial weights on every trainer."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return x[:1500][RANK::shares], y[:1500][RANK::shares], x[1500:], y[1500:], model
+
+
 def digits(codec, params):
     """The README's DiLoCo example (an MLP on scikit-learn's digits, sync_every 20), each average
     overlapping 2 inner steps (fragment_sync_delay), outer gradients with `codec`: the test
     accuracy and loss after 10 epochs."""
-    from sklearn.datasets import load_digits
-    world = int(os.environ["WORLD_SIZE"])
-    x, y = load_digits(return_X_y=True)
-    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
-    train_x, train_y = x[:1500][RANK::world], y[:1500][RANK::world]
-    test_x, test_y = x[1500:], y[1500:]
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    train_x, train_y, test_x, test_y, model = digits_mlp(int(os.environ["WORLD_SIZE"]))
     inner = torch.optim.SGD(model.parameters(), lr=0.1)
     outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
     with gcagent.torch.diloco.DiLoCo([model], inner, outer, sync_every=20, fragment_sync_delay=2,
@@ -56,14 +60,8 @@ def elastic(directory):
     step, alpha 0) with inner steps paced at 10 ms, failed outer steps caught, until the job's
     iteration written to DIR/stop has completed. Each outer step appends "job=J nodes=[...]" (or
     "failed job=J: why") to DIR/progress<RANK>. Reports accuracy and the outer state."""
-    from sklearn.datasets import load_digits
-    x, y = load_digits(return_X_y=True)
-    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
-    nodes = int(os.environ.get("DILOCO_NODES", "3"))  # the data's shares, whoever is in the job now
-    train_x, train_y = x[:1500][RANK::nodes], y[:1500][RANK::nodes]
-    test_x, test_y = x[1500:], y[1500:]
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    # the data's shares: whoever is in the job now
+    train_x, train_y, test_x, test_y, model = digits_mlp(int(os.environ.get("DILOCO_NODES", "3")))
     inner = torch.optim.SGD(model.parameters(), lr=0.05)
     outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
     progress = open(os.path.join(directory, f"progress{RANK}"), "a", buffering=1)
