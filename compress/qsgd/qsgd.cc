@@ -100,9 +100,10 @@ float maxMagnitude(const float* __restrict g, const float* __restrict r, size_t 
   return floatOf(most);
 }
 
+// int8's rounding, in the shape of qsgd's kernels (EncodeFn; it draws nothing from `stream`).
 template <bool kFeedback>
 void encodeNearestLoop(const float* __restrict g, float* __restrict r, int8_t* __restrict level, size_t begin,
-                       size_t end, float scale, int32_t levels) {
+                       size_t end, float scale, int32_t levels, uint64_t) {
   const float unit = qsgd::unitOf(scale, levels);
   for (size_t i = begin; i < end; ++i) level[i] = qsgd::encodeNearest<kFeedback>(g, r, i, scale, unit, levels);
 }
@@ -203,18 +204,11 @@ class QsgdCodec final : public Codec {
                 : strCat(name(), ": bucket ", k, " has L2 norm ", norm,
                          ": the input must be finite and each bucket's norm must fit in fp32"));
     }
-    if (!flavor_.stochastic) {
-      auto* level = reinterpret_cast<int8_t*>(out + 4 * buckets);
-      forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
-        for (size_t k = begin / bucket; k * bucket < end; ++k)
-          encodeNearestLoop<kFeedback>(g, r, level, k * bucket, std::min(end, (k + 1) * bucket),
-                                       loadLe<float>(out + 4 * k), levels);
-      });
-      return qsgd::encodedBytes(n, bucket);
-    }
     const uint64_t stream = rng::streamSeed(seed_, id.key, id.slice, id.step);
     auto* level = reinterpret_cast<int8_t*>(out + 4 * buckets);
-    const auto encode = kFeedback ? qsgd::kernels().encode_feedback : qsgd::kernels().encode;
+    const qsgd::EncodeFn encode = !flavor_.stochastic ? encodeNearestLoop<kFeedback>
+                                  : kFeedback        ? qsgd::kernels().encode_feedback
+                                                     : qsgd::kernels().encode;
     forChunks(env_, n, bucket, [&](size_t begin, size_t end) {
       for (size_t k = begin / bucket; k * bucket < end; ++k) {
         encode(g, r, level, k * bucket, std::min(end, (k + 1) * bucket),

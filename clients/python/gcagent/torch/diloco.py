@@ -354,22 +354,18 @@ class DiLoCo(_Reconnecting):
                                                 f"{self.timeout_s} s")
             at, loaded = 0, 0
             for f in self._fragments:
-                state = f.global_params + f.outer_state()
-                n = sum(t.numel() for t in state)
-                part = slot[at:at + n]
-                at += n
-                glob = part[:f.elements]
-                behind = not torch.equal(glob, torch.cat([g.reshape(-1) for g in f.global_params]))
-                offset = 0
-                for t in state:
-                    t.copy_(part[offset:offset + t.numel()].view_as(t))
-                    offset += t.numel()
+                behind = False
+                for i, t in enumerate(f.global_params + f.outer_state()):
+                    theirs = slot[at:at + t.numel()].view_as(t)
+                    at += t.numel()
+                    behind |= i < len(f.global_params) and not torch.equal(theirs, t)
+                    t.copy_(theirs)
                 if behind:
                     f.restore()
                     loaded += 1
         self.resyncs += 1
         self.loaded += loaded > 0
-        _log.warning("gcagent: DiLoCo's outer state was broadcast from node %d after nodes joined%s", root,
+        _log.warning("gcagent: DiLoCo's outer state was broadcast from node %d after the membership changed%s", root,
                      f"; {loaded} fragments loaded here" if loaded else "")
 
     def global_parameters(self):
