@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
 #include <csignal>
+#include <functional>
+#include <optional>
+#include <thread>
 
 #include "agent/control/control_server.h"
 #include "agent/coding/gpu_coders.h"
@@ -16,6 +18,7 @@
 #include "agent/engine/progress_line.h"
 #include "agent/engine/reduction_engine.h"
 #include "common/build_config.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/str_cat.h"
 #include "common/thread_pool.h"
@@ -43,10 +46,13 @@ struct Agent::Impl {
 namespace {
 
 // Drives the transport from the io_context: on its event fd, and on a short timer for the
-// work that has no fd event (reconnect attempts).
+// work that has no fd event (reconnect attempts). A gap between two runs longer than
+// `stall_after` (the peer timeout) means this process did not run (stopped, starved): that is
+// told before anything that arrived meanwhile is delivered.
 class TransportPump {
  public:
-  TransportPump(asio::io_context& io, transport::Transport& t) : t_(t), fd_(io), timer_(io) {
+  TransportPump(asio::io_context& io, transport::Transport& t, double stall_after, std::function<void(double)> on_stall)
+      : t_(t), fd_(io), timer_(io), stall_after_(steadySeconds(stall_after)), on_stall_(std::move(on_stall)) {
     if (t_.eventFd() >= 0) fd_.assign(::dup(t_.eventFd()));
   }
   void start() {
@@ -62,6 +68,9 @@ class TransportPump {
 
  private:
   void drain() {
+    const SteadyTime now = steadyNow();
+    if (last_run_ && now - *last_run_ > stall_after_) on_stall_(secondsBetween(*last_run_, now));
+    last_run_ = now;
     while (t_.progress()) {
     }
   }
@@ -87,6 +96,9 @@ class TransportPump {
   transport::Transport& t_;
   asio::posix::stream_descriptor fd_;
   asio::steady_timer timer_;
+  SteadyClock::duration stall_after_;
+  std::function<void(double)> on_stall_;
+  std::optional<SteadyTime> last_run_;
   bool stopped_ = false;
 };
 
@@ -307,7 +319,7 @@ Status Agent::run() {
                            engine.onPeerUp(peer);
                          });
   GC_RETURN_IF_ERROR(transport->connect(alone ? std::vector<std::string>{} : c.transport_peers));
-  TransportPump pump(io, *transport);
+  TransportPump pump(io, *transport, c.transport_peer_timeout, [&engine](double seconds) { engine.onStalled(seconds); });
   pump.start();
   metrics::Health& health = stats.health();
   health.setRank(transport->rank(), transport->size() - 1);

@@ -116,10 +116,12 @@ class Stats {
                                                                       "over_capacity"};
   prometheus::Counter& peerRefusal(size_t reason) { return *refusals_[reason]; }
   // recovery_events_total by event, in the order of kRecoveryEvents.
-  static constexpr std::array<std::string_view, 8> kRecoveryEvents = {
-      "peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout", "shrunk", "grown", "trainer_reconnected"};
+  static constexpr std::array<std::string_view, 9> kRecoveryEvents = {
+      "peer_lost", "peer_shutdown", "peer_rejoined", "realigned", "reduction_timeout", "shrunk", "grown",
+      "trainer_reconnected", "stalled"};
   enum RecoveryEvent {
-    kPeerLost, kPeerShutdown, kPeerRejoined, kRealigned, kReductionTimeout, kShrunk, kGrown, kTrainerReconnected
+    kPeerLost, kPeerShutdown, kPeerRejoined, kRealigned, kReductionTimeout, kShrunk, kGrown, kTrainerReconnected,
+    kStalled
   };
   prometheus::Counter& recovery(RecoveryEvent event) { return *recovery_[event]; }
   // stale_slices_total: of contributions (false) or results (true).

@@ -12,7 +12,7 @@
 //   reason (malformed|unauthenticated|timed_out|over_capacity),
 //   message (contribution|result),
 //   event (peer_lost|peer_shutdown|peer_rejoined|realigned|reduction_timeout|shrunk|grown|
-//   trainer_reconnected),
+//   trainer_reconnected|stalled),
 //   training_job (a job's name; at most 32 live jobs have their own, more share "other"; not
 //   "job", which Prometheus sets to the scrape job and would rename ours to exported_job).
 #pragma once
@@ -49,7 +49,7 @@
     "selective-compression cost model: w in seconds per fp32 element, b and overhead in seconds")  \
   X(errors_total, Counter, None, "kind", "errors by kind")                                         \
   X(recovery_events_total, Counter, None, "event",                                                  \
-    "recovery events: peer_lost, peer_shutdown (it said so), peer_rejoined, realigned (a job gave iterations up to go on with its peers), reduction_timeout, shrunk and grown (the membership lost or took back a node), trainer_reconnected (a trainer process connected again in place of its old connection)") \
+    "recovery events: peer_lost, peer_shutdown (it said so), peer_rejoined, realigned (a job gave iterations up to go on with its peers), reduction_timeout, shrunk and grown (the membership lost or took back a node), trainer_reconnected (a trainer process connected again in place of its old connection), stalled (this agent did not run for longer than transport.peer_timeout; its steps in flight then waited for the peers' word)") \
   X(stale_slices_total, Counter, None, "message",                                                       \
     "slices of an iteration given up here (after a loss or a realignment), dropped: contribution or result") \
   X(members, Gauge, None, "", "nodes the reductions run on now (transport.on_peer_loss = shrink changes it)") \

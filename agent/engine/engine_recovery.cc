@@ -24,7 +24,11 @@ void ReductionEngine::onPeerDown(transport::Rank peer, const Status& why, bool s
 
 void ReductionEngine::onPeerUp(transport::Rank peer) {
   membership_.peerUp(peer);  // it hears the view before any slice under it
-  for (auto& [job, js] : jobs_) realigner_->peerUp(job, *js, peer);  // a restarted peer knows nothing
+  for (auto& [job, js] : jobs_) {
+    realigner_->peerUp(job, *js, peer);  // a restarted peer knows nothing
+    if (js->reconcile && peer < js->reconcile->waiting.size() && js->reconcile->waiting[peer])
+      askOutcome(job, *js, peer);  // its link broke while this agent was away
+  }
 }
 
 void ReductionEngine::failJob(uint64_t job, const Status& why) {
@@ -48,13 +52,21 @@ void ReductionEngine::expireReductions() {
   bool queued = false;
   for (transport::Rank r = 0; r < transport_.size(); ++r) queued |= lanes_->queued(r) > 0;
   if (!queued) departed_shares_.clear();
-  if (options_.reduction_timeout <= 0) return;
   const SteadyTime now = options_.now();
+  for (auto& [job, js] : jobs_) {
+    if (!js->reconcile || now <= js->reconcile->deadline) continue;
+    std::string silent;
+    for (transport::Rank r = 0; r < js->reconcile->waiting.size(); ++r)
+      if (js->reconcile->waiting[r]) silent += strCat(silent.empty() ? "" : ", ", r);
+    endReconcile(job, *js, Status::deadlineExceeded(strCat("after this agent's stall, rank(s) ", silent,
+                                                           " did not say in time whether they gave the step up")));
+  }
+  if (options_.reduction_timeout <= 0) return;
   const auto timeout = steadySeconds(options_.reduction_timeout);
   for (auto& [job, js] : jobs_) {
     std::optional<uint64_t> expired;
-    for (auto& [key, k] : js->keys)
-      if (k.active && now - k.started > timeout) expired = std::max(expired.value_or(0), k.iteration);
+    for (auto& [key, k] : js->keys)  // those held after a stall wait for the peers' answers
+      if (k.active && !js->reconciles(k) && now - k.started > timeout) expired = std::max(expired.value_or(0), k.iteration);
     if (!expired) continue;
     stats_->recovery(metrics::Stats::kReductionTimeout).Increment();
     const std::string why = strCat("not reduced within ", options_.reduction_timeout, " s (transport.reduction_timeout)");
@@ -86,7 +98,10 @@ void ReductionEngine::onViewInstalled(const MembershipView& before, const Member
   const Status changed = Status::unavailable(strCat("the job's nodes changed to ", view.describe(),
                                                     ": this iteration is given up; the next runs on ",
                                                     view.members.size(), " nodes"));
-  for (auto& [job, js] : jobs_) failJob(job, changed);
+  for (auto& [job, js] : jobs_) {
+    js->reconcile.reset();  // held after a stall or not, it was sliced for the old owners
+    failJob(job, changed);
+  }
   owner_->setMembers(view.members);
   // Result residuals of the slices owned here until now that moved away go, and those of
   // every slice whose hop may move (TopologyTraits): the new owner starts from zero, and those

@@ -3,9 +3,12 @@
 // The engine owns them; its parts (the gauges, the realignment) are handed them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "agent/engine/job_alignment.h"
 #include "agent/engine/tensor_route.h"
 #include "common/clock.h"
+#include "transport/transport.h"
 #include "agent/coding/silent_codec_watch.h"
 
 namespace gcagent::agent {
@@ -40,6 +44,9 @@ struct KeyState : TensorRoute {
   uint32_t slices_left = 0;
   uint32_t contributors = 0;
   bool completed_once = false;
+  // Its results are all in while the job reconciles after a stall: it completes once the
+  // peers say they did not give its iteration up (stall_reconcile.cc).
+  bool ready = false;
   bool last_ok = false;  // the last iteration finished here completed (not failed)
   uint64_t last_iteration = 0;  // last iteration this node finished or failed, on the wire
   uint64_t last_trainer_iteration = 0;
@@ -56,9 +63,49 @@ struct JobState {
   std::unordered_map<uint64_t, KeyState> keys;
   JobAlignment align;
   std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here (job_realigner.h)
+  // The iterations this node gave up lately (failed, or refused at once), newest last: what it
+  // answers an agent back from a stall (agent/wire/outcome_query.h).
+  std::deque<uint64_t> given_up;
+  static constexpr size_t kGivenUpKept = 64;
+  // After this node's agent did not run for longer than its peers wait, its steps in flight
+  // then (wire iterations from..to) are decided by the peers' answers (stall_reconcile.cc):
+  // they complete only if no member peer gave them up meanwhile.
+  struct Reconcile {
+    uint64_t from = 0, to = 0;
+    std::vector<bool> waiting;  // by rank: asked, not answered yet
+    std::optional<uint64_t> given_up_through;  // the newest iteration a peer gave up
+    transport::Rank given_up_by = 0;
+    SteadyTime deadline{};
+  };
+  std::optional<Reconcile> reconcile;
   // Since when every reduction failed, and the last failure.
   std::optional<SteadyTime> failing_since;
   SteadyTime last_failure{};
+
+  void recordGivenUp(uint64_t iteration) {
+    if (!given_up.empty() && given_up.back() == iteration) return;
+    given_up.push_back(iteration);
+    if (given_up.size() > kGivenUpKept) given_up.pop_front();
+  }
+  // The newest iteration in [from, to] this node gave up: one it failed or refused, or one
+  // below the job's floor (job_alignment.h) it never completed.
+  std::optional<uint64_t> newestGivenUp(uint64_t from, uint64_t to) const {
+    std::optional<uint64_t> newest;
+    for (uint64_t i : given_up)
+      if (i >= from && i <= to) newest = std::max(newest.value_or(0), i);
+    std::optional<uint64_t> completed;  // the newest iteration any key completed here
+    for (const auto& [key, k] : keys)
+      if (k.completed_once && k.last_ok) completed = std::max(completed.value_or(0), k.last_iteration);
+    if (align.floor() > from) {  // skipped up to the floor, unless completed there
+      const uint64_t below = std::min(align.floor() - 1, to);
+      if (!completed || below > *completed) newest = std::max(newest.value_or(0), below);
+    }
+    return newest;
+  }
+  // Whether `k`'s reduction in flight waits for the peers' answers after a stall.
+  bool reconciles(const KeyState& k) const {
+    return reconcile && k.active && k.iteration >= reconcile->from && k.iteration <= reconcile->to;
+  }
 
   // A reduction of the job completed or failed.
   void recordOutcome(bool ok, SteadyTime now) {

@@ -185,6 +185,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
   if (Status unreachable = membership_.unreachable(); !unreachable.ok()) {
     js.recordOutcome(false, options_.now());
+    js.recordGivenUp(wire);
     // Failed like one that started: a late slice of it from a peer is stale here.
     k.completed_once = true;
     k.last_iteration = wire;
@@ -193,6 +194,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   }
   if (k.toOwner() && !membership_.view().contains(*k.spec.policy.owner)) {
     js.recordOutcome(false, options_.now());
+    js.recordGivenUp(wire);
     k.completed_once = true;
     k.last_iteration = wire;
     k.last_trainer_iteration = iteration;
@@ -200,6 +202,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
                                       ", which is not a member now (", membership_.view().describe(), ")"));
   }
   k.active = true;
+  k.ready = false;
   k.iteration = wire;
   k.trainer_iteration = iteration;
   k.outputs = std::move(buffers);
@@ -377,12 +380,25 @@ void ReductionEngine::applyResult(uint64_t job, KeyState& k, uint32_t slice, uin
 
 void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& status) {
   if (!k.active) return;
+  auto j = jobs_.find(job);
+  JobState* js = j == jobs_.end() ? nullptr : j->second.get();
+  // Held after a stall: the peers' answers decide it (stall_reconcile.cc). A failure meanwhile
+  // (a peer's link, which the stall itself may have broken) is set aside.
+  if (js != nullptr && js->reconciles(k)) {
+    if (status.ok()) k.ready = true;
+    else GC_LOG(kDebug, "agent", "tensor ", k.spec.key, " iteration ", k.iteration, ": held after a stall, not failed: ",
+                status.message());
+    return;
+  }
   k.active = false;
   k.completed_once = true;
   k.last_ok = status.ok();
   k.last_iteration = k.iteration;
   k.last_trainer_iteration = k.trainer_iteration;
-  if (auto j = jobs_.find(job); j != jobs_.end()) j->second->recordOutcome(status.ok(), options_.now());
+  if (js != nullptr) {
+    js->recordOutcome(status.ok(), options_.now());
+    if (!status.ok()) js->recordGivenUp(k.iteration);
+  }
   // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
   if (!status.ok() && k.coder) k.coder->abandon(k.work);
   k.outputs.clear();
@@ -486,6 +502,8 @@ void ReductionEngine::onMessage(const transport::Message& m) {
     return;
   }
   if (const auto* notice = std::get_if<MembershipNotice>(&*parsed)) return membership_.onNotice(m.from, *notice);
+  if (const auto* query = std::get_if<OutcomeQuery>(&*parsed)) return answerOutcome(m.from, *query);
+  if (const auto* answer = std::get_if<OutcomeAnswer>(&*parsed)) return onOutcomeAnswer(m.from, *answer);
   const auto* slice = std::get_if<SliceMessage>(&*parsed);
   if (slice == nullptr)  // a job notice: the control side's (agent.cc routes them there)
     return reject(m, Status::invalidArgument("a job notice reached the reduction engine"));

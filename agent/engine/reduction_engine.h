@@ -42,6 +42,7 @@
 #include "agent/engine/job_alignment.h"
 #include "agent/engine/job_realigner.h"
 #include "agent/wire/job_notice.h"
+#include "agent/wire/outcome_query.h"
 #include "agent/engine/job_part.h"
 #include "agent/coding/local_coder.h"
 #include "agent/engine/membership_node.h"
@@ -165,6 +166,12 @@ class ReductionEngine : public JobPart {
   void onPeerDown(transport::Rank peer, const Status& why, bool shut_down = false);
   // The peer is (back) up: it hears where each job goes on from here (job_alignment.h).
   void onPeerUp(transport::Rank peer);
+  // This node's agent did not run for `seconds`, longer than its peers wait before they call
+  // it lost (a stopped or starved process): they may have given up its steps in flight, and
+  // the results waiting for it would complete those here alone. They, and those that start
+  // before the answers come, now complete only once every member peer answers that it did not
+  // give them up (stall_reconcile.cc).
+  void onStalled(double seconds);
   // Every second or so: fails the reductions past their deadline (reduction_timeout), giving
   // their iteration up on every node; forgets the shares dropped jobs owed once they are sent;
   // lets the view's leader propose a membership change (a member away past the grace period,
@@ -223,6 +230,12 @@ class ReductionEngine : public JobPart {
   void onViewInstalled(const MembershipView& before, const MembershipView& view);
   // tick()'s deadlines: the reductions past theirs fail, their iterations given up everywhere.
   void expireReductions();
+  // After a stall (onStalled): asks a peer about the job's steps held here, answers a peer's
+  // question, takes an answer, and decides the held steps (all failed with `no_answer`).
+  void askOutcome(uint64_t job, const JobState& js, transport::Rank peer);
+  void answerOutcome(transport::Rank from, const OutcomeQuery& query);
+  void onOutcomeAnswer(transport::Rank from, const OutcomeAnswer& answer);
+  void endReconcile(uint64_t job, JobState& js, const std::optional<Status>& no_answer);
 
   transport::Transport& transport_;
   EngineOptions options_;

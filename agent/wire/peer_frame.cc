@@ -28,6 +28,14 @@ template <> struct KindOf<MembershipNotice> {
   static constexpr FrameKind kind = FrameKind::kMembership;
   static constexpr const char* name = "membership notice";
 };
+template <> struct KindOf<OutcomeQuery> {
+  static constexpr FrameKind kind = FrameKind::kOutcomeQuery;
+  static constexpr const char* name = "outcome query";
+};
+template <> struct KindOf<OutcomeAnswer> {
+  static constexpr FrameKind kind = FrameKind::kOutcomeAnswer;
+  static constexpr const char* name = "outcome answer";
+};
 
 class FieldWriter {
  public:
@@ -166,6 +174,8 @@ Result<PeerMessage> parsePeerFrame(std::span<const std::byte> bytes, uint32_t wo
     case FrameKind::kJobNotice: return parseBody<JobNotice>(body, world);
     case FrameKind::kRealign: return parseBody<RealignNotice>(body, world);
     case FrameKind::kMembership: return parseBody<MembershipNotice>(body, world);
+    case FrameKind::kOutcomeQuery: return parseBody<OutcomeQuery>(body, world);
+    case FrameKind::kOutcomeAnswer: return parseBody<OutcomeAnswer>(body, world);
   }
   return Status::invalidArgument(strCat("peer frame: unknown kind ", int{kind}));
 }

@@ -18,19 +18,23 @@
 #include <vector>
 
 #include "agent/wire/job_notice.h"
+#include "agent/wire/outcome_query.h"
 #include "agent/membership/membership_view.h"
 #include "agent/wire/slice_message.h"
 #include "common/status.h"
 
 namespace gcagent::agent {
 
-enum class FrameKind : uint8_t { kSlice = 1, kJobNotice = 2, kRealign = 3, kMembership = 4 };
+enum class FrameKind : uint8_t {
+  kSlice = 1, kJobNotice = 2, kRealign = 3, kMembership = 4, kOutcomeQuery = 5, kOutcomeAnswer = 6
+};
 
 inline constexpr uint32_t kPeerFrameMagic = 0x50414347;  // "GCAP"
 inline constexpr uint8_t kPeerFrameVersion = 1;
 inline constexpr size_t kPeerFrameHeaderBytes = 12;
 
-using PeerMessage = std::variant<SliceMessage, JobNotice, RealignNotice, MembershipNotice>;
+using PeerMessage =
+    std::variant<SliceMessage, JobNotice, RealignNotice, MembershipNotice, OutcomeQuery, OutcomeAnswer>;
 
 std::vector<std::byte> encodePeerFrame(const PeerMessage& message);
 // `world`: the number of nodes, which every rank in the frame must be below.

@@ -1,5 +1,5 @@
 // libFuzzer target: a peer's message header through the one parser of every frame between
-// agents (agent/wire/peer_frame.h: slices, job, realign and membership notices); what parses must
+// agents (agent/wire/peer_frame.h: slices, job, realign and membership notices, outcome queries and answers); what parses must
 // encode to the same bytes and parse back to the same message.
 #include <cstdint>
 #include <cstdlib>

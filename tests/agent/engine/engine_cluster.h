@@ -64,7 +64,7 @@ struct Done {
 class Cluster {
  public:
   Cluster(uint32_t nodes, EngineOptions options, std::vector<bool> coded = {}, bool staged_owners = false)
-      : done_(nodes), contributions_(nodes), results_(nodes) {
+      : done_(nodes), contributions_(nodes), results_(nodes), frozen_(nodes, false) {
     for (auto& t : transport::makeLoopbackGroup(nodes)) transports_.push_back(std::make_unique<CuttableTransport>(std::move(t)));
     for (uint32_t r = 0; r < nodes; ++r) {
       const bool with_coder = r < coded.size() && coded[r];
@@ -94,11 +94,15 @@ class Cluster {
   void pump(int rounds = 200) {
     for (int i = 0; i < rounds; ++i) {
       bool worked = false;
-      for (auto& t : transports_) worked |= t->progress();
+      for (size_t r = 0; r < transports_.size(); ++r)
+        if (!frozen_[r]) worked |= transports_[r]->progress();
       worked |= host_.poll();  // the coders' reports
       if (!worked && i > 2) return;
     }
   }
+
+  // A frozen node's transport is not run (a stopped process): what is sent to it waits.
+  void freeze(uint32_t r, bool frozen) { frozen_[r] = frozen; }
 
   // Runs the coders' work and reports, but delivers nothing over the transports.
   void settleCoders() { host_.poll(); }
@@ -133,6 +137,7 @@ class Cluster {
   std::vector<std::unique_ptr<ReductionEngine>> engines_;
   std::vector<std::vector<Done>> done_;
   std::vector<std::vector<uint64_t>> contributions_, results_;
+  std::vector<bool> frozen_;
 };
 
 }  // namespace gcagent::agent

@@ -1,7 +1,8 @@
 // Recovery in the reduction engine: reductions that need a lost peer fail at once, a job's
 // nodes realign after a loss (job_alignment.h) and complete whole steps together again,
-// deadlines end reductions that wait for nothing, and slices of given-up iterations are
-// counted as stale, not as bad messages.
+// deadlines end reductions that wait for nothing, slices of given-up iterations are counted
+// as stale, not as bad messages, and a node back from a stall of its own completes a step in
+// flight only as its peers did (stall_reconcile.cc).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -210,6 +211,103 @@ TEST_F(Deadline, AJobWhoseReductionsKeepFailingIsStalled) {
   expectCompleted(reports(0), 5);
   expectCompleted(reports(1), 1);
   EXPECT_EQ(c_.engine(0).tick(), 0u);
+}
+
+// Node 1's agent stops (SIGSTOP) with step 1 in flight, past the peer timeout.
+class Stall : public Deadline {
+ protected:
+  // Both nodes send their step 1 and node 1 stops before it hears anything back.
+  void bothSendThenNode1Stops(Step& a, Step& b) {
+    submit(0, 1, a);
+    submit(1, 1, b);
+    c_.settleCoders();  // the shares leave
+    c_.freeze(1, true);
+  }
+  void node1Resumes() {
+    c_.engine(1).onStalled(8.0);
+    c_.freeze(1, false);
+  }
+};
+
+TEST_F(Stall, AStepThePeerGaveUpWhileTheNodeWasAwayFailsThereTooThoughItsResultsWereWaiting) {
+  Step a1(0, 1), b1(1, 1);
+  bothSendThenNode1Stops(a1, b1);
+  c_.pump();  // node 0 sums its slices and sends them; node 1's never come
+  EXPECT_TRUE(reports(0).empty());
+  c_.engine(0).onPeerDown(1, Status::deadlineExceeded("nothing heard for 2 s"));
+  ASSERT_EQ(reports(0).size(), 2u);  // failed on node 0
+  node1Resumes();
+  c_.pump();  // node 1 finds node 0's shares and results: without the peer's word it would complete
+  auto failed = reports(1);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const Done& d : failed) {
+    EXPECT_EQ(d.iteration, 1u);
+    EXPECT_EQ(d.status.message(), "iteration 1 was given up by rank 0 while this agent was stalled");
+  }
+  EXPECT_EQ(c_.engine(1).stats().recovery(metrics::Stats::kStalled).Value(), 1);
+  // Both go on together from the next step.
+  c_.engine(0).onPeerUp(1);
+  c_.pump();
+  Step a2(0, 2), b2(1, 2);
+  ASSERT_TRUE(submit(0, 2, a2).empty());
+  ASSERT_TRUE(submit(1, 2, b2).empty());
+  c_.pump();
+  expectCompleted(reports(0), 2);
+  expectCompleted(reports(1), 2);
+  EXPECT_EQ(a2.buffers, b2.buffers);
+}
+
+TEST_F(Stall, AStepThePeerCompletedBeforeTheNodeWasLostCompletesThereTooThoughItsLinkBroke) {
+  Step a1(0, 1), b1(1, 1);
+  submit(0, 1, a1);
+  submit(1, 1, b1);
+  c_.settleCoders();
+  c_.freeze(0, true);
+  c_.pump();  // node 1 sums its slices and sends them to node 0
+  c_.freeze(0, false);
+  c_.freeze(1, true);
+  c_.pump();  // node 0 completes; its results wait for node 1
+  expectCompleted(reports(0), 1);
+  c_.engine(0).onPeerDown(1, Status::deadlineExceeded("nothing heard for 2 s"));
+  node1Resumes();
+  // Back from the stall, node 1 also finds its link to node 0 broken (node 0 dropped it):
+  // that fails nothing held; node 0's answer decides.
+  c_.engine(1).onPeerDown(0, Status::unavailable("link closed"));
+  EXPECT_TRUE(reports(1).empty());
+  c_.pump();
+  expectCompleted(reports(1), 1);
+  EXPECT_EQ(a1.buffers, b1.buffers);
+  for (size_t i = 0; i < std::size(kKeys); ++i)
+    EXPECT_EQ(b1.buffers[i][0], (Step(0, 1).buffers[i][0] + Step(1, 1).buffers[i][0]) / 2);
+}
+
+TEST_F(Stall, StepsHeldWhileNoPeerAnswersFailAtTheDeadline) {
+  Step a1(0, 1), b1(1, 1);
+  bothSendThenNode1Stops(a1, b1);
+  c_.pump();
+  c_.cut(0, 1, true);  // node 0 is gone: nobody answers
+  node1Resumes();
+  c_.engine(1).onPeerDown(0, Status::unavailable("link closed"));
+  c_.pump();
+  c_.engine(1).tick();
+  EXPECT_TRUE(reports(1).empty()) << "held until the deadline";
+  clock_.jump(std::chrono::seconds(31));
+  c_.engine(1).tick();
+  auto failed = reports(1);
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[0].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(failed[0].status.message(),
+            "after this agent's stall, rank(s) 0 did not say in time whether they gave the step up");
+}
+
+TEST_F(Stall, AStepStartedAfterTheStallCompletesWhenThePeersGaveNothingUp) {
+  c_.engine(1).onStalled(8.0);
+  Step a1(0, 1), b1(1, 1);
+  ASSERT_TRUE(submit(0, 1, a1).empty());
+  ASSERT_TRUE(submit(1, 1, b1).empty());
+  c_.pump();
+  expectCompleted(reports(0), 1);
+  expectCompleted(reports(1), 1);
 }
 
 }  // namespace

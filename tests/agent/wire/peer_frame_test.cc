@@ -142,6 +142,25 @@ TEST(PeerFrameTest, MembershipNoticesCarryAViewWhereTheirKindNeedsOne) {
   EXPECT_EQ(error(flag), "membership notice: optional part flag 2, not 0 or 1");
 }
 
+TEST(PeerFrameTest, OutcomeQueriesAndAnswersRoundTripAndTheirRangesAreChecked) {
+  const OutcomeQuery query{42, 7, 9};
+  const auto bytes = encodePeerFrame(query);
+  ASSERT_EQ(bytes.size(), kPeerFrameHeaderBytes + 24);
+  EXPECT_EQ(peerFrameKind(bytes), FrameKind::kOutcomeQuery);
+  EXPECT_EQ(at<uint64_t>(bytes, kPeerFrameHeaderBytes + 8), 7u);  // from
+  expectRoundTrip(query);
+  const OutcomeAnswer answer{42, 7, 9, 1, 8};
+  ASSERT_EQ(encodePeerFrame(answer).size(), kPeerFrameHeaderBytes + 33);
+  EXPECT_EQ(peerFrameKind(encodePeerFrame(answer)), FrameKind::kOutcomeAnswer);
+  expectRoundTrip(answer);
+  expectRoundTrip(OutcomeAnswer{42, 7, 9, 0, 0});
+
+  EXPECT_EQ(error(encodePeerFrame(OutcomeQuery{42, 9, 7})), "outcome query: iterations from 9 to 7: an empty range");
+  EXPECT_EQ(error(encodePeerFrame(OutcomeAnswer{42, 7, 9, 2, 8})), "outcome answer: gave_up flag 2, not 0 or 1");
+  EXPECT_EQ(error(encodePeerFrame(OutcomeAnswer{42, 7, 9, 1, 10})),
+            "outcome answer: iteration given up 10 is outside the asked range 7..9");
+}
+
 TEST(PeerFrameTest, MalformedFramesAreErrorsNamingTheProblem) {
   const auto bytes = encodePeerFrame(RealignNotice{1, 2});
   EXPECT_EQ(error({bytes.begin(), bytes.begin() + 10}), "peer frame: 10 bytes, shorter than its 12-byte header");
