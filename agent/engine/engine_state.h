@@ -75,6 +75,7 @@ struct JobState {
     std::vector<bool> waiting;  // by rank: asked, not answered yet
     std::optional<uint64_t> given_up_through;  // the newest iteration a peer gave up
     transport::Rank given_up_by = 0;
+    std::optional<transport::Rank> job_gone_at;  // a peer that holds no such job
     SteadyTime deadline{};
   };
   std::optional<Reconcile> reconcile;

@@ -56,13 +56,17 @@ void ReductionEngine::askOutcome(uint64_t job, const JobState& js, transport::Ra
 
 void ReductionEngine::answerOutcome(transport::Rank from, const OutcomeQuery& query) {
   OutcomeAnswer answer{query.job, query.from, query.to};
-  if (auto j = jobs_.find(query.job); j != jobs_.end())
-    if (auto newest = j->second->newestGivenUp(query.from, query.to)) {
-      answer.gave_up = 1;
-      answer.newest_given_up = *newest;
-    }
+  auto j = jobs_.find(query.job);
+  if (j == jobs_.end()) {
+    answer.job_unknown = 1;  // its trainers left (the notice was lost with the link), or never came
+  } else if (auto newest = j->second->newestGivenUp(query.from, query.to)) {
+    answer.gave_up = 1;
+    answer.newest_given_up = *newest;
+  }
   GC_LOG(kInfo, "agent", "rank ", from, " was away and asks about job ", query.job, " iterations from ", query.from,
-         ": ", answer.gave_up ? strCat("given up here through ", answer.newest_given_up) : "none given up here");
+         ": ", answer.job_unknown ? "no such job here"
+               : answer.gave_up   ? strCat("given up here through ", answer.newest_given_up)
+                                  : "none given up here");
   (void)transport_.send(from, encodePeerFrame(answer), {}, nullptr);
 }
 
@@ -72,6 +76,7 @@ void ReductionEngine::onOutcomeAnswer(transport::Rank from, const OutcomeAnswer&
   JobState::Reconcile& rc = *j->second->reconcile;
   if (from >= rc.waiting.size() || !rc.waiting[from]) return;
   rc.waiting[from] = false;
+  if (answer.job_unknown) rc.job_gone_at = from;
   if (answer.gave_up && answer.newest_given_up >= rc.given_up_through.value_or(0)) {
     rc.given_up_through = answer.newest_given_up;
     rc.given_up_by = from;
@@ -91,6 +96,9 @@ void ReductionEngine::endReconcile(uint64_t job, JobState& js, const std::option
     const bool ready = std::exchange(k->ready, false);
     if (no_answer) {
       completeKey(job, *k, *no_answer);
+    } else if (rc.job_gone_at) {
+      completeKey(job, *k, Status::unavailable(strCat("rank ", *rc.job_gone_at, " has no job ", job,
+                                                      " any more: its trainers left while this agent was stalled")));
     } else if (rc.given_up_through && k->iteration <= *rc.given_up_through) {
       completeKey(job, *k, Status::unavailable(strCat("iteration ", k->trainer_iteration, " was given up by rank ",
                                                       rc.given_up_by, " while this agent was stalled")));
@@ -105,7 +113,8 @@ void ReductionEngine::endReconcile(uint64_t job, JobState& js, const std::option
   }
   GC_LOG(kInfo, "agent", "job ", job, ": after the stall, of the reductions held (iterations from ", rc.from,
          " on) ", completed, " completed and ", failed, " failed",
-         no_answer ? strCat(" (", no_answer->message(), ")")
+         no_answer        ? strCat(" (", no_answer->message(), ")")
+         : rc.job_gone_at ? strCat(" (rank ", *rc.job_gone_at, " has no such job any more)")
          : rc.given_up_through ? strCat(" (rank ", rc.given_up_by, " gave up iterations through ", *rc.given_up_through, ")")
                                : "");
   if (rc.given_up_through) {

@@ -23,13 +23,15 @@ struct OutcomeQuery {
 };
 
 // The answer for the asked range: whether the sender gave any of it up (failed it or
-// realigned past it), and the newest such iteration.
+// realigned past it), and the newest such iteration; or that it holds no such job (its
+// trainers left, and the job notice it sent was lost with the link).
 struct OutcomeAnswer {
   uint64_t job = 0;
   uint64_t from = 0;
   uint64_t to = 0;
   uint8_t gave_up = 0;  // 0 or 1
   uint64_t newest_given_up = 0;  // when gave_up: within [from, to]
+  uint8_t job_unknown = 0;  // 0 or 1
   bool operator==(const OutcomeAnswer&) const = default;
 };
 
@@ -49,6 +51,7 @@ void frameFields(M& m, F& f) {
   f.num(m.to);
   f.num(m.gave_up);
   f.num(m.newest_given_up);
+  f.num(m.job_unknown);
 }
 
 inline Status checkFrame(const OutcomeQuery& q, uint32_t) {
@@ -59,6 +62,8 @@ inline Status checkFrame(const OutcomeQuery& q, uint32_t) {
 inline Status checkFrame(const OutcomeAnswer& a, uint32_t) {
   if (a.from > a.to) return Status::invalidArgument(strCat("iterations from ", a.from, " to ", a.to, ": an empty range"));
   if (a.gave_up > 1) return Status::invalidArgument(strCat("gave_up flag ", int{a.gave_up}, ", not 0 or 1"));
+  if (a.job_unknown > 1) return Status::invalidArgument(strCat("job_unknown flag ", int{a.job_unknown}, ", not 0 or 1"));
+  if (a.job_unknown && a.gave_up) return Status::invalidArgument("gave_up set for a job it says it does not hold");
   if (a.gave_up && (a.newest_given_up < a.from || a.newest_given_up > a.to))
     return Status::invalidArgument(strCat("iteration given up ", a.newest_given_up, " is outside the asked range ",
                                           a.from, "..", a.to));

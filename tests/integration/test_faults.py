@@ -165,7 +165,8 @@ def test_stopped_peer_is_lost_after_the_timeout_and_rejoins(tmp_path):
             assert waited >= PEER_TIMEOUT * 0.9, f"declared lost after {waited:.2f} s, before the timeout"
         finally:
             c.procs[2].send_signal(signal.SIGCONT)
-        # The resumed agent finds its links gone and fails its own trainer too.
+        # The resumed agent asks its peers about the steps it holds: their trainers left, so it
+        # fails its own trainer too (agent/engine/stall_reconcile.cc).
         assert trainers.wait_exit([2], ERROR_WITHIN) == [2], trainers.output(2)[-800:]
         time.sleep(0.5)
         if c.procs[2].poll() is not None:

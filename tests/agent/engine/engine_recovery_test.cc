@@ -281,6 +281,20 @@ TEST_F(Stall, AStepThePeerCompletedBeforeTheNodeWasLostCompletesThereTooThoughIt
     EXPECT_EQ(b1.buffers[i][0], (Step(0, 1).buffers[i][0] + Step(1, 1).buffers[i][0]) / 2);
 }
 
+TEST_F(Stall, AStepHeldFailsWhenThePeersTrainersLeftMeanwhile) {
+  Step a1(0, 1), b1(1, 1);
+  bothSendThenNode1Stops(a1, b1);
+  c_.pump();
+  c_.engine(0).onPeerDown(1, Status::deadlineExceeded("nothing heard for 2 s"));
+  c_.engine(0).dropJob(job_);  // its trainer failed and left; the notice could not reach node 1
+  node1Resumes();
+  c_.pump();
+  auto failed = reports(1);
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[0].status.message(),
+            strCat("rank 0 has no job ", job_, " any more: its trainers left while this agent was stalled"));
+}
+
 TEST_F(Stall, StepsHeldWhileNoPeerAnswersFailAtTheDeadline) {
   Step a1(0, 1), b1(1, 1);
   bothSendThenNode1Stops(a1, b1);

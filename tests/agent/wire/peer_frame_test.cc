@@ -149,16 +149,19 @@ TEST(PeerFrameTest, OutcomeQueriesAndAnswersRoundTripAndTheirRangesAreChecked) {
   EXPECT_EQ(peerFrameKind(bytes), FrameKind::kOutcomeQuery);
   EXPECT_EQ(at<uint64_t>(bytes, kPeerFrameHeaderBytes + 8), 7u);  // from
   expectRoundTrip(query);
-  const OutcomeAnswer answer{42, 7, 9, 1, 8};
-  ASSERT_EQ(encodePeerFrame(answer).size(), kPeerFrameHeaderBytes + 33);
+  const OutcomeAnswer answer{42, 7, 9, 1, 8, 0};
+  ASSERT_EQ(encodePeerFrame(answer).size(), kPeerFrameHeaderBytes + 34);
   EXPECT_EQ(peerFrameKind(encodePeerFrame(answer)), FrameKind::kOutcomeAnswer);
   expectRoundTrip(answer);
-  expectRoundTrip(OutcomeAnswer{42, 7, 9, 0, 0});
+  expectRoundTrip(OutcomeAnswer{42, 7, 9, 0, 0, 0});
+  expectRoundTrip(OutcomeAnswer{42, 7, 9, 0, 0, 1});
 
   EXPECT_EQ(error(encodePeerFrame(OutcomeQuery{42, 9, 7})), "outcome query: iterations from 9 to 7: an empty range");
   EXPECT_EQ(error(encodePeerFrame(OutcomeAnswer{42, 7, 9, 2, 8})), "outcome answer: gave_up flag 2, not 0 or 1");
   EXPECT_EQ(error(encodePeerFrame(OutcomeAnswer{42, 7, 9, 1, 10})),
             "outcome answer: iteration given up 10 is outside the asked range 7..9");
+  EXPECT_EQ(error(encodePeerFrame(OutcomeAnswer{42, 7, 9, 1, 8, 1})),
+            "outcome answer: gave_up set for a job it says it does not hold");
 }
 
 TEST(PeerFrameTest, MalformedFramesAreErrorsNamingTheProblem) {
