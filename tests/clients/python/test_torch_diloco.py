@@ -191,6 +191,21 @@ def test_the_language_model_benchmarks_worker_trains_through_the_agents(tmp_path
         assert r["val_loss"] < 5.545, r
 
 
+def test_the_hyperparameter_sweep_runs_both_modes():
+    """bench/diloco/sweep.py (DiLoCo and DDP simulated in one process, the benchmark's model and
+    data): a few steps of each, a cosine schedule with warm-up, a validation loss below the
+    untrained model's."""
+    bench = TRAINERS.parents[3] / "bench" / "diloco"
+    for mode in ("diloco", "ddp"):
+        out = subprocess.run([sys.executable, str(bench / "sweep.py"), "--mode", mode, "--steps", "6", "--sync-every",
+                              "3", "--workers", "2", "--lr", "3e-3", "--schedule", "cosine", "--warmup", "2",
+                              "--evals", "2"], capture_output=True, text=True, timeout=300, cwd=bench)
+        assert out.returncode == 0, out.stderr[-3000:]
+        r = json.loads(out.stdout.splitlines()[-1])
+        assert [s for s, _ in r["val_loss"]] == [3, 6], r
+        assert r["val_loss"][-1][1] < 5.545, r
+
+
 def test_a_frozen_agent_fails_outer_steps_and_the_nodes_take_turns_alike_after(tmp_path):
     """Streaming DiLoCo (2 fragments) on 2 nodes, transport.on_peer_loss = fail: agent 1 is
     stopped (SIGSTOP) for 8 s, past the peer timeout (2 s). Node 0's outer steps fail at once
