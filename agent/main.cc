@@ -15,9 +15,11 @@
 
 #include "agent/agent.h"
 #include "agent/config/config.h"
+#include "common/build_commit.h"
 #include "common/build_config.h"
 #include "compress/codec_reference.h"
 #include "metrics/stats.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace {
 
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (arg == "--version") {
-      std::printf("gcagent %s (CUDA %s)\n", GCAGENT_VERSION, GCAGENT_HAVE_CUDA ? "built in" : "not built in");
+      std::printf("gcagent %s (commit %s, UCX %s, CUDA %s)\n", GCAGENT_VERSION, GCAGENT_GIT_COMMIT,
+                  gcagent::transport::ucxVersion().c_str(), GCAGENT_HAVE_CUDA ? "built in" : "not built in");
       return 0;
     }
     if (arg == "--config-reference") {

@@ -17,6 +17,9 @@ case "$flavor" in
   *) echo "build.sh: unknown flavor '$flavor' (release or asan)" >&2; exit 2 ;;
 esac
 
+# UCX: the libucx wheel in the environment scripts/setup.sh made.
+args+=(-DGCAGENT_UCX_PYTHON="$CACHE_DIR/venv-ucx/bin/python")
+
 build_dir="$REPO_DIR/build/$flavor"
 cmake -S "$REPO_DIR" -B "$build_dir" -G Ninja "${args[@]}" >/dev/null
 ninja -C "$build_dir" ${GCAGENT_BUILD_JOBS:+-j "$GCAGENT_BUILD_JOBS"}

@@ -9,7 +9,6 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libboost-dev
-  libucx-dev ucx-utils
   prometheus-cpp-dev prometheus
   libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -53,6 +52,14 @@ setup_venv() {
 }
 
 install_debian_packages
+# UCX comes from its PyPI wheel in an environment of its own, whatever GCAGENT_VENVS says: every
+# tree builds against it (scripts/build.sh asks this environment where it lies).
+setup_venv ucx requirements-ucx.txt
+# ...and its wheel file, which the wheel's tests install into fresh environments offline.
+if ! ls "$CACHE_DIR"/wheelhouse/libucx_cu13-*.whl >/dev/null 2>&1; then
+  "$CACHE_DIR/venv-ucx/bin/pip" download -q --disable-pip-version-check --no-deps -d "$CACHE_DIR/wheelhouse" \
+    -r "$REPO_DIR/scripts/requirements-ucx.txt"
+fi
 # GCAGENT_VENVS picks the environments (the demo needs demo, its synthetic run dev; the tests need
 # dev, the frameworks and wheel, the backend that builds the wheel offline).
 for name in ${GCAGENT_VENVS:-dev demo torch tensorflow mxnet wheel bench}; do

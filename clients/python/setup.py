@@ -7,6 +7,7 @@ package falls back to the system loader at import time. The agent's (for gcagent
 from GCAGENT_BINARY, else from the same build tree."""
 
 import os
+import re
 from pathlib import Path
 
 from setuptools import setup
@@ -37,12 +38,20 @@ def find_agent():
     return find_in_build_tree("GCAGENT_BINARY", Path("agent") / "gcagent")
 
 
+def find_commit(agent):
+    """The commit the agent's build tree was built from (cmake/git_commit.cmake wrote it)."""
+    info = Path(agent).parent.parent / "generated" / "python" / "_build_info.py" if agent else None
+    m = re.search(r'^COMMIT = "(.*)"$', info.read_text(), re.M) if info and info.is_file() else None
+    return m.group(1) if m else "unknown"
+
+
 class BuildWithLibraryPath(build_py):
     def run(self):
         super().run()
         target = Path(self.build_lib) / "gcagent" / "_installed_path.py"
+        agent = find_agent()
         target.write_text(f"# Written by setup.py at install time.\nLIBRARY = {find_library()!r}\n"
-                          f"AGENT = {find_agent()!r}\n")
+                          f"AGENT = {agent!r}\nCOMMIT = {find_commit(agent)!r}\n")
 
 
 setup(cmdclass={"build_py": BuildWithLibraryPath})

@@ -3,6 +3,7 @@
 quotes the messages gcagent really prints for the same mistakes."""
 
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -32,11 +33,19 @@ def test_codec_reference_matches_the_generated_one():
         "docs/operator.md is stale: paste `gcagent --list-codecs` between the codec-reference markers"
 
 
-def test_version_names_the_project_version():
+def test_version_names_the_release_the_commit_and_ucx():
+    release = re.search(r"project\(gcagent VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
+    python_release = re.search(r'^RELEASE = "(.*)"$', (ROOT / "clients/python/gcagent/_version.py").read_text(), re.M)
+    assert python_release.group(1) == release, "clients/python/gcagent/_version.py and CMakeLists.txt disagree"
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
     out = subprocess.run([str(AGENT), "--version"], check=True, capture_output=True, text=True).stdout
-    pyproject = (ROOT / "clients" / "python" / "pyproject.toml").read_text()
-    version = next(line.split('"')[1] for line in pyproject.splitlines() if line.startswith("version"))
-    assert out.startswith(f"gcagent {version} (CUDA "), out
+    m = re.match(rf"gcagent {re.escape(release)} \(commit ([0-9a-f]{{12}}(\+dirty)?|unknown), UCX (\S+), CUDA ", out)
+    assert m, out
+    if head.returncode == 0:
+        assert m.group(1).split("+")[0] == head.stdout.strip(), (out, head.stdout)
+    assert m.group(3).startswith("1.22."), out
+    assert (ROOT / "CHANGELOG.md").read_text().startswith(f"# Changelog"), "CHANGELOG.md starts with its title"
+    assert f"## {release}" in (ROOT / "CHANGELOG.md").read_text(), f"CHANGELOG.md has no section for {release}"
 
 
 def run_agent(tmp_path, *args, env=None):

@@ -169,12 +169,9 @@ def test_stopped_peer_is_lost_after_the_timeout_and_rejoins(tmp_path):
         # fails its own trainer too (agent/engine/stall_reconcile.cc).
         assert trainers.wait_exit([2], ERROR_WITHIN) == [2], trainers.output(2)[-800:]
         time.sleep(0.5)
-        if c.procs[2].poll() is not None:
-            # UCX 1.13's TCP transport sometimes aborts on a stale PUT acknowledgement when a
-            # process resumes after its peers closed their links (tcp_ep.c "PUT_TX_WAITING_ACK");
-            # only that abort is tolerated, and the agent is restarted as a supervisor would.
-            assert "PUT_TX_WAITING_ACK" in c.log(2), c.log(2)[-2000:]
-            restart_agent(c, 2)
+        # UCX 1.13's TCP transport sometimes aborted here, on a stale PUT acknowledgement once
+        # the peers had closed their links (tcp_ep.c "PUT_TX_WAITING_ACK"); UCX 1.22 does not.
+        assert c.procs[2].poll() is None, c.log(2)[-2000:]
         assert_new_iteration_completes(c, "after")
         stop_clean(c)
         assert "nothing heard for 2 s" in c.log(0)

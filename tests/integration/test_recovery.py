@@ -87,12 +87,9 @@ def test_trainers_go_on_after_a_stopped_peer_resumes(tmp_path):
         finally:
             c.procs[2].send_signal(signal.SIGCONT)
         time.sleep(0.5)
-        if c.procs[2].poll() is not None:
-            # UCX 1.13's TCP transport sometimes aborts on a stale PUT acknowledgement when a
-            # process resumes after its peers closed their links (test_faults.py): restarted
-            # as a supervisor would, its trainer reconnects.
-            assert "PUT_TX_WAITING_ACK" in c.log(2), c.log(2)[-2000:]
-            restart_agent(c, 2)
+        # UCX 1.13's TCP transport sometimes aborted here, on a stale PUT acknowledgement once
+        # the peers had closed their links (tcp_ep.c "PUT_TX_WAITING_ACK"); UCX 1.22 does not.
+        assert c.procs[2].poll() is None, c.log(2)[-2000:]
         assert_steps_complete_again(trainers, cluster=c)
         assert any("realigned" in c.log(r) for r in range(3)), [c.log(r)[-1500:] for r in range(3)]
         assert_no_bad_messages(c)

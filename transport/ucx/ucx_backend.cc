@@ -36,7 +36,6 @@ struct EpContext {
 
 struct SendContext {
   UcxBackend* self;
-  std::vector<std::byte> header;  // must outlive the send (UCX 1.13 does not copy it)
   Transport::SendDone done;
   Rank to;
 };
@@ -77,14 +76,6 @@ class UcxBackend final : public LinkBackend {
   }
 
   Status init() {
-    // UCX's TCP interfaces listen at a port of this range (an environment setting only: the
-    // configuration API does not reach transport settings in UCX 1.13).
-    if (!options_.data_ports.empty()) ::setenv("UCX_TCP_PORT_RANGE", options_.data_ports.c_str(), 0);
-    // TCP fragments as large as a receiving peer's segment (64K, UCX's receive default) rather
-    // than UCX's 8K: a slice crosses in 3 fragments instead of 20, each with its header, send
-    // call and reassembly step (ResNet-50 at 10 Gbit/s, 4 nodes: sync 0.46 -> 0.41 s on a
-    // CPU-bound host). The environment wins.
-    ::setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     ucp_config_t* config = nullptr;
     ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
     if (st != UCS_OK) return ucsError("reading the configuration", st);
@@ -96,6 +87,13 @@ class UcxBackend final : public LinkBackend {
     Status configured = modify("RNDV_THRESH", options_.eager_bytes == 0 ? "" : std::to_string(options_.eager_bytes),
                                "the rendezvous threshold");
     if (configured.ok()) configured = modify("NET_DEVICES", options_.net_devices, "the network devices");
+    // UCX's TCP interfaces listen at a port of this range.
+    if (configured.ok()) configured = modify("TCP_PORT_RANGE", options_.data_ports, "the data ports");
+    // TCP fragments as large as a receiving peer's segment (64K, UCX's receive default) rather
+    // than UCX's 8K: a slice crosses in 3 fragments instead of 20, each with its header, send
+    // call and reassembly step (ResNet-50 at 10 Gbit/s, 4 nodes: sync 0.46 -> 0.41 s on a
+    // CPU-bound host).
+    if (configured.ok()) configured = modify("TCP_TX_SEG_SIZE", "64K", "the TCP fragment size");
     if (!configured.ok()) {
       ucp_config_release(config);
       return configured;
@@ -172,14 +170,16 @@ class UcxBackend final : public LinkBackend {
       if (done) completions_.emplace_back(std::move(done), Status::internal("ucx: send on a retired link"));
       return;
     }
-    auto* ctx = new SendContext{this, std::move(header), std::move(done), it->second->peer};
+    auto* ctx = new SendContext{this, std::move(done), it->second->peer};
     ucp_request_param_t rp{};
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                      UCP_OP_ATTR_FIELD_FLAGS;
     rp.memory_type = UCS_MEMORY_TYPE_HOST;  // spares UCX a memory-type lookup per message
+    rp.flags = UCP_AM_SEND_FLAG_COPY_HEADER;  // the header may go when this returns
     rp.cb.send = &UcxBackend::onSendDone;
     rp.user_data = ctx;
-    ucs_status_ptr_t req = ucp_am_send_nbx(it->second->ep, static_cast<unsigned>(kind), ctx->header.data(),
-                                           ctx->header.size(), payload.data(), payload.size(), &rp);
+    ucs_status_ptr_t req = ucp_am_send_nbx(it->second->ep, static_cast<unsigned>(kind), header.data(), header.size(),
+                                           payload.data(), payload.size(), &rp);
     if (req == nullptr) {
       finishSend(ctx, UCS_OK);
     } else if (UCS_PTR_IS_ERR(req)) {

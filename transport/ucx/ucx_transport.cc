@@ -1,5 +1,7 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include <ucp/api/ucp.h>
+
 #include "common/str_cat.h"
 #include "transport/ucx/ucx_backend.h"
 
@@ -12,5 +14,7 @@ Result<std::unique_ptr<Transport>> makeUcxTransport(const UcxOptions& options) {
   GC_ASSIGN_OR_RETURN(auto backend, makeUcxBackend(ucx));
   return superviseLinks(options, std::move(backend), "ucx");
 }
+
+std::string ucxVersion() { return ucp_get_version_string(); }
 
 }  // namespace gcagent::transport

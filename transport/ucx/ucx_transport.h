@@ -28,4 +28,7 @@ struct UcxOptions : LinkOptions {
 
 Result<std::unique_ptr<Transport>> makeUcxTransport(const UcxOptions& options);
 
+// The version of the UCX library this process loaded ("1.22.0").
+std::string ucxVersion();
+
 }  // namespace gcagent::transport

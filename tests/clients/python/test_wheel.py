@@ -1,11 +1,15 @@
-"""The wheel (pyproject.toml at the repository root, scikit-build-core): it bundles the agent
-and libgcagent_client.so.1, a fresh venv's pip installs it, the package finds both there with
-no variable set, and the demo trainer trains through the installed gcagent-run.
+"""The wheel users install (scripts/wheel.sh: pip wheel through scikit-build-core, then
+auditwheel): it bundles the agent and libgcagent_client.so.1 with the agent's non-system
+libraries, names UCX's wheel as a dependency, a fresh venv's pip installs it, the package finds
+everything there with no variable set, and the demo trainer trains through the installed
+gcagent-run.
 
 The build (a few minutes from scratch) is cached under $GCAGENT_CACHE/wheels, keyed by the
 content of every source file it reads, so an unchanged tree reuses it; it runs offline with
-the venv-wheel backend that scripts/setup.sh makes. numpy and scikit-learn come to the fresh
-venv from this test's own venv (a .pth file), so nothing is downloaded."""
+the venv-wheel backend that scripts/setup.sh makes. UCX's wheel comes to the fresh venv from the
+wheelhouse setup.sh downloaded it into, numpy and scikit-learn from this test's own venv (a .pth
+file written first, so pip sees them installed): nothing is downloaded here. tests/install/
+installs the same wheel from PyPI on a machine that did not build it."""
 
 import hashlib
 import os
@@ -25,8 +29,11 @@ from shim_cluster import REPO
 CACHE = Path(os.environ.get("GCAGENT_CACHE", Path.home() / ".cache" / "gcagent"))
 BACKEND = CACHE / "venv-wheel" / "bin" / "python"
 # What the wheel is built from (CMakeLists.txt's GCAGENT_WHEEL branch and the package).
-SOURCES = ["CMakeLists.txt", "pyproject.toml", "README.md", "common", "compress", "shm", "transport", "metrics",
-           "scheduler", "clients", "agent"]
+SOURCES = ["CMakeLists.txt", "pyproject.toml", "README.md", "LICENSE", "cmake", "scripts/wheel.sh",
+           "scripts/requirements-wheel.txt", "common", "compress", "shm", "transport", "metrics", "scheduler", "clients",
+           "agent"]
+WHEELHOUSE = CACHE / "wheelhouse"
+RELEASE = re.search(r"project\(gcagent VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
 BUNDLED = ["gcagent/_bundled/gcagent", "gcagent/_bundled/libgcagent_client.so.1"]
 
 
@@ -56,9 +63,7 @@ def wheel():
         return found[0]
     out = home.with_name(home.name + ".partial")
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, CCACHE_DIR=str(CACHE / "ccache"), CCACHE_BASEDIR=str(REPO), CCACHE_NOHASHDIR="1")
-    r = subprocess.run([str(BACKEND), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
-                        str(REPO)], env=env, capture_output=True, text=True, timeout=3600)
+    r = subprocess.run([str(REPO / "scripts" / "wheel.sh"), str(out)], capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
     for old in (CACHE / "wheels").iterdir():  # one cached wheel: the sources' latest
         if old != out:
@@ -71,13 +76,13 @@ def wheel():
 def venv(wheel, tmp_path_factory):
     root = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
-    r = subprocess.run([str(root / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "--no-index",
-                        "--no-deps", str(wheel)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
     site = Path(subprocess.run([str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
                                 "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
     # numpy and scikit-learn from this venv, after the fresh venv's own packages.
     (site / "zz_host_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    r = subprocess.run([str(root / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "--no-index",
+                        "--find-links", str(WHEELHOUSE), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
     return root, site
 
 
@@ -87,7 +92,7 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-def test_the_wheel_bundles_the_agent_and_the_library(wheel):
+def test_the_wheel_bundles_the_agent_the_library_and_their_libraries(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for name in BUNDLED + ["gcagent/run.py", "gcagent/client.py", "gcagent/torch/__init__.py",
                  "gcagent/torch/fsdp.py"]:
@@ -96,7 +101,17 @@ def test_the_wheel_bundles_the_agent_and_the_library(wheel):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entries = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "gcagent-run = gcagent.run:main" in entries and "gcagent = gcagent._node_agent:agent_main" in entries
-    assert wheel.name.startswith("gcagent-0.1.0-py3-none-linux_")
+    # Python-neutral (no extension module inside), manylinux: the glibc the build needs, no more.
+    assert re.fullmatch(rf"gcagent-{RELEASE}-py3-none-manylinux_2_\d+_x86_64\.whl", wheel.name), wheel.name
+    libs = [n for n in names if n.startswith("gcagent.libs/")]
+    for lib in ("libprometheus-cpp-core", "libcrypto"):
+        assert any(n.startswith(f"gcagent.libs/{lib}-") for n in libs), libs
+    assert not [n for n in libs if "libuc" in n], libs  # UCX is the libucx-cu13 dependency, not a copy
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    for line in ["License-Expression: BSD-3-Clause", "Requires-Python: >=3.9", "Requires-Dist: numpy",
+                 "Requires-Dist: libucx-cu13<1.23,>=1.22", "Classifier: Programming Language :: Python :: 3.11"]:
+        assert line in metadata.splitlines(), metadata[:2000]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
 
 
 def test_the_installed_package_finds_its_bundled_files(venv):
@@ -111,7 +126,12 @@ def test_the_installed_package_finds_its_bundled_files(venv):
     assert library == str(site / "gcagent" / "_bundled" / "libgcagent_client.so.1")
     assert agent == str(site / "gcagent" / "_bundled" / "gcagent")
     r = subprocess.run([agent, "--version"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.startswith("gcagent 0.1.0 (CUDA not built in)"), r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.match(rf"gcagent {RELEASE} \(commit [0-9a-f]{{12}}(\+dirty)?, UCX 1\.22\.\d+, CUDA not built in\)",
+                    r.stdout), r.stdout
+    r = subprocess.run([str(root / "bin" / "python"), "-c", "import gcagent; print(gcagent.__version__)"],
+                       env=clean_env(), capture_output=True, text=True, timeout=60, cwd=root)
+    assert re.fullmatch(rf"{RELEASE}\+g[0-9a-f]{{12}}(\.dirty)?\n", r.stdout), r.stdout + r.stderr
     # Every error says "see gcagent --print-config": the install puts that gcagent on PATH.
     path = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     r = subprocess.run(["gcagent", "--print-config"], env=dict(clean_env(), PATH=path), capture_output=True, text=True,
