@@ -20,7 +20,7 @@ from test_security import TOKEN, TokenCluster, token_file
 
 GATE_MAGIC, GATE_VERSION = 0x48414347, 1
 HELLO, PROOF = 1, 3
-UCX_TCP_MAGIC = 0xCAFEBABE12345678  # what UCX 1.13's TCP interface expects first
+UCX_TCP_MAGIC = 0xCAFEBABE12345678  # what UCX's TCP interface expects first
 
 
 def frame(kind, body):

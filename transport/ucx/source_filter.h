@@ -1,5 +1,5 @@
-// UCX's TCP interfaces listen on ports of their own and, in UCX 1.13, abort the process on a
-// malformed connection request (tcp_ep.c asserts on the announced length). The gate keeps
+// UCX's TCP interfaces listen on ports of their own, with no authentication (UCX 1.13 even
+// aborted the process on a malformed connection request there; 1.22 does not). The gate keeps
 // strangers away from UCX's connection set-up; this keeps them away from those ports: a
 // kernel socket filter on each listening socket UCX opened admits packets from the peers'
 // addresses only, so a connection from anywhere else never completes. (A process on a peer
