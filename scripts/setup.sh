@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   iproute2
   libssl-dev
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (only recommended by clang)
+  debootstrap               # the minimal Debian root the wheel is installed into (tests/clients/python/test_install.py)
 )
 
 log() { echo "setup: $*" >&2; }
