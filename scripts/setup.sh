@@ -17,6 +17,7 @@ DEB_PACKAGES=(
   libssl-dev
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (only recommended by clang)
   debootstrap               # the minimal Debian root the wheel is installed into (tests/clients/python/test_install.py)
+  podman buildah runc       # the image built and run (tests/docker/test_image.py)
 )
 
 log() { echo "setup: $*" >&2; }
@@ -56,10 +57,15 @@ install_debian_packages
 # UCX comes from its PyPI wheel in an environment of its own, whatever GCAGENT_VENVS says: every
 # tree builds against it (scripts/build.sh asks this environment where it lies).
 setup_venv ucx requirements-ucx.txt
-# ...and its wheel file, which the wheel's tests install into fresh environments offline.
-if ! ls "$CACHE_DIR"/wheelhouse/libucx_cu13-*.whl >/dev/null 2>&1; then
-  "$CACHE_DIR/venv-ucx/bin/pip" download -q --disable-pip-version-check --no-deps -d "$CACHE_DIR/wheelhouse" \
-    -r "$REPO_DIR/scripts/requirements-ucx.txt"
+# The wheel's dependencies as files (PyPI's), which the wheel's tests install into fresh
+# environments and images offline.
+wheelhouse_stamp="$(sha256sum "$REPO_DIR/scripts/requirements-wheelhouse.txt" | cut -c1-12)"
+if [ "$(cat "$CACHE_DIR/wheelhouse/.stamp" 2>/dev/null)" != "$wheelhouse_stamp" ]; then
+  log "downloading the wheel's dependencies into $CACHE_DIR/wheelhouse"
+  rm -rf "$CACHE_DIR/wheelhouse"
+  "$CACHE_DIR/venv-ucx/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary :all: \
+    -d "$CACHE_DIR/wheelhouse" -r "$REPO_DIR/scripts/requirements-wheelhouse.txt"
+  echo "$wheelhouse_stamp" > "$CACHE_DIR/wheelhouse/.stamp"
 fi
 # GCAGENT_VENVS picks the environments (the demo needs demo, its synthetic run dev; the tests need
 # dev, the frameworks and wheel, the backend that builds the wheel offline).

@@ -84,7 +84,7 @@ for flavor in release asan; do
     # files and the operator guide checked against this tree's gcagent.
     stage "$flavor integration" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
       "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
-      "$REPO_DIR/tests/docker" "$REPO_DIR/tests/docs"
+      "$REPO_DIR/tests/docker/test_deploy.py" "$REPO_DIR/tests/docs"
   else
     skipped "$flavor ctest" "$flavor build failed"
     skipped "$flavor integration" "$flavor build failed"
@@ -106,6 +106,14 @@ for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaul
   stage "$venv shims" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
     "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
 done
+
+# The image: docker/Dockerfile built by podman from the wheel, the compose demo run.
+if [ "$release_built" -eq 1 ]; then
+  stage "image" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" \
+    "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/docker/test_image.py"
+else
+  skipped "image" "release build failed"
+fi
 
 stage "fuzz (briefly)" fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-10}" "$REPO_DIR/scripts/fuzz.sh"
 

@@ -34,7 +34,7 @@ SOURCES = ["CMakeLists.txt", "pyproject.toml", "README.md", "LICENSE", "cmake", 
            "agent"]
 WHEELHOUSE = CACHE / "wheelhouse"
 RELEASE = re.search(r"project\(gcagent VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
-BUNDLED = ["gcagent/_bundled/gcagent", "gcagent/_bundled/libgcagent_client.so.1"]
+BUNDLED = ["gcagent/_bundled/gcagent", "gcagent/_bundled/libgcagent_client.so.1", "gcagent/_bundled/gcagent_test_trainer"]
 
 
 def source_key():
