@@ -13,7 +13,7 @@ jobs=$(nproc)
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-summary=()  # "stage|verdict|counts", in the order run
+summary=()  # "stage|verdict|counts|seconds", in the order run
 
 # The counts a stage's log reports: ctest's "N tests failed out of M", pytest's last line,
 # the fuzzers' own summary.
@@ -37,14 +37,15 @@ stage() {
   shift 2
   local log="$LOG_DIR/${name// /_}.log"
   echo "== $name" >&2
+  local start=$SECONDS
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local counts
   counts="$(counts_of "$kind" "$log")"
   if [ "$rc" -eq 0 ]; then
-    summary+=("$name|passed|$counts")
+    summary+=("$name|passed|$counts|$((SECONDS - start))")
   else
-    summary+=("$name|FAILED (exit $rc)|$counts")
+    summary+=("$name|FAILED (exit $rc)|$counts|$((SECONDS - start))")
   fi
   return "$rc"
 }
@@ -53,12 +54,12 @@ stage() {
 skipped() { summary+=("$1|FAILED (not run: $2)|"); }
 
 print_summary() {
-  local failed=0 line name verdict counts
+  local failed=0 line name verdict counts seconds
   echo >&2
-  echo "== summary (logs in $LOG_DIR)" >&2
+  echo "== summary (logs in $LOG_DIR; $((SECONDS / 60)) min in all)" >&2
   for line in "${summary[@]}"; do
-    IFS='|' read -r name verdict counts <<<"$line"
-    printf '%-28s %-28s %s\n' "$name" "$verdict" "$counts" >&2
+    IFS='|' read -r name verdict counts seconds <<<"$line"
+    printf '%-28s %-28s %6s  %s\n' "$name" "$verdict" "${seconds:+${seconds}s}" "$counts" >&2
     [ "$verdict" = passed ] || failed=1
   done
   if [ "$failed" -eq 0 ]; then
