@@ -84,7 +84,7 @@ for flavor in release asan; do
     # Multi-process agents and trainers, on loopback and in network namespaces; the deployment
     # files and the operator guide checked against this tree's gcagent.
     stage "$flavor integration" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
-      "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/integration" \
+      "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "$REPO_DIR/tests/integration" \
       "$REPO_DIR/tests/docker/test_deploy.py" "$REPO_DIR/tests/docs"
   else
     skipped "$flavor ctest" "$flavor build failed"
@@ -104,8 +104,9 @@ for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaul
   fi
   files=()
   for f in ${run#*:}; do files+=("$shims/$f"); done
+  # --durations: the slowest tests named in the log, where the time of `make test` goes.
   stage "$venv shims" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
-    "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider "${files[@]}"
+    "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "${files[@]}"
 done
 
 # The image: docker/Dockerfile built by podman from the wheel, the compose demo run.
