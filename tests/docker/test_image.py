@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests" / "clients" / "python"), str(ROOT / "tests" / "integration")]
 
 from cluster import Namespaces, wait_for  # noqa: E402
-from test_wheel import CACHE, RELEASE, WHEELHOUSE, wheel  # noqa: E402,F401 (the wheel fixture)
+from test_wheel import RELEASE, WHEELHOUSE, wheel  # noqa: E402,F401 (the wheel fixture)
 
 DOCKER = ROOT / "docker"
 IMAGE = "localhost/gcagent:test"

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 from cluster import free_ports
 from shim_cluster import REPO
 from test_run import readme_ddp_script
-from test_wheel import CACHE, RELEASE, WHEELHOUSE, wheel  # noqa: F401 (the wheel fixture)
+from test_wheel import RELEASE, WHEELHOUSE, wheel  # noqa: F401 (the wheel fixture)
 
 IN_ROOT = Path(__file__).with_name("in_root.sh")
 
