@@ -77,6 +77,14 @@ def die_with_parent():
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def agent_preexec():
+    """preexec_fn of the agent: as die_with_parent, and it starts with SIGINT and SIGTERM
+    blocked (the agent keeps them so until its loop can stop cleanly): a stop sent while it is
+    still loading its libraries waits for it instead of killing it with nothing logged."""
+    die_with_parent()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class NodeAgent:
     """One agent for this node's trainers."""
 
@@ -113,7 +121,7 @@ class NodeAgent:
             # outlives them until they have finished.
             env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True, preexec_fn=die_with_parent)
+                                         env=env, start_new_session=True, preexec_fn=agent_preexec)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
