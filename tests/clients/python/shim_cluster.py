@@ -2,6 +2,7 @@
 Cluster of tests/integration starts the agents, this starts L trainers per agent with the
 environment the shims read."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import cluster
 from cluster import BUILD, finish, free_ports, wait_for  # noqa: F401 - re-exported for the tests
+from zygote import Zygote
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINERS = Path(__file__).parent / "trainers"
@@ -41,6 +43,20 @@ def shim_env(extra=None):
     return env
 
 
+# PyTorch trainers are forks of a process that imported torch once (zygote.py): importing it
+# costs every trainer seconds of CPU. TRAINER_ZYGOTE=0 gives each its own interpreter.
+TORCH_PRELOAD = ["numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.fsdp",
+                 "torch.distributed.checkpoint", "sklearn.datasets"]
+
+
+def spawn(argv, env):
+    """A trainer process running `python argv...`, its stderr merged into its stdout."""
+    if os.environ.get("TRAINER_ZYGOTE", "1") != "0" and importlib.util.find_spec("torch") is not None:
+        return Zygote.of(sys.executable, TORCH_PRELOAD).start(argv, env)
+    return subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
 def start_trainers(cluster, local_size, script, args=(), env=None, job="job", only=None):
     """Starts local_size trainers per agent; returns the processes in world-rank order (with
     only=r: those of agent r alone, one trainer started again)."""
@@ -53,8 +69,7 @@ def start_trainers(cluster, local_size, script, args=(), env=None, job="job", on
             e.update(GCAGENT_SOCKET=cluster.sockets[r], GCAGENT_JOB=job, GCAGENT_LOCAL_RANK=str(l),
                      GCAGENT_LOCAL_SIZE=str(local_size), WORLD_RANK=str(r * local_size + l),
                      WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
-            procs.append(subprocess.Popen([sys.executable, str(TRAINERS / script), *args], env=e,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            procs.append(spawn([str(TRAINERS / script), *args], e))
     return procs if only is None or local_size > 1 else procs[0]
 
 
