@@ -6,10 +6,10 @@
 #include "common/build_config.h"
 #include "common/str_cat.h"
 #include "compress/bf16/bf16.h"
+#include "compress/compll/definitions.h"
+#include "compress/compll/quantizer_codec.h"
 #include "compress/dgc/dgc.h"
 #include "compress/fp16/fp16.h"
-#include "compress/mx1bit/mx1bit.h"
-#include "compress/mx2bit/mx2bit.h"
 #include "compress/none/none.h"
 #include "compress/onebit/onebit.h"
 #include "compress/qsgd/qsgd.h"
@@ -18,22 +18,29 @@
 #include "compress/threshold/threshold.h"
 #include "compress/topk/topk.h"
 #if GCAGENT_HAVE_CUDA
+#include "compress/compll/gpu_quantizer.h"
 #include "compress/cuda/codecs.h"
 #define GC_GPU(factory) cuda::factory
+#define GC_GPU_DEFINED(Def) compll::makeGpuQuantizer<Def>
 #else
 #define GC_GPU(factory) nullptr
+#define GC_GPU_DEFINED(Def) nullptr
 #endif
 
 namespace gcagent::compress {
 namespace {
+
+// A codec defined in compress/codecs/ (CompLL): its row comes from its definition.
+#define GC_DEFINED_ROW(Def)                                                                                 \
+  CodecInfo{codecs::Def::kName, codecs::Def::kSummary, compll::makeQuantizer<codecs::Def>,                 \
+            GC_GPU_DEFINED(codecs::Def)},
 
 // The one list of codecs. Names are what configs and clients send.
 constexpr std::array kCodecs = {
     CodecInfo{"none", "fp32 passthrough", makeNoneCodec, GC_GPU(makeGpuNone)},
     CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec, GC_GPU(makeGpuFp16)},
     CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
-    CodecInfo{"2bit", "MXNet 2-bit threshold quantizer with residual", makeMx2bitCodec, GC_GPU(makeGpuMx2bit)},
-    CodecInfo{"1bit", "MXNet 1-bit quantizer with residual", makeMx1bitCodec, GC_GPU(makeGpuMx1bit)},
+    GC_FOR_EACH_CODEC(GC_DEFINED_ROW)
     CodecInfo{"onebit", "sign and mean-magnitude scale with error feedback", makeOnebitCodec, GC_GPU(makeGpuOnebit)},
     CodecInfo{"terngrad", "stochastic ternary with a per-slice scaler", makeTerngradCodec, GC_GPU(makeGpuTerngrad)},
     CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
@@ -46,7 +53,9 @@ constexpr std::array kCodecs = {
     CodecInfo{"int8", "block-scaled int8 (each block's largest magnitude) with error feedback", makeInt8Codec,
               GC_GPU(makeGpuInt8)},
 };
+#undef GC_DEFINED_ROW
 #undef GC_GPU
+#undef GC_GPU_DEFINED
 
 }  // namespace
 

@@ -11,6 +11,7 @@ DEB_PACKAGES=(
   libboost-dev
   prometheus-cpp-dev prometheus
   libtomlplusplus-dev
+  libhwy-dev                # Highway: portable SIMD for the CompLL codec loops (compress/compll/cpu)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv
   iproute2

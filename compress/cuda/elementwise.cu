@@ -1,6 +1,7 @@
 // GPU codecs whose every output byte depends only on its own elements and the parameters:
-// none, fp16, bf16 (casts, optional error feedback), 2bit and 1bit (MXNet's quantizers). One
-// pass over the gradient both encodes and updates the residual.
+// none, fp16, bf16 (casts, optional error feedback). One pass over the gradient both encodes
+// and updates the residual. (The quantizers defined in compress/codecs/ get theirs from
+// compress/compll/cuda/quantizer.cu.)
 #include <memory>
 
 #include "compress/bf16/bf16_math.h"
@@ -8,8 +9,6 @@
 #include "compress/cuda/launch.cuh"
 #include "compress/cuda/stats.cuh"
 #include "compress/fp16/fp16_math.h"
-#include "compress/mx1bit/mx1bit_math.h"
-#include "compress/mx2bit/mx2bit_math.h"
 #include "compress/params.h"
 
 namespace gcagent::compress::cuda {
@@ -133,99 +132,6 @@ class GpuCastCodec final : public FaultingGpuCodec {
   bool error_feedback_;
 };
 
-// ---- MXNet 2-bit and 1-bit: one thread per element, so neighbouring threads read
-// neighbouring floats; the codes of a 32-bit word are OR-ed together across lanes and stored
-// whole. Threads past the last element add zero codes: the padding of the last word.
-
-__global__ void mx2bitEncode(const float* __restrict__ g, float* __restrict__ r,
-                             uint32_t* __restrict__ out, size_t n, size_t words, float t) {
-  const size_t i = threadIndex();
-  // No early exit: every lane of a warp takes part in the shuffles.
-  uint32_t code = 0;
-  if (i < n) {
-    float ri = r[i];
-    code = mx2bit::quantize(g[i], ri, t);
-    r[i] = ri;
-  }
-  const uint32_t word = orOverLanes(code << (mx2bit::shiftOf(i) + byteShift(i >> 2)), 16);
-  if (i % 16 == 0 && i / 16 < words) out[i / 16] = word;
-}
-
-__global__ void mx2bitDecodeAdd(const uint8_t* __restrict__ in, float* __restrict__ acc, size_t n,
-                                float t) {
-  const size_t i = threadIndex();
-  if (i < n) acc[i] += mx2bit::dequantize((in[i >> 2] >> mx2bit::shiftOf(i)) & 3u, t);
-}
-
-__global__ void mx1bitEncode(const float* __restrict__ g, float* __restrict__ r,
-                             uint32_t* __restrict__ out, size_t n, size_t words, float t) {
-  const size_t i = threadIndex();
-  uint32_t bit = 0;
-  if (i < n) {
-    float ri = r[i];
-    bit = mx1bit::quantize(g[i], ri, t);
-    r[i] = ri;
-  }
-  const uint32_t word = orOverLanes(bit != 0 ? mx1bit::maskOf(i) << byteShift(i >> 3) : 0u, 32);
-  if (i % 32 == 0 && i / 32 < words) out[i / 32] = word;
-}
-
-__global__ void mx1bitDecodeAdd(const uint8_t* __restrict__ in, float* __restrict__ acc, size_t n) {
-  const size_t i = threadIndex();
-  if (i < n) acc[i] += mx1bit::dequantize(in[i >> 3] & mx1bit::maskOf(i));
-}
-
-enum class MxKind { k2bit, k1bit };
-
-template <MxKind kKind>
-class GpuMxCodec final : public FaultingGpuCodec {
- public:
-  explicit GpuMxCodec(float t) : t_(t) {}
-
-  std::string_view name() const override { return kKind == MxKind::k2bit ? "2bit" : "1bit"; }
-  size_t stateElements(size_t n) const override { return n; }
-  size_t maxEncodedBytes(size_t n) const override {
-    return kKind == MxKind::k2bit ? mx2bit::encodedBytes(n) : mx1bit::encodedBytes(n);
-  }
-
-  Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                        const SliceId&, GpuStream stream) override {
-    const size_t n = in.size();
-    const size_t bytes = maxEncodedBytes(n);
-    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), n, out.size(), bytes));
-    if (n == 0) return bytes;
-    GC_RETURN_IF_ERROR(checkAligned(name(), out.data(), "output"));
-    auto* dst = reinterpret_cast<uint32_t*>(out.data());
-    const size_t words = bytes / 4;
-    if constexpr (kKind == MxKind::k2bit) {
-      mx2bitEncode<<<blocksFor(16 * words), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, words, t_);
-    } else {
-      mx1bitEncode<<<blocksFor(32 * words), kThreads, 0, toCuda(stream)>>>(in.data(), state.data(), dst, n, words, t_);
-    }
-    GC_RETURN_IF_ERROR(launched(name()));
-    return bytes;
-  }
-
-  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId&,
-                   GpuStream stream) override {
-    const size_t n = acc.size();
-    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
-    if (n == 0) return {};
-    const auto* src = reinterpret_cast<const uint8_t*>(in.data());
-    if constexpr (kKind == MxKind::k2bit) {
-      mx2bitDecodeAdd<<<blocksFor(n), kThreads, 0, toCuda(stream)>>>(src, acc.data(), n, t_);
-    } else {
-      mx1bitDecodeAdd<<<blocksFor(n), kThreads, 0, toCuda(stream)>>>(src, acc.data(), n);
-    }
-    return launched(name());
-  }
-
-  Status init() { return initFaults(); }
-
- private:
-  float t_;
-};
-
 template <class C>
 Result<std::unique_ptr<GpuCodec>> initialized(std::unique_ptr<C> codec) {
   GC_RETURN_IF_ERROR(codec->init());
@@ -250,20 +156,6 @@ Result<std::unique_ptr<GpuCodec>> makeGpuBf16(const Params& params) {
   const bool feedback = reader.boolean("error_feedback", false);
   GC_RETURN_IF_ERROR(reader.finish());
   return initialized(std::make_unique<GpuCastCodec<Bf16>>("bf16", feedback));
-}
-
-Result<std::unique_ptr<GpuCodec>> makeGpuMx2bit(const Params& params) {
-  ParamReader reader("2bit", params);
-  const float t = reader.real32("threshold", 0.5f, Range::above(0));
-  GC_RETURN_IF_ERROR(reader.finish());
-  return initialized(std::make_unique<GpuMxCodec<MxKind::k2bit>>(t));
-}
-
-Result<std::unique_ptr<GpuCodec>> makeGpuMx1bit(const Params& params) {
-  ParamReader reader("1bit", params);
-  const float t = reader.real32("threshold", 0.0f, Range::any());
-  GC_RETURN_IF_ERROR(reader.finish());
-  return initialized(std::make_unique<GpuMxCodec<MxKind::k1bit>>(t));
 }
 
 }  // namespace gcagent::compress::cuda

@@ -14,8 +14,10 @@ TEST(RegistryTest, ListsEveryCodecOnce) {
     EXPECT_TRUE(names.insert(std::string(info.name)).second) << info.name;
     EXPECT_FALSE(info.summary.empty()) << info.name;
   }
-  EXPECT_EQ(names, (std::set<std::string>{"none", "fp16", "bf16", "2bit", "1bit", "onebit", "terngrad",
-                                          "topk", "dgc", "threshold", "randomk", "qsgd", "int8"}));
+  // The codecs peers and configs already name stay; a new one needs no line here.
+  for (const char* name : {"none", "fp16", "bf16", "2bit", "1bit", "onebit", "terngrad", "topk", "dgc", "threshold",
+                           "randomk", "qsgd", "int8"})
+    EXPECT_EQ(names.count(name), 1u) << name;
 }
 
 TEST(RegistryTest, EveryCodecBuildsWithDefaults) {
@@ -30,8 +32,9 @@ TEST(RegistryTest, UnknownCodecIsNamedWithTheKnownOnes) {
   auto codec = makeCodec("3bit");
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(codec.status().message().rfind("unknown codec '3bit' (known: none, fp16, bf16, 2bit", 0), 0u)
+  EXPECT_EQ(codec.status().message().rfind("unknown codec '3bit' (known: none, fp16, bf16, ", 0), 0u)
       << codec.status().message();
+  EXPECT_NE(codec.status().message().find(", 2bit, "), std::string::npos) << codec.status().message();
 }
 
 TEST(RegistryTest, BadParametersAreRejected) {

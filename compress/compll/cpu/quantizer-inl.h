@@ -1,0 +1,166 @@
+// A quantizer definition's CPU loops over elements [begin, end) of a slice, one Highway
+// target at a time (included by cpu/quantizer_kernels.cc through foreach_target). Whole
+// vectors go through HwyLanes; the last elements of a range, fewer than a group, through
+// ScalarLanes: the same definition, so the same bits. `begin` is a multiple of the codes'
+// word (chunk edges never split a byte).
+#if defined(GCAGENT_COMPRESS_COMPLL_CPU_QUANTIZER_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef GCAGENT_COMPRESS_COMPLL_CPU_QUANTIZER_INL_H_
+#undef GCAGENT_COMPRESS_COMPLL_CPU_QUANTIZER_INL_H_
+#else
+#define GCAGENT_COMPRESS_COMPLL_CPU_QUANTIZER_INL_H_
+#endif
+
+#include <cstring>
+
+#include "compress/compll/cpu/hwy_lanes-inl.h"
+#include "compress/compll/lanes.h"
+#include "compress/compll/quantizer_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace gcagent::compress::compll::HWY_NAMESPACE {
+
+// ScalarLanes under a name of this target's own, so the definitions' math for the slice
+// tails is instantiated apart for each target (each file compiles it for its own ISA).
+struct TailLanes : ScalarLanes {};
+
+// Elements a group holds: whole vectors and whole bytes of codes.
+template <class Def>
+constexpr size_t groupOf() {
+  constexpr size_t lanes = hn::MaxLanes(HwyLanes::DF());
+  constexpr size_t per_byte = Def::Codes::kPerByte;
+  return lanes > per_byte ? lanes : per_byte;
+}
+
+// Byte b of the codes of elements [8b/kBits ..), from the elements below `end` only.
+template <class Def>
+HWY_INLINE uint8_t encodeByteScalar(const float* g, float* r, size_t b, size_t end,
+                                    const typename Def::Params& p) {
+  using C = typename Def::Codes;
+  const TailLanes s;
+  uint32_t byte = 0;
+  for (size_t i = b * C::kPerByte; i < end && i < (b + 1) * C::kPerByte; ++i)
+    byte |= Def::encode(s, g[i], r[i], p) << C::shift(i);
+  return static_cast<uint8_t>(byte);
+}
+
+// Codes narrower than a byte: each word (kPerWord elements, whole vectors) is the OR of its
+// vectors' codes, each lane's code shifted to its place in the little-endian word, summed
+// across the lanes (the bits do not overlap, so the sum is their OR). Byte codes: each lane's
+// code narrowed to a byte and stored.
+template <class Def>
+void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT codes,
+                 size_t begin, size_t end, const typename Def::Params& p) {
+  using C = typename Def::Codes;
+  const HwyLanes l;
+  const size_t lanes = hn::Lanes(l.df);
+  size_t i = begin;
+  if constexpr (C::kBitsPerCode == 8) {
+    const hn::Rebind<uint8_t, HwyLanes::DU> d8;
+    for (; i + lanes <= end; i += lanes) {
+      auto rv = hn::LoadU(l.df, r + i);
+      const auto code = Def::encode(l, hn::LoadU(l.df, g + i), rv, p);
+      hn::StoreU(rv, l.df, r + i);
+      hn::StoreU(hn::TruncateTo(d8, code), d8, codes + i);
+    }
+  } else {
+    static_assert(hn::MaxLanes(HwyLanes::DF()) <= C::kPerWord, "a word holds whole vectors");
+    HWY_ALIGN uint32_t places[C::kPerWord];
+    for (size_t k = 0; k < C::kPerWord; ++k)
+      places[k] = static_cast<uint32_t>(8 * (k / C::kPerByte)) + C::shift(k);
+    for (; i + C::kPerWord <= end; i += C::kPerWord) {
+      auto word = hn::Zero(l.du);
+      for (size_t v = 0; v < C::kPerWord; v += lanes) {
+        auto rv = hn::LoadU(l.df, r + i + v);
+        const auto code = Def::encode(l, hn::LoadU(l.df, g + i + v), rv, p);
+        hn::StoreU(rv, l.df, r + i + v);
+        word = hn::Or(word, hn::Shl(code, hn::Load(l.du, places + v)));
+      }
+      const uint32_t bits = hn::GetLane(hn::SumOfLanes(l.du, word));
+      std::memcpy(codes + i / C::kPerByte, &bits, 4);
+    }
+  }
+  for (size_t b = i / C::kPerByte; b < C::usedBytes(end); ++b) codes[b] = encodeByteScalar<Def>(g, r, b, end, p);
+}
+
+// The codes of the `lanes` elements from element i (a multiple of the lane count) as u32 lanes.
+template <class Def>
+HWY_INLINE HwyLanes::U loadCodes(const HwyLanes& l, const uint8_t* codes, size_t i,
+                                 const HwyLanes::U& lane_shifts) {
+  using C = typename Def::Codes;
+  constexpr size_t kLanes = hn::MaxLanes(HwyLanes::DF());
+  static_assert(kLanes * C::kBitsPerCode <= 32 || C::kBitsPerCode == 8, "a vector's codes fit one u32");
+  if constexpr (C::kBitsPerCode == 8) {
+    const hn::Rebind<uint8_t, HwyLanes::DU> d8;
+    return hn::PromoteTo(l.du, hn::LoadU(d8, codes + i));
+  } else {
+    constexpr size_t kBytes = kLanes * C::kBitsPerCode >= 8 ? kLanes * C::kBitsPerCode / 8 : 1;
+    uint32_t word = 0;
+    std::memcpy(&word, codes + i / C::kPerByte, kBytes);
+    return hn::And(hn::Shr(hn::Set(l.du, word), lane_shifts), hn::Set(l.du, C::kMask));
+  }
+}
+
+// Lane j's shift inside the u32 loadCodes reads for a vector starting at element i0 (i0 mod
+// kPerByte selects the pattern when a byte holds more codes than a vector has lanes).
+template <class Def>
+HWY_INLINE void laneShifts(size_t i0, uint32_t* out, size_t lanes) {
+  using C = typename Def::Codes;
+  for (size_t j = 0; j < lanes; ++j) {
+    const size_t i = i0 + j;
+    out[j] = static_cast<uint32_t>(8 * (i / C::kPerByte - i0 / C::kPerByte)) + C::shift(i);
+  }
+}
+
+template <class Def, bool kAdd>
+void decodeRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out, size_t begin, size_t end,
+                 const typename Def::Params& p, float scale) {
+  using C = typename Def::Codes;
+  const HwyLanes l;
+  const size_t lanes = hn::Lanes(l.df);
+  constexpr size_t kGroup = groupOf<Def>();
+  HWY_ALIGN uint32_t shifts[kGroup];
+  size_t i = begin;
+  const auto vscale = l.f(scale);
+  for (size_t v = 0; v < kGroup; v += lanes) laneShifts<Def>(v, shifts + v, lanes);
+  for (; i + kGroup <= end; i += kGroup) {
+    for (size_t v = 0; v < kGroup; v += lanes) {
+      const auto value = Def::decode(l, loadCodes<Def>(l, codes, i + v, hn::Load(l.du, shifts + v)), p);
+      if constexpr (kAdd) {
+        hn::StoreU(hn::Add(hn::LoadU(l.df, out + i + v), value), l.df, out + i + v);
+      } else {
+        hn::StoreU(scale == 1.0f ? value : hn::Mul(value, vscale), l.df, out + i + v);
+      }
+    }
+  }
+  const TailLanes s;
+  for (; i < end; ++i) {
+    const float value = Def::decode(s, C::at(codes, i), p);
+    if constexpr (kAdd) {
+      out[i] += value;
+    } else {
+      out[i] = scale == 1.0f ? value : value * scale;
+    }
+  }
+}
+
+template <class Def>
+void decodeAddRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT acc, size_t begin, size_t end,
+                    const typename Def::Params& p) {
+  decodeRange<Def, true>(codes, acc, begin, end, p, 1.0f);
+}
+
+template <class Def>
+void decodeScaledRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out, size_t begin, size_t end,
+                       const typename Def::Params& p, float scale) {
+  decodeRange<Def, false>(codes, out, begin, end, p, scale);
+}
+
+template <class Def>
+constexpr QuantizerKernels<Def> quantizerKernels() {
+  return {encodeRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>};
+}
+
+}  // namespace gcagent::compress::compll::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include toggle

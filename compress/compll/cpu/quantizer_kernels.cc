@@ -1,0 +1,20 @@
+// Every quantizer definition's CPU loops for the build's baseline (isa "generic"): Highway's
+// static target, EMU128 on x86-64 (compress/CMakeLists.txt leaves every other target out of
+// this file).
+#include <hwy/highway.h>
+
+#include "compress/compll/cpu/quantizer-inl.h"
+#include "compress/compll/definitions.h"
+
+namespace gcagent::compress::compll {
+
+#define GC_BASELINE(Def)                                                                          \
+  template <>                                                                                     \
+  const QuantizerKernels<codecs::Def>& baselineQuantizerKernels<codecs::Def>() {                  \
+    static constexpr QuantizerKernels<codecs::Def> kKernels = HWY_NAMESPACE::quantizerKernels<codecs::Def>(); \
+    return kKernels;                                                                              \
+  }
+GC_FOR_EACH_CODEC(GC_BASELINE)
+#undef GC_BASELINE
+
+}  // namespace gcagent::compress::compll

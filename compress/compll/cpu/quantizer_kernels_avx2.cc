@@ -1,0 +1,33 @@
+// Every quantizer definition's CPU loops for AVX2 (isa "avx2"), through Highway's AVX2
+// target. GCC inlines a function into another only when the caller is compiled for every
+// instruction set the callee is, so the definitions' math must itself be AVX2 code here: their
+// headers are parsed first inside Highway's AVX2 region, and instantiated with this file's
+// own lanes types only (nothing compiled here is shared with the baseline's code).
+#include "compress/compll/definition.h"  // what the definitions include: compiled for the baseline
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "compress/compll/cpu/quantizer_kernels_avx2.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#if HWY_TARGET == HWY_AVX2
+HWY_BEFORE_NAMESPACE();
+#include "compress/compll/definitions.h"
+HWY_AFTER_NAMESPACE();
+
+#include "compress/compll/cpu/quantizer-inl.h"
+
+namespace gcagent::compress::compll {
+
+#define GC_AVX2(Def)                                                                              \
+  template <>                                                                                     \
+  const QuantizerKernels<codecs::Def>& avx2QuantizerKernels<codecs::Def>() {                      \
+    static constexpr QuantizerKernels<codecs::Def> kKernels = N_AVX2::quantizerKernels<codecs::Def>(); \
+    return kKernels;                                                                              \
+  }
+GC_FOR_EACH_CODEC(GC_AVX2)
+#undef GC_AVX2
+
+}  // namespace gcagent::compress::compll
+#endif  // HWY_TARGET == HWY_AVX2
