@@ -35,7 +35,8 @@ class QuantizerCodec final : public Codec {
     auto* codes = reinterpret_cast<uint8_t*>(out.data());
     const auto encode = quantizerKernels<Def>(cpu::activeIsa()).encode;
     forChunks(env_, n, C::kPerWord, [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, p_); });
-    std::memset(codes + C::usedBytes(n), 0, bytes - C::usedBytes(n));
+    // The tail of the last word carries no elements; keep it zero.
+    if (bytes > C::usedBytes(n)) std::memset(codes + C::usedBytes(n), 0, bytes - C::usedBytes(n));
     return bytes;
   }
 
