@@ -196,7 +196,7 @@ def test_a_frozen_agent_under_ddp_recovers_through_the_launcher(tmp_path, uninte
         assert shm_segments(job.segment_prefix(node)) == [], node
 
 
-LONG = ["--steps", "2500", "--pace-ms", "40"]  # 100 s: past the default reduction timeout after a loss
+LONG = ["--steps", "2500", "--pace-ms", "40"]  # 100 s: past the reduction timeout after a loss
 
 
 def kill_node_1(job):
@@ -210,7 +210,8 @@ def test_a_killed_node_ends_the_survivors_launch_naming_it(tmp_path):
     at once; node 0's trainers fail every step (and catch it), and once node 1 has been
     unreachable for transport.reduction_timeout, node 0's launcher stops them and exits 1 naming
     node 1, instead of finishing the loop and exiting 0. Neither leaves a segment behind."""
-    job = Launchers(tmp_path, 2, 2, LONG)
+    # A reduction timeout of 20 s rather than the default 60: the same path, in a third of the time.
+    job = Launchers(tmp_path, 2, 2, LONG, options=["transport.reduction_timeout=20"])
     try:
         kill_node_1(job)
         codes = job.finish()
@@ -221,7 +222,7 @@ def test_a_killed_node_ends_the_survivors_launch_naming_it(tmp_path):
     assert "the agent exited with code -9 while trainers ran" in err1, err1[-3000:]
     assert "gcagent-run: node 0: node 1 is lost, the job cannot go on: node 1 has been unreachable for " in err0, \
         err0[-3000:]
-    assert "longer than transport.reduction_timeout (60 s)" in err0, err0[-3000:]
+    assert "longer than transport.reduction_timeout (20 s)" in err0, err0[-3000:]
     steps = job.steps(0)
     assert 60 < len(steps) < 2500, len(steps)  # stopped, not run to the end
     assert not steps[-1][1] and "peer rank 1" in steps[-1][2], steps[-1]
@@ -266,7 +267,7 @@ def test_a_partition_under_shrink_leaves_one_model_on_every_node(tmp_path):
     if not ok:
         pytest.skip(f"skipping the partition test: {why}")
     with Namespaces(3) as ns:
-        job = Launchers(tmp_path, 3, 1, ["--steps", "2500", "--pace-ms", "40"], namespaces=ns,
+        job = Launchers(tmp_path, 3, 1, ["--steps", "1700", "--pace-ms", "40"], namespaces=ns,
                         options=["transport.on_peer_loss=shrink", "transport.shrink_grace=1"])
         try:
             job.wait_for_step(100)
