@@ -16,8 +16,15 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # 0.4 s of sched_yield patching memory functions in a library constructor (bistro mode, 5 ms
 # of grace per function). Relocation mode hooks the same events without the wait; the hooks
 # serve UCX's registration cache, which the TCP and shared-memory transports used here never
-# fill. A value already set wins. (docs/DESIGN.md, "UCX and its quirks")
-export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-reloc}"
+# fill. Not under AddressSanitizer: relocation mode rebinds the allocator's symbols past ASan's
+# interceptors (every UCX test then dies on a bad free). A value already set wins.
+# (docs/DESIGN.md, "UCX and its quirks")
+ucx_hooks() {
+  case "$1" in
+    asan) echo "UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-bistro}" ;;
+    *) echo "UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-reloc}" ;;
+  esac
+}
 
 summary=()  # "stage|verdict|counts|seconds", in the order run
 
@@ -126,7 +133,8 @@ for flavor in release asan; do
   if stage "$flavor build" none "$REPO_DIR/scripts/build.sh" "$flavor"; then
     [ "$flavor" = release ] && release_built=1
     built+=("$flavor")
-    stage "$flavor ctest" ctest ctest --test-dir "$REPO_DIR/build/$flavor" --output-on-failure -j "$jobs"
+    stage "$flavor ctest" ctest env "$(ucx_hooks "$flavor")" ctest --test-dir "$REPO_DIR/build/$flavor" \
+      --output-on-failure -j "$jobs"
   else
     skipped "$flavor ctest" "$flavor build failed"
     skipped "$flavor integration" "$flavor build failed"
@@ -136,7 +144,7 @@ done
 # files and the operator guide checked against each tree's gcagent. The two trees' suites run
 # at once: each keeps a core busy less than half the time.
 for flavor in "${built[@]}"; do
-  together_start "$flavor integration" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
+  together_start "$flavor integration" pytest env "$(ucx_hooks "$flavor")" GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
     "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "$REPO_DIR/tests/integration" \
     "$REPO_DIR/tests/docker/test_deploy.py" "$REPO_DIR/tests/docs"
 done
@@ -155,14 +163,14 @@ for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaul
   files=()
   for f in ${run#*:}; do files+=("$shims/$f"); done
   # --durations: the slowest tests named in the log, where the time of `make test` goes.
-  stage "$venv shims" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
+  stage "$venv shims" pytest env "$(ucx_hooks release)" GCAGENT_BUILD_DIR="$REPO_DIR/build/release" TF_CPP_MIN_LOG_LEVEL=2 \
     "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "${files[@]}"
 done
 
 # The image: docker/Dockerfile built by podman from the wheel, the compose demo run; beside it
 # the fuzzers (one core, no network).
 if [ "$release_built" -eq 1 ]; then
-  together_start "image" pytest env GCAGENT_BUILD_DIR="$REPO_DIR/build/release" \
+  together_start "image" pytest env "$(ucx_hooks release)" GCAGENT_BUILD_DIR="$REPO_DIR/build/release" \
     "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider "$REPO_DIR/tests/docker/test_image.py"
 else
   skipped "image" "release build failed"
