@@ -37,6 +37,7 @@
 #include "compress/cpu/isa.h"
 #include "compress/mx1bit/mx1bit.h"
 #include "compress/mx2bit/mx2bit.h"
+#include "compress/onebit/onebit.h"
 #include "compress/registry.h"
 
 namespace gcagent::bench {
@@ -326,6 +327,7 @@ void registerCodecs(TableReporter& reporter, Workspace& ws, ThreadPool* pool) {
   // run as their definitions (issue: each definition at least 0.95x of them) until they go.
   registerCodec(reporter, ws, pool, "2bit-hand", [](const CodecEnv& env) { return compress::makeMx2bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "1bit-hand", [](const CodecEnv& env) { return compress::makeMx1bitCodec({}, env); });
+  registerCodec(reporter, ws, pool, "onebit-hand", [](const CodecEnv& env) { return compress::makeOnebitCodec({}, env); });
 }
 
 // ---- Flags.

@@ -11,7 +11,6 @@
 #include "compress/dgc/dgc.h"
 #include "compress/fp16/fp16.h"
 #include "compress/none/none.h"
-#include "compress/onebit/onebit.h"
 #include "compress/qsgd/qsgd.h"
 #include "compress/randomk/randomk.h"
 #include "compress/terngrad/terngrad.h"
@@ -41,7 +40,6 @@ constexpr std::array kCodecs = {
     CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec, GC_GPU(makeGpuFp16)},
     CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
     GC_FOR_EACH_CODEC(GC_DEFINED_ROW)
-    CodecInfo{"onebit", "sign and mean-magnitude scale with error feedback", makeOnebitCodec, GC_GPU(makeGpuOnebit)},
     CodecInfo{"terngrad", "stochastic ternary with a per-slice scaler", makeTerngradCodec, GC_GPU(makeGpuTerngrad)},
     CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
     CodecInfo{"dgc", "deep gradient compression: momentum correction, sampled threshold", makeDgcCodec,

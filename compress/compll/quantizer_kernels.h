@@ -1,11 +1,12 @@
 // A quantizer's CPU loops for one instruction set, made from its definition by
-// cpu/quantizer-inl.h: for the build's baseline (cpu/quantizer_kernels.cc) and, on x86, for
-// AVX2 (cpu/quantizer_kernels_avx2.cc).
+// cpu/quantizer-inl.h, and the slice statistics of cpu/slice_stats-inl.h: for the build's
+// baseline (cpu/quantizer_kernels.cc) and, on x86, for AVX2 (cpu/quantizer_kernels_avx2.cc).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "compress/compll/slice_stats.h"
 #include "compress/cpu/isa.h"
 
 namespace gcagent::compress::compll {
@@ -13,12 +14,14 @@ namespace gcagent::compress::compll {
 template <class Def>
 struct QuantizerKernels {
   using Params = typename Def::Params;
-  // Codes of g[i] + r[i] for i in [begin, end) into their bytes, updating r[i].
-  void (*encode)(const float* g, float* r, uint8_t* codes, size_t begin, size_t end, const Params& p);
+  // Codes of g[i] + r[i] for i in [begin, end) into their bytes, updating r[i]; `scale` is
+  // the slice's (ignored by an unscaled definition).
+  void (*encode)(const float* g, float* r, uint8_t* codes, size_t begin, size_t end, const Params& p, float scale);
   // acc[i] += element i's value.
-  void (*decode_add)(const uint8_t* codes, float* acc, size_t begin, size_t end, const Params& p);
-  // out[i] = element i's value times scale (not multiplied when scale is 1).
-  void (*decode)(const uint8_t* codes, float* out, size_t begin, size_t end, const Params& p, float scale);
+  void (*decode_add)(const uint8_t* codes, float* acc, size_t begin, size_t end, const Params& p, float scale);
+  // out[i] = element i's value times factor (not multiplied when factor is 1).
+  void (*decode)(const uint8_t* codes, float* out, size_t begin, size_t end, const Params& p, float scale,
+                 float factor);
 };
 
 // Defined for every definition by the two files above.
@@ -35,6 +38,21 @@ const QuantizerKernels<Def>& quantizerKernels(cpu::Isa isa) {
 #endif
   (void)isa;
   return baselineQuantizerKernels<Def>();
+}
+
+// out[b] = the statistics `which` names (Stat bits) of x = g + r over block b, for the
+// blocks of [begin, end) (begin a multiple of kStatsBlock, end one too or the slice's end).
+using BlockStatsFn = void (*)(const float* g, const float* r, size_t begin, size_t end, SliceStats* out);
+
+BlockStatsFn baselineBlockStats(unsigned which);
+BlockStatsFn avx2BlockStats(unsigned which);
+
+inline BlockStatsFn blockStatsKernel(cpu::Isa isa, unsigned which) {
+#if GC_CPU_X86
+  if (isa == cpu::Isa::kAvx2) return avx2BlockStats(which);
+#endif
+  (void)isa;
+  return baselineBlockStats(which);
 }
 
 }  // namespace gcagent::compress::compll

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "compress/compll/cpu/hwy_lanes-inl.h"
+#include "compress/compll/definition.h"
 #include "compress/compll/lanes.h"
 #include "compress/compll/quantizer_kernels.h"
 
@@ -22,6 +23,29 @@ namespace gcagent::compress::compll::HWY_NAMESPACE {
 // ScalarLanes under a name of this target's own, so the definitions' math for the slice
 // tails is instantiated apart for each target (each file compiles it for its own ISA).
 struct TailLanes : ScalarLanes {};
+
+// A definition's encode and decode with the slice's scale, which unscaled ones do not take
+// (here, not in definition.h: the math must be compiled for this target).
+template <class Def, class L>
+HWY_INLINE auto encodeElement(const L& l, typename L::F g, typename L::F& r, const typename Def::Params& p,
+                              float scale) {
+  if constexpr (Scaled<Def>) {
+    return Def::encode(l, g, r, p, scale);
+  } else {
+    (void)scale;
+    return Def::encode(l, g, r, p);
+  }
+}
+
+template <class Def, class L>
+HWY_INLINE auto decodeElement(const L& l, typename L::U code, const typename Def::Params& p, float scale) {
+  if constexpr (Scaled<Def>) {
+    return Def::decode(l, code, p, scale);
+  } else {
+    (void)scale;
+    return Def::decode(l, code, p);
+  }
+}
 
 // Elements a group holds: whole vectors and whole bytes of codes.
 template <class Def>
@@ -34,12 +58,12 @@ constexpr size_t groupOf() {
 // Byte b of the codes of elements [8b/kBits ..), from the elements below `end` only.
 template <class Def>
 HWY_INLINE uint8_t encodeByteScalar(const float* g, float* r, size_t b, size_t end,
-                                    const typename Def::Params& p) {
+                                    const typename Def::Params& p, float scale) {
   using C = typename Def::Codes;
   const TailLanes s;
   uint32_t byte = 0;
   for (size_t i = b * C::kPerByte; i < end && i < (b + 1) * C::kPerByte; ++i)
-    byte |= Def::encode(s, g[i], r[i], p) << C::shift(i);
+    byte |= encodeElement<Def>(s, g[i], r[i], p, scale) << C::shift(i);
   return static_cast<uint8_t>(byte);
 }
 
@@ -49,7 +73,7 @@ HWY_INLINE uint8_t encodeByteScalar(const float* g, float* r, size_t b, size_t e
 // code narrowed to a byte and stored.
 template <class Def>
 void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT codes,
-                 size_t begin, size_t end, const typename Def::Params& p) {
+                 size_t begin, size_t end, const typename Def::Params& p, float scale) {
   using C = typename Def::Codes;
   const HwyLanes l;
   const size_t lanes = hn::Lanes(l.df);
@@ -58,7 +82,7 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
     const hn::Rebind<uint8_t, HwyLanes::DU> d8;
     for (; i + lanes <= end; i += lanes) {
       auto rv = hn::LoadU(l.df, r + i);
-      const auto code = Def::encode(l, hn::LoadU(l.df, g + i), rv, p);
+      const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i), rv, p, scale);
       hn::StoreU(rv, l.df, r + i);
       hn::StoreU(hn::TruncateTo(d8, code), d8, codes + i);
     }
@@ -71,7 +95,7 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
       auto word = hn::Zero(l.du);
       for (size_t v = 0; v < C::kPerWord; v += lanes) {
         auto rv = hn::LoadU(l.df, r + i + v);
-        const auto code = Def::encode(l, hn::LoadU(l.df, g + i + v), rv, p);
+        const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i + v), rv, p, scale);
         hn::StoreU(rv, l.df, r + i + v);
         word = hn::Or(word, hn::Shl(code, hn::Load(l.du, places + v)));
       }
@@ -79,7 +103,7 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
       std::memcpy(codes + i / C::kPerByte, &bits, 4);
     }
   }
-  for (size_t b = i / C::kPerByte; b < C::usedBytes(end); ++b) codes[b] = encodeByteScalar<Def>(g, r, b, end, p);
+  for (size_t b = i / C::kPerByte; b < C::usedBytes(end); ++b) codes[b] = encodeByteScalar<Def>(g, r, b, end, p, scale);
 }
 
 // The codes of the `lanes` elements from element i (a multiple of the lane count) as u32 lanes.
@@ -113,46 +137,46 @@ HWY_INLINE void laneShifts(size_t i0, uint32_t* out, size_t lanes) {
 
 template <class Def, bool kAdd>
 void decodeRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out, size_t begin, size_t end,
-                 const typename Def::Params& p, float scale) {
+                 const typename Def::Params& p, float scale, float factor) {
   using C = typename Def::Codes;
   const HwyLanes l;
   const size_t lanes = hn::Lanes(l.df);
   constexpr size_t kGroup = groupOf<Def>();
   HWY_ALIGN uint32_t shifts[kGroup];
   size_t i = begin;
-  const auto vscale = l.f(scale);
+  const auto vfactor = l.f(factor);
   for (size_t v = 0; v < kGroup; v += lanes) laneShifts<Def>(v, shifts + v, lanes);
   for (; i + kGroup <= end; i += kGroup) {
     for (size_t v = 0; v < kGroup; v += lanes) {
-      const auto value = Def::decode(l, loadCodes<Def>(l, codes, i + v, hn::Load(l.du, shifts + v)), p);
+      const auto value = decodeElement<Def>(l, loadCodes<Def>(l, codes, i + v, hn::Load(l.du, shifts + v)), p, scale);
       if constexpr (kAdd) {
         hn::StoreU(hn::Add(hn::LoadU(l.df, out + i + v), value), l.df, out + i + v);
       } else {
-        hn::StoreU(scale == 1.0f ? value : hn::Mul(value, vscale), l.df, out + i + v);
+        hn::StoreU(factor == 1.0f ? value : hn::Mul(value, vfactor), l.df, out + i + v);
       }
     }
   }
   const TailLanes s;
   for (; i < end; ++i) {
-    const float value = Def::decode(s, C::at(codes, i), p);
+    const float value = decodeElement<Def>(s, C::at(codes, i), p, scale);
     if constexpr (kAdd) {
       out[i] += value;
     } else {
-      out[i] = scale == 1.0f ? value : value * scale;
+      out[i] = factor == 1.0f ? value : value * factor;
     }
   }
 }
 
 template <class Def>
 void decodeAddRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT acc, size_t begin, size_t end,
-                    const typename Def::Params& p) {
-  decodeRange<Def, true>(codes, acc, begin, end, p, 1.0f);
+                    const typename Def::Params& p, float scale) {
+  decodeRange<Def, true>(codes, acc, begin, end, p, scale, 1.0f);
 }
 
 template <class Def>
 void decodeScaledRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out, size_t begin, size_t end,
-                       const typename Def::Params& p, float scale) {
-  decodeRange<Def, false>(codes, out, begin, end, p, scale);
+                       const typename Def::Params& p, float scale, float factor) {
+  decodeRange<Def, false>(codes, out, begin, end, p, scale, factor);
 }
 
 template <class Def>

@@ -1,7 +1,10 @@
 // Every quantizer definition's GPU codec: the definition's element math (ScalarLanes) in one
 // thread per element, neighbouring threads reading neighbouring floats. The codes of a
 // 32-bit word are OR-ed together across the warp's lanes and stored whole; threads past the
-// last element add zero codes, the padding of the last word.
+// last element add zero codes, the padding of the last word. A scaled definition's scale is
+// made on the device from the slice statistics, in slice_stats.h's order (stats.cuh), so it
+// has the CPU's bits, and the kernels read it from the encoding's header: nothing waits for
+// the host.
 #include <memory>
 
 #include "compress/compll/definitions.h"
@@ -12,22 +15,115 @@
 namespace gcagent::compress::compll {
 namespace {
 
+using compress::cuda::DeviceBuffer;
+using compress::cuda::DeviceFault;
 using compress::cuda::FaultingGpuCodec;
 using compress::cuda::GpuCodec;
 using compress::cuda::GpuStream;
+using compress::cuda::faulted;
+using compress::cuda::raiseFault;
 
 __device__ __forceinline__ size_t threadIndex() { return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; }
 
+template <class Def>
+__device__ __forceinline__ uint32_t encodeElement(float g, float& r, const typename Def::Params& p, float scale) {
+  if constexpr (Scaled<Def>) {
+    return Def::encode(ScalarLanes{}, g, r, p, scale);
+  } else {
+    return Def::encode(ScalarLanes{}, g, r, p);
+  }
+}
+
+template <class Def>
+__device__ __forceinline__ float decodeElement(uint32_t code, const typename Def::Params& p, float scale) {
+  if constexpr (Scaled<Def>) {
+    return Def::decode(ScalarLanes{}, code, p, scale);
+  } else {
+    return Def::decode(ScalarLanes{}, code, p);
+  }
+}
+
+// One thread block per kStatsBlock elements: the block's statistics, each in the CPU's four
+// lanes (threads 0-3 the magnitudes, 4-7 the squares, 8-11 the maxima). Without a residual
+// (r null) x is g + 0, as the encoder sees it.
+__global__ void blockStatsKernel(const float* __restrict__ g, const float* __restrict__ r, size_t n,
+                                 SliceStats* __restrict__ out) {
+  __shared__ float x[kStatsBlock];
+  __shared__ double sums[8];
+  __shared__ float maxima[4];
+  const size_t begin = blockIdx.x * kStatsBlock;
+  const size_t count = compress::cuda::smaller(kStatsBlock, n - begin);
+  for (size_t k = threadIdx.x; k < count; k += blockDim.x) x[k] = g[begin + k] + (r != nullptr ? r[begin + k] : 0.0f);
+  __syncthreads();
+  const uint32_t lane = threadIdx.x % 4;
+  if (threadIdx.x < 4) {
+    sums[lane] = compress::cuda::laneSum(0, count, lane, [&](size_t k) { return static_cast<double>(fabsf(x[k])); });
+  } else if (threadIdx.x < 8) {
+    sums[4 + lane] = compress::cuda::laneSum(0, count, lane, [&](size_t k) {
+      const double v = x[k];
+      return __dmul_rn(v, v);  // never fused into the sum: the CPU rounds the square first
+    });
+  } else if (threadIdx.x < 12) {
+    float m = 0.0f;
+    for (size_t k = lane; k < count; k += 4) m = fmaxf(m, fabsf(x[k]));
+    maxima[lane] = m;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    SliceStats s;
+    s.sum_abs = compress::cuda::combineLanes(sums);
+    s.sum_squares = compress::cuda::combineLanes(sums + 4);
+    s.max_abs = fmaxf(fmaxf(maxima[0], maxima[1]), fmaxf(maxima[2], maxima[3]));
+    out[blockIdx.x] = s;
+  }
+}
+
+// The blocks' statistics combined in block order by one thread, staged in shared memory in
+// chunks; then the definition's scale into the header, or a fault for a non-finite x.
+template <class Def>
+__global__ void scaleKernel(const SliceStats* __restrict__ blocks, size_t count, size_t n, typename Def::Params p,
+                            float* __restrict__ header, DeviceFault* fault) {
+  constexpr size_t kChunk = 512;
+  __shared__ SliceStats chunk[kChunk];
+  SliceStats total;
+  for (size_t base = 0; base < count; base += kChunk) {
+    const size_t here = count - base < kChunk ? count - base : kChunk;
+    for (size_t k = threadIdx.x; k < here; k += blockDim.x) chunk[k] = blocks[base + k];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const SliceStats part = combineBlocks(chunk, here);
+      total.sum_abs += part.sum_abs;
+      total.sum_squares += part.sum_squares;
+      total.max_abs = fmaxf(total.max_abs, part.max_abs);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0 || faulted(fault)) return;
+  if (!isfinite(total.sum_abs) || !isfinite(total.sum_squares)) {
+    raiseFault(fault, compress::cuda::kFaultNonFinite, 0);
+    return;
+  }
+  *header = Def::scale(total, n, p);
+}
+
+template <class Def>
+__global__ void fixedScaleKernel(size_t n, typename Def::Params p, float* header, const DeviceFault* fault) {
+  if (!faulted(fault)) *header = Def::scale(SliceStats{}, n, p);
+}
+
 template <class Def, bool kFeedback>
 __global__ void encodeKernel(const float* __restrict__ g, float* __restrict__ r, uint32_t* __restrict__ out,
-                             size_t n, size_t words, typename Def::Params p) {
+                             size_t n, size_t words, typename Def::Params p, const float* __restrict__ header,
+                             const DeviceFault* fault) {
   using C = typename Def::Codes;
   const size_t i = threadIndex();
+  if (header != nullptr && faulted(fault)) return;  // the same for every thread: whole warps leave together
+  const float scale = header != nullptr ? *header : 1.0f;
   // No early exit: every lane of a warp takes part in the shuffles.
   uint32_t code = 0;
   if (i < n) {
     float ri = kFeedback ? r[i] : 0.0f;
-    code = Def::encode(ScalarLanes{}, g[i], ri, p);
+    code = encodeElement<Def>(g[i], ri, p, scale);
     if constexpr (kFeedback) r[i] = ri;
   }
   const uint32_t word = compress::cuda::orOverLanes(
@@ -35,39 +131,73 @@ __global__ void encodeKernel(const float* __restrict__ g, float* __restrict__ r,
   if (i % C::kPerWord == 0 && i / C::kPerWord < words) out[i / C::kPerWord] = word;
 }
 
+// What the CPU codec checks before decoding, in its order: the scale, then the padding.
+template <class Def>
+__global__ void checkKernel(const float* __restrict__ header, const uint8_t* __restrict__ codes, size_t n,
+                            DeviceFault* fault) {
+  using C = typename Def::Codes;
+  const size_t t = threadIndex();
+  if (t == 0 && header != nullptr) {
+    const float scale = *header;
+    if (!isfinite(scale) || scale < 0.0f) {
+      fault->value = scale;
+      raiseFault(fault, compress::cuda::kFaultBadScale, 0);
+    }
+  }
+  if constexpr (kPaddingChecked<Def>) {
+    const size_t b = n / C::kPerByte + t;  // bytes holding codes past element n-1
+    if (b >= C::bytes(n)) return;
+    const uint32_t mask = (b == n / C::kPerByte && n % C::kPerByte != 0) ? (1u << C::shift(n - 1)) - 1u : 0xffu;
+    if ((codes[b] & mask) != 0) raiseFault(fault, compress::cuda::kFaultBadPadding, n);
+  }
+}
+
 template <class Def>
 __global__ void decodeAddKernel(const uint8_t* __restrict__ codes, float* __restrict__ acc, size_t n,
-                                typename Def::Params p) {
+                                typename Def::Params p, const float* __restrict__ header, const DeviceFault* fault) {
   const size_t i = threadIndex();
-  if (i < n) acc[i] += Def::decode(ScalarLanes{}, Def::Codes::at(codes, i), p);
+  if (i >= n || faulted(fault)) return;
+  const float scale = header != nullptr ? *header : 1.0f;
+  acc[i] += decodeElement<Def>(Def::Codes::at(codes, i), p, scale);
 }
 
 template <class Def>
 class GpuQuantizer final : public FaultingGpuCodec {
   using C = typename Def::Codes;
+  static constexpr size_t kHeader = kHeaderBytes<Def>;
 
  public:
   GpuQuantizer(typename Def::Params p, bool feedback) : p_(p), feedback_(feedback) {}
 
   std::string_view name() const override { return Def::kName; }
   size_t stateElements(size_t n) const override { return feedback_ ? n : 0; }
-  size_t maxEncodedBytes(size_t n) const override { return C::bytes(n); }
+  size_t maxEncodedBytes(size_t n) const override { return kHeader + C::bytes(n); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                         const SliceId&, GpuStream stream) override {
     const size_t n = in.size();
-    const size_t bytes = C::bytes(n);
+    const size_t bytes = maxEncodedBytes(n);
     GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
-    if (n == 0) return bytes;
     GC_RETURN_IF_ERROR(compress::cuda::checkAligned(name(), out.data(), "output"));
-    auto* dst = reinterpret_cast<uint32_t*>(out.data());
-    const size_t words = bytes / 4;
-    const unsigned blocks = compress::cuda::blocksFor(C::kPerWord * words);
     const auto s = compress::cuda::toCuda(stream);
+    float* header = nullptr;
+    if constexpr (Scaled<Def>) {
+      header = reinterpret_cast<float*>(out.data());
+      GC_RETURN_IF_ERROR(launchScale(in.data(), state.data(), n, header, s));
+    }
+    if (n == 0) {
+      GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
+      return bytes;
+    }
+    auto* dst = reinterpret_cast<uint32_t*>(out.data() + kHeader);
+    const size_t words = C::bytes(n) / 4;
+    const unsigned blocks = compress::cuda::blocksFor(C::kPerWord * words);
     if (feedback_) {
-      encodeKernel<Def, true><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), state.data(), dst, n, words, p_);
+      encodeKernel<Def, true><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), state.data(), dst, n, words, p_,
+                                                                          header, fault());
     } else {
-      encodeKernel<Def, false><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), nullptr, dst, n, words, p_);
+      encodeKernel<Def, false><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), nullptr, dst, n, words, p_,
+                                                                           header, fault());
     }
     GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
     return bytes;
@@ -76,18 +206,63 @@ class GpuQuantizer final : public FaultingGpuCodec {
   Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId&,
                    GpuStream stream) override {
     const size_t n = acc.size();
-    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), C::bytes(n)));
-    if (n == 0) return {};
-    decodeAddKernel<Def><<<compress::cuda::blocksFor(n), compress::cuda::kThreads, 0, compress::cuda::toCuda(stream)>>>(
-        reinterpret_cast<const uint8_t*>(in.data()), acc.data(), n, p_);
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
+    const auto s = compress::cuda::toCuda(stream);
+    const float* header = nullptr;
+    if constexpr (Scaled<Def>) {
+      GC_RETURN_IF_ERROR(compress::cuda::checkAligned(name(), in.data(), "encoded"));
+      header = reinterpret_cast<const float*>(in.data());
+    }
+    const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
+    if (Scaled<Def> || kPaddingChecked<Def>) {
+      const size_t checked = kPaddingChecked<Def> ? C::bytes(n) - n / C::kPerByte : 1;
+      checkKernel<Def><<<compress::cuda::blocksFor(checked), compress::cuda::kThreads, 0, s>>>(header, codes, n,
+                                                                                                 fault());
+    }
+    if (n != 0) {
+      decodeAddKernel<Def><<<compress::cuda::blocksFor(n), compress::cuda::kThreads, 0, s>>>(codes, acc.data(), n, p_,
+                                                                                              header, fault());
+    }
     return compress::cuda::launched(name());
   }
 
   Status init() { return initFaults(); }
 
+ protected:
+  Status describe(const DeviceFault& f) const override {
+    switch (compress::cuda::faultKind(f)) {
+      case compress::cuda::kFaultNonFinite:
+        return Status::invalidArgument(strCat(name(), ": gradient plus residual holds a non-finite value"));
+      case compress::cuda::kFaultBadScale:
+        return Status::dataLoss(strCat(name(), ": scale is ", f.value, ", expected a finite value >= 0"));
+      case compress::cuda::kFaultBadPadding:
+        return Status::dataLoss(strCat(name(), ": padding bits past element ", compress::cuda::faultIndex(f), " are set"));
+      default:
+        return FaultingGpuCodec::describe(f);
+    }
+  }
+
  private:
+  // The slice's scale into the header, made from its statistics when the definition asks.
+  Status launchScale(const float* g, const float* r, size_t n, float* header, cudaStream_t s) {
+    const unsigned which = Def::stats(p_);
+    if (which == 0 || n == 0) {
+      fixedScaleKernel<Def><<<1, 1, 0, s>>>(n, p_, header, fault());
+      return {};
+    }
+    const size_t count = (n + kStatsBlock - 1) / kStatsBlock;
+    if (blocks_.size() < count) {
+      GC_ASSIGN_OR_RETURN(blocks_, DeviceBuffer<SliceStats>::allocate(count));
+    }
+    blockStatsKernel<<<static_cast<unsigned>(count), compress::cuda::kStageThreads, 0, s>>>(
+        g, feedback_ ? r : nullptr, n, blocks_.data());
+    scaleKernel<Def><<<1, 512, 0, s>>>(blocks_.data(), count, n, p_, header, fault());
+    return {};
+  }
+
   typename Def::Params p_;
   bool feedback_;
+  DeviceBuffer<SliceStats> blocks_;  // one per kStatsBlock elements
 };
 
 }  // namespace
