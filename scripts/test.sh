@@ -14,14 +14,15 @@ export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # Every process that loads UCX 1.22 (over a thousand test processes and agents here) spends
 # 0.4 s of sched_yield patching memory functions in a library constructor (bistro mode, 5 ms
-# of grace per function). Relocation mode hooks the same events without the wait; the hooks
-# serve UCX's registration cache, which the TCP and shared-memory transports used here never
-# fill. Not under AddressSanitizer: relocation mode rebinds the allocator's symbols past ASan's
+# of grace per function). The hooks serve UCX's registration cache, which the TCP and
+# shared-memory transports used here never fill, so test processes go without the wait:
+# relocation mode (the same events, hooked without patching) for the release tree, no hooks at
+# all under AddressSanitizer, where relocation mode rebinds the allocator's symbols past ASan's
 # interceptors (every UCX test then dies on a bad free). A value already set wins.
 # (docs/DESIGN.md, "UCX and its quirks")
 ucx_hooks() {
   case "$1" in
-    asan) echo "UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-bistro}" ;;
+    asan) echo "UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-none}" ;;
     *) echo "UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-reloc}" ;;
   esac
 }

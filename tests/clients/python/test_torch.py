@@ -144,15 +144,16 @@ RECOVERY_STEPS = 800
 FSDP_RECOVERY_STEPS = 300  # an FSDP2 step costs more here (the node's gloo collectives)
 
 
-def train_digits(tmp_path, stop_agent_for=0.0, kill_agent_for=0.0, fsdp=False, steps=RECOVERY_STEPS):
+def train_digits(tmp_path, stop_agent_for=0.0, kill_agent_for=0.0, fsdp=False, steps=RECOVERY_STEPS, pace_ms=40):
     """2 agents x 2 DDP trainers with gcagent's hook on the digits MLP (trainers/
     torch_recovery.py, which catches gcagent's errors and goes on); optionally agent 1 stopped
     (SIGSTOP) for that many seconds once trainer 0 has made 60 steps, or killed (SIGKILL) and
-    started again that many seconds later. Every trainer's output, drained as it comes (a full
-    pipe would stop a trainer), and the agents' logs."""
+    started again that many seconds later. Steps are paced (pace_ms each at least) so that a
+    fault lands mid-run; an uninterrupted run needs no pace. Every trainer's output, drained as
+    it comes (a full pipe would stop a trainer), and the agents' logs."""
     tmp_path.mkdir()
     with Cluster(tmp_path, 2, RECOVERY_FLAGS) as c:
-        procs = start_trainers(c, 2, "torch_recovery.py", ["--steps", str(steps), "--pace-ms", "40"] +
+        procs = start_trainers(c, 2, "torch_recovery.py", ["--steps", str(steps), "--pace-ms", str(pace_ms)] +
                                (["--fsdp"] if fsdp else []))
         outs = [[] for _ in procs]
         drains = [threading.Thread(target=lambda p=p, o=o: o.extend(p.stdout), daemon=True)
@@ -192,8 +193,8 @@ def digits_reports(outs):
 
 @pytest.fixture(scope="module")
 def digits_baseline(tmp_path_factory):
-    """The uninterrupted run's reports (its exact sums make it the same every time)."""
-    clean, _ = train_digits(tmp_path_factory.mktemp("digits") / "clean")
+    """The uninterrupted run's reports (its exact sums make it the same every time, paced or not)."""
+    clean, _ = train_digits(tmp_path_factory.mktemp("digits") / "clean", pace_ms=0)
     baseline = digits_reports(clean)
     assert all(r["failed"] == 0 for r in baseline), baseline
     return baseline
@@ -247,7 +248,7 @@ def test_ddp_training_recovers_after_a_killed_agent_restarts(tmp_path, digits_ba
 @pytest.fixture(scope="module")
 def fsdp_baseline(tmp_path_factory):
     """The uninterrupted FSDP2 run's reports."""
-    clean, _ = train_digits(tmp_path_factory.mktemp("fsdp") / "clean", fsdp=True, steps=FSDP_RECOVERY_STEPS)
+    clean, _ = train_digits(tmp_path_factory.mktemp("fsdp") / "clean", fsdp=True, steps=FSDP_RECOVERY_STEPS, pace_ms=0)
     baseline = digits_reports(clean)
     assert all(r["failed"] == 0 for r in baseline), baseline
     return baseline
