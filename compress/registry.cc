@@ -13,7 +13,6 @@
 #include "compress/none/none.h"
 #include "compress/qsgd/qsgd.h"
 #include "compress/randomk/randomk.h"
-#include "compress/terngrad/terngrad.h"
 #include "compress/threshold/threshold.h"
 #include "compress/topk/topk.h"
 #if GCAGENT_HAVE_CUDA
@@ -40,7 +39,6 @@ constexpr std::array kCodecs = {
     CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec, GC_GPU(makeGpuFp16)},
     CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
     GC_FOR_EACH_CODEC(GC_DEFINED_ROW)
-    CodecInfo{"terngrad", "stochastic ternary with a per-slice scaler", makeTerngradCodec, GC_GPU(makeGpuTerngrad)},
     CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
     CodecInfo{"dgc", "deep gradient compression: momentum correction, sampled threshold", makeDgcCodec,
               GC_GPU(makeGpuDgc)},

@@ -1,6 +1,7 @@
 // A quantizer definition as a Codec: size checks, the slice statistics and the scale of a
 // scaled definition, the split over the codec pool, the padding, the checks of what arrives,
-// and the error_feedback parameter around the definition's CPU loops.
+// the error_feedback parameter (without it, no state: x = g + 0) around the definition's CPU
+// loops.
 #pragma once
 
 #include <cmath>
@@ -16,7 +17,6 @@
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
 #include "compress/params.h"
-#include "compress/without_feedback.h"
 
 namespace gcagent::compress::compll {
 
@@ -30,33 +30,56 @@ bool paddingIsClear(const uint8_t* codes, size_t n) {
   return true;
 }
 
+// The first element of [0, n) whose code is `never`, or n. A byte at a time: the byte XOR
+// `never` in every field has an all-zero field exactly where a code equals it.
+template <class C>
+size_t firstCodeEqualTo(const uint8_t* codes, size_t n, uint32_t never) {
+  uint32_t pattern = 0, low_bits = 0;
+  for (uint32_t k = 0; k < C::kPerByte; ++k) {
+    pattern |= never << (C::kBitsPerCode * k);
+    low_bits |= 1u << (C::kBitsPerCode * k);
+  }
+  size_t b = 0;
+  for (; b < n / C::kPerByte; ++b) {
+    uint32_t folded = codes[b] ^ pattern;
+    for (uint32_t width = 1; width < C::kBitsPerCode; width *= 2) folded |= folded >> width;
+    if ((folded & low_bits) != low_bits) break;  // a field of this byte is zero
+  }
+  for (size_t i = b * C::kPerByte; i < n; ++i)
+    if (C::at(codes, i) == never) return i;
+  return n;
+}
+
 template <class Def>
 class QuantizerCodec final : public Codec {
   using C = typename Def::Codes;
   static constexpr size_t kHeader = kHeaderBytes<Def>;
 
  public:
-  QuantizerCodec(typename Def::Params p, const CodecEnv& env) : p_(p), env_(env) {}
+  QuantizerCodec(typename Def::Params p, bool feedback, const CodecEnv& env) : p_(p), feedback_(feedback), env_(env) {}
 
   std::string_view name() const override { return Def::kName; }
-  size_t stateElements(size_t n) const override { return n; }
+  size_t stateElements(size_t n) const override { return feedback_ ? n : 0; }
   size_t maxEncodedBytes(size_t n) const override { return kHeader + C::bytes(n); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                        const SliceId&) const override {
+                        const SliceId& id) const override {
     const size_t n = in.size();
     const size_t bytes = maxEncodedBytes(n);
-    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), n, out.size(), bytes));
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
     const float* g = in.data();
-    float* r = state.data();
+    float* r = feedback_ ? state.data() : nullptr;
     float scale = 1.0f;
     if constexpr (Scaled<Def>) {
       GC_ASSIGN_OR_RETURN(scale, scaleOf(g, r, n));
       storeLe(out.data(), scale);
     }
+    uint64_t stream = 0;
+    if constexpr (Stochastic<Def>) stream = Def::stream(p_, id.key, id.slice, id.step);
     auto* codes = reinterpret_cast<uint8_t*>(out.data() + kHeader);
     const auto encode = quantizerKernels<Def>(cpu::activeIsa()).encode;
-    forChunks(env_, n, C::kPerWord, [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, p_, scale); });
+    forChunks(env_, n, C::kPerWord,
+              [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, p_, scale, stream); });
     // The tail of the last word carries no elements; keep it zero.
     const size_t code_bytes = C::bytes(n);
     if (code_bytes > C::usedBytes(n)) std::memset(codes + C::usedBytes(n), 0, code_bytes - C::usedBytes(n));
@@ -101,13 +124,14 @@ class QuantizerCodec final : public Codec {
       stats = combineBlocks(out, count);
       // Sums of fp32 magnitudes and squares cannot overflow a double: non-finite means x was.
       if (!std::isfinite(stats.sum_abs) || !std::isfinite(stats.sum_squares))
-        return Status::invalidArgument(strCat(name(), ": gradient plus residual holds a non-finite value"));
+        return Status::invalidArgument(
+            strCat(name(), ": ", r != nullptr ? "gradient plus residual" : "gradient", " holds a non-finite value"));
     }
     return Def::scale(stats, n, p_);
   }
 
-  // The scale of an encoding that arrived for n elements, once its size, scale and padding
-  // are what an encoder writes.
+  // The scale of an encoding that arrived for n elements, once its size, scale, padding and
+  // codes are what an encoder writes.
   Result<float> arrived(std::span<const std::byte> in, size_t n) const {
     GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
     float scale = 1.0f;
@@ -116,14 +140,22 @@ class QuantizerCodec final : public Codec {
       if (!std::isfinite(scale) || scale < 0.0f)
         return Status::dataLoss(strCat(name(), ": scale is ", scale, ", expected a finite value >= 0"));
     }
+    const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
     if constexpr (kPaddingChecked<Def>) {
-      if (!paddingIsClear<C>(reinterpret_cast<const uint8_t*>(in.data() + kHeader), n))
+      if (!paddingIsClear<C>(codes, n))
         return Status::dataLoss(strCat(name(), ": padding bits past element ", n, " are set"));
+    }
+    if constexpr (kChecksCodes<Def>) {
+      const size_t i = firstCodeEqualTo<C>(codes, n, Def::kNeverWritten);
+      if (i < n)
+        return Status::dataLoss(strCat(name(), ": element ", i, " has code ", Def::kNeverWritten,
+                                       ", which the encoder never writes"));
     }
     return scale;
   }
 
   typename Def::Params p_;
+  bool feedback_;
   CodecEnv env_;
 };
 
@@ -132,9 +164,9 @@ template <class Def>
 Result<std::unique_ptr<Codec>> makeQuantizer(const Params& params, const CodecEnv& env) {
   ParamReader reader(Def::kName, params);
   const typename Def::Params p = Def::read(reader);
-  const bool error_feedback = reader.boolean("error_feedback", true, kErrorFeedbackHelp);
+  const bool error_feedback = reader.boolean("error_feedback", feedbackByDefault<Def>(), kErrorFeedbackHelp);
   GC_RETURN_IF_ERROR(reader.finish());
-  return applyErrorFeedback(error_feedback, std::unique_ptr<Codec>(new QuantizerCodec<Def>(p, env)));
+  return std::unique_ptr<Codec>(new QuantizerCodec<Def>(p, error_feedback, env));
 }
 
 }  // namespace gcagent::compress::compll

@@ -14,9 +14,11 @@ namespace gcagent::compress::compll {
 template <class Def>
 struct QuantizerKernels {
   using Params = typename Def::Params;
-  // Codes of g[i] + r[i] for i in [begin, end) into their bytes, updating r[i]; `scale` is
-  // the slice's (ignored by an unscaled definition).
-  void (*encode)(const float* g, float* r, uint8_t* codes, size_t begin, size_t end, const Params& p, float scale);
+  // Codes of g[i] + r[i] for i in [begin, end) into their bytes, updating r[i] (r null: no
+  // residual, x = g + 0); `scale` and `stream` are the slice's (ignored by a definition that
+  // is not scaled or not stochastic).
+  void (*encode)(const float* g, float* r, uint8_t* codes, size_t begin, size_t end, const Params& p, float scale,
+                 uint64_t stream);
   // acc[i] += element i's value.
   void (*decode_add)(const uint8_t* codes, float* acc, size_t begin, size_t end, const Params& p, float scale);
   // out[i] = element i's value times factor (not multiplied when factor is 1).
@@ -40,8 +42,9 @@ const QuantizerKernels<Def>& quantizerKernels(cpu::Isa isa) {
   return baselineQuantizerKernels<Def>();
 }
 
-// out[b] = the statistics `which` names (Stat bits) of x = g + r over block b, for the
-// blocks of [begin, end) (begin a multiple of kStatsBlock, end one too or the slice's end).
+// out[b] = the statistics `which` names (Stat bits) of x = g + r (r null: g + 0) over block b,
+// for the blocks of [begin, end) (begin a multiple of kStatsBlock, end one too or the slice's
+// end).
 using BlockStatsFn = void (*)(const float* g, const float* r, size_t begin, size_t end, SliceStats* out);
 
 BlockStatsFn baselineBlockStats(unsigned which);

@@ -11,7 +11,6 @@ namespace gcagent::compress::cuda {
 Result<std::unique_ptr<GpuCodec>> makeGpuNone(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuFp16(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuBf16(const Params& params);
-Result<std::unique_ptr<GpuCodec>> makeGpuTerngrad(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuQsgd(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuInt8(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuTopk(const Params& params);

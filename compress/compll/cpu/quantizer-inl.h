@@ -24,15 +24,18 @@ namespace gcagent::compress::compll::HWY_NAMESPACE {
 // tails is instantiated apart for each target (each file compiles it for its own ISA).
 struct TailLanes : ScalarLanes {};
 
-// A definition's encode and decode with the slice's scale, which unscaled ones do not take
-// (here, not in definition.h: the math must be compiled for this target).
+// A definition's encode and decode with what it takes of the slice's scale and the element's
+// draw (here, not in definition.h: the math must be compiled for this target).
 template <class Def, class L>
 HWY_INLINE auto encodeElement(const L& l, typename L::F g, typename L::F& r, const typename Def::Params& p,
-                              float scale) {
-  if constexpr (Scaled<Def>) {
+                              float scale, typename L::F u) {
+  if constexpr (Scaled<Def> && Stochastic<Def>) {
+    return Def::encode(l, g, r, p, scale, u);
+  } else if constexpr (Scaled<Def>) {
     return Def::encode(l, g, r, p, scale);
+  } else if constexpr (Stochastic<Def>) {
+    return Def::encode(l, g, r, p, u);
   } else {
-    (void)scale;
     return Def::encode(l, g, r, p);
   }
 }
@@ -55,55 +58,78 @@ constexpr size_t groupOf() {
   return lanes > per_byte ? lanes : per_byte;
 }
 
-// Byte b of the codes of elements [8b/kBits ..), from the elements below `end` only.
-template <class Def>
-HWY_INLINE uint8_t encodeByteScalar(const float* g, float* r, size_t b, size_t end,
-                                    const typename Def::Params& p, float scale) {
+// What an encoding range shares: the slice's scale and stream, whether a residual is kept.
+template <class Def, bool kFeedback>
+struct RangeEncoder {
   using C = typename Def::Codes;
-  const TailLanes s;
-  uint32_t byte = 0;
-  for (size_t i = b * C::kPerByte; i < end && i < (b + 1) * C::kPerByte; ++i)
-    byte |= encodeElement<Def>(s, g[i], r[i], p, scale) << C::shift(i);
-  return static_cast<uint8_t>(byte);
-}
+  const typename Def::Params& p;
+  float scale;
+  uint64_t stream;
+  HwyLanes l;
+  TailLanes s;
+  HwyDraws draws;
+
+  // The codes of the vector of elements from i, r[i ..] updated.
+  HWY_INLINE HwyLanes::U vector(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, size_t i) const {
+    auto rv = kFeedback ? hn::LoadU(l.df, r + i) : hn::Zero(l.df);
+    const auto u = Stochastic<Def> ? draws.at(stream, i) : hn::Zero(l.df);
+    const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i), rv, p, scale, u);
+    if constexpr (kFeedback) hn::StoreU(rv, l.df, r + i);
+    return code;
+  }
+
+  // Byte b of the codes of elements [8b/kBits ..), from the elements below `end` only.
+  HWY_INLINE uint8_t byte(const float* g, float* r, size_t b, size_t end) const {
+    uint32_t byte = 0;
+    for (size_t i = b * C::kPerByte; i < end && i < (b + 1) * C::kPerByte; ++i) {
+      float ri = kFeedback ? r[i] : 0.0f;
+      const float u = Stochastic<Def> ? rng::uniform01(stream, i) : 0.0f;
+      byte |= encodeElement<Def>(s, g[i], ri, p, scale, u) << C::shift(i);
+      if constexpr (kFeedback) r[i] = ri;
+    }
+    return static_cast<uint8_t>(byte);
+  }
+};
 
 // Codes narrower than a byte: each word (kPerWord elements, whole vectors) is the OR of its
 // vectors' codes, each lane's code shifted to its place in the little-endian word, summed
 // across the lanes (the bits do not overlap, so the sum is their OR). Byte codes: each lane's
 // code narrowed to a byte and stored.
-template <class Def>
+template <class Def, bool kFeedback>
 void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT codes,
-                 size_t begin, size_t end, const typename Def::Params& p, float scale) {
+                 size_t begin, size_t end, const typename Def::Params& p, float scale, uint64_t stream) {
   using C = typename Def::Codes;
-  const HwyLanes l;
-  const size_t lanes = hn::Lanes(l.df);
+  const RangeEncoder<Def, kFeedback> e{p, scale, stream, {}, {}, {}};
+  const size_t lanes = hn::Lanes(e.l.df);
   size_t i = begin;
   if constexpr (C::kBitsPerCode == 8) {
     const hn::Rebind<uint8_t, HwyLanes::DU> d8;
-    for (; i + lanes <= end; i += lanes) {
-      auto rv = hn::LoadU(l.df, r + i);
-      const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i), rv, p, scale);
-      hn::StoreU(rv, l.df, r + i);
-      hn::StoreU(hn::TruncateTo(d8, code), d8, codes + i);
-    }
+    for (; i + lanes <= end; i += lanes) hn::StoreU(hn::TruncateTo(d8, e.vector(g, r, i)), d8, codes + i);
   } else {
     static_assert(hn::MaxLanes(HwyLanes::DF()) <= C::kPerWord, "a word holds whole vectors");
     HWY_ALIGN uint32_t places[C::kPerWord];
     for (size_t k = 0; k < C::kPerWord; ++k)
       places[k] = static_cast<uint32_t>(8 * (k / C::kPerByte)) + C::shift(k);
     for (; i + C::kPerWord <= end; i += C::kPerWord) {
-      auto word = hn::Zero(l.du);
-      for (size_t v = 0; v < C::kPerWord; v += lanes) {
-        auto rv = hn::LoadU(l.df, r + i + v);
-        const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i + v), rv, p, scale);
-        hn::StoreU(rv, l.df, r + i + v);
-        word = hn::Or(word, hn::Shl(code, hn::Load(l.du, places + v)));
-      }
-      const uint32_t bits = hn::GetLane(hn::SumOfLanes(l.du, word));
+      auto word = hn::Zero(e.l.du);
+      for (size_t v = 0; v < C::kPerWord; v += lanes)
+        word = hn::Or(word, hn::Shl(e.vector(g, r, i + v), hn::Load(e.l.du, places + v)));
+      const uint32_t bits = hn::GetLane(hn::SumOfLanes(e.l.du, word));
       std::memcpy(codes + i / C::kPerByte, &bits, 4);
     }
   }
-  for (size_t b = i / C::kPerByte; b < C::usedBytes(end); ++b) codes[b] = encodeByteScalar<Def>(g, r, b, end, p, scale);
+  for (size_t b = i / C::kPerByte; b < C::usedBytes(end); ++b) codes[b] = e.byte(g, r, b, end);
+}
+
+// Without a residual (r null) x is g + 0, and nothing is written back.
+template <class Def>
+void encodeAnyRange(const float* g, float* r, uint8_t* codes, size_t begin, size_t end,
+                    const typename Def::Params& p, float scale, uint64_t stream) {
+  if (r != nullptr) {
+    encodeRange<Def, true>(g, r, codes, begin, end, p, scale, stream);
+  } else {
+    encodeRange<Def, false>(g, nullptr, codes, begin, end, p, scale, stream);
+  }
 }
 
 // The codes of the `lanes` elements from element i (a multiple of the lane count) as u32 lanes.
@@ -181,7 +207,7 @@ void decodeScaledRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT ou
 
 template <class Def>
 constexpr QuantizerKernels<Def> quantizerKernels() {
-  return {encodeRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>};
+  return {encodeAnyRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>};
 }
 
 }  // namespace gcagent::compress::compll::HWY_NAMESPACE

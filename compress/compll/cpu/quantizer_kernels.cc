@@ -1,6 +1,7 @@
 // Every quantizer definition's CPU loops, and the slice statistics, for the build's
-// baseline (isa "generic"): Highway's static target, EMU128 on x86-64
-// (compress/CMakeLists.txt leaves every other target out of this file).
+// baseline (isa "generic"): Highway's static target, EMU128 on x86-64, or SCALAR where
+// Highway finds the compiler's EMU128 broken (compress/CMakeLists.txt leaves every other
+// target out of this file).
 #include <hwy/highway.h>
 
 #include "compress/compll/cpu/quantizer-inl.h"

@@ -30,7 +30,7 @@ HWY_INLINE float magnitudeOf(float x) {
 // The statistics of x = g + r over kBlocks consecutive blocks from `begin`, each `count`
 // elements (count < kStatsBlock only for a slice's last block, alone). The blocks run side
 // by side: each sum is a chain of dependent adds, and several chains keep the adder busy.
-template <unsigned kWhich, size_t kBlocks>
+template <unsigned kWhich, size_t kBlocks, bool kFeedback>
 HWY_INLINE void blockStats(const float* HWY_RESTRICT g, const float* HWY_RESTRICT r, size_t begin, size_t count,
                            SliceStats* HWY_RESTRICT out) {
   const hn::CappedTag<double, 4> dd;
@@ -52,7 +52,8 @@ HWY_INLINE void blockStats(const float* HWY_RESTRICT g, const float* HWY_RESTRIC
     for (size_t k = 0; k < kBlocks; ++k) {
       const size_t at = begin + k * kStatsBlock + i;
       for (size_t v = 0; v < kVectors; ++v) {
-        const auto x = hn::Add(hn::LoadU(df, g + at + v * lanes), hn::LoadU(df, r + at + v * lanes));
+        const auto x = hn::Add(hn::LoadU(df, g + at + v * lanes),
+                               kFeedback ? hn::LoadU(df, r + at + v * lanes) : hn::Zero(df));
         const auto a = hn::Abs(x);
         if constexpr ((kWhich & kSumAbs) != 0) sum_abs[k][v] = hn::Add(sum_abs[k][v], hn::PromoteTo(dd, a));
         if constexpr ((kWhich & kSumSquares) != 0) {
@@ -72,7 +73,7 @@ HWY_INLINE void blockStats(const float* HWY_RESTRICT g, const float* HWY_RESTRIC
       hn::Store(max_abs[k][v], df, max_lanes + v * lanes);
     }
     for (size_t j = begin + k * kStatsBlock + i; j < begin + k * kStatsBlock + count; ++j) {
-      const float x = g[j] + r[j];
+      const float x = g[j] + (kFeedback ? r[j] : 0.0f);
       abs_lanes[0] += static_cast<double>(magnitudeOf(x));
       square_lanes[0] += static_cast<double>(x) * static_cast<double>(x);
       max_lanes[0] = std::max(max_lanes[0], magnitudeOf(x));
@@ -85,12 +86,23 @@ HWY_INLINE void blockStats(const float* HWY_RESTRICT g, const float* HWY_RESTRIC
 
 // out[b] = block b's statistics, for the blocks of [begin, end) (begin a multiple of
 // kStatsBlock, end one too or the slice's end): four at a time while four whole ones remain.
+template <unsigned kWhich, bool kFeedback>
+void blockStatsOf(const float* g, const float* r, size_t begin, size_t end, SliceStats* out) {
+  size_t b = begin / kStatsBlock;
+  for (; (b + 4) * kStatsBlock <= end; b += 4)
+    blockStats<kWhich, 4, kFeedback>(g, r, b * kStatsBlock, kStatsBlock, out + b);
+  for (; b * kStatsBlock < end; ++b)
+    blockStats<kWhich, 1, kFeedback>(g, r, b * kStatsBlock, std::min(end - b * kStatsBlock, kStatsBlock), out + b);
+}
+
+// The same, with or without a residual (r null: x = g + 0).
 template <unsigned kWhich>
 void blockStatsRange(const float* g, const float* r, size_t begin, size_t end, SliceStats* out) {
-  size_t b = begin / kStatsBlock;
-  for (; (b + 4) * kStatsBlock <= end; b += 4) blockStats<kWhich, 4>(g, r, b * kStatsBlock, kStatsBlock, out + b);
-  for (; b * kStatsBlock < end; ++b)
-    blockStats<kWhich, 1>(g, r, b * kStatsBlock, std::min(end - b * kStatsBlock, kStatsBlock), out + b);
+  if (r != nullptr) {
+    blockStatsOf<kWhich, true>(g, r, begin, end, out);
+  } else {
+    blockStatsOf<kWhich, false>(g, nullptr, begin, end, out);
+  }
 }
 
 }  // namespace gcagent::compress::compll::HWY_NAMESPACE

@@ -26,11 +26,17 @@ using compress::cuda::raiseFault;
 __device__ __forceinline__ size_t threadIndex() { return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; }
 
 template <class Def>
-__device__ __forceinline__ uint32_t encodeElement(float g, float& r, const typename Def::Params& p, float scale) {
-  if constexpr (Scaled<Def>) {
-    return Def::encode(ScalarLanes{}, g, r, p, scale);
+__device__ __forceinline__ uint32_t encodeElement(float g, float& r, const typename Def::Params& p, float scale,
+                                                  uint64_t stream, size_t i) {
+  const ScalarLanes l;
+  if constexpr (Scaled<Def> && Stochastic<Def>) {
+    return Def::encode(l, g, r, p, scale, rng::uniform01(stream, i));
+  } else if constexpr (Scaled<Def>) {
+    return Def::encode(l, g, r, p, scale);
+  } else if constexpr (Stochastic<Def>) {
+    return Def::encode(l, g, r, p, rng::uniform01(stream, i));
   } else {
-    return Def::encode(ScalarLanes{}, g, r, p);
+    return Def::encode(l, g, r, p);
   }
 }
 
@@ -114,7 +120,7 @@ __global__ void fixedScaleKernel(size_t n, typename Def::Params p, float* header
 template <class Def, bool kFeedback>
 __global__ void encodeKernel(const float* __restrict__ g, float* __restrict__ r, uint32_t* __restrict__ out,
                              size_t n, size_t words, typename Def::Params p, const float* __restrict__ header,
-                             const DeviceFault* fault) {
+                             uint64_t stream, const DeviceFault* fault) {
   using C = typename Def::Codes;
   const size_t i = threadIndex();
   if (header != nullptr && faulted(fault)) return;  // the same for every thread: whole warps leave together
@@ -123,7 +129,7 @@ __global__ void encodeKernel(const float* __restrict__ g, float* __restrict__ r,
   uint32_t code = 0;
   if (i < n) {
     float ri = kFeedback ? r[i] : 0.0f;
-    code = encodeElement<Def>(g[i], ri, p, scale);
+    code = encodeElement<Def>(g[i], ri, p, scale, stream, i);
     if constexpr (kFeedback) r[i] = ri;
   }
   const uint32_t word = compress::cuda::orOverLanes(
@@ -146,9 +152,14 @@ __global__ void checkKernel(const float* __restrict__ header, const uint8_t* __r
   }
   if constexpr (kPaddingChecked<Def>) {
     const size_t b = n / C::kPerByte + t;  // bytes holding codes past element n-1
-    if (b >= C::bytes(n)) return;
-    const uint32_t mask = (b == n / C::kPerByte && n % C::kPerByte != 0) ? (1u << C::shift(n - 1)) - 1u : 0xffu;
-    if ((codes[b] & mask) != 0) raiseFault(fault, compress::cuda::kFaultBadPadding, n);
+    if (b < C::bytes(n)) {
+      const uint32_t mask = (b == n / C::kPerByte && n % C::kPerByte != 0) ? (1u << C::shift(n - 1)) - 1u : 0xffu;
+      if ((codes[b] & mask) != 0) raiseFault(fault, compress::cuda::kFaultBadPadding, n);
+    }
+  }
+  if constexpr (kChecksCodes<Def>) {
+    // One thread per element: the lowest index wins, the one the CPU names.
+    if (t < n && C::at(codes, t) == Def::kNeverWritten) raiseFault(fault, compress::cuda::kFaultBadCode, t);
   }
 }
 
@@ -174,7 +185,7 @@ class GpuQuantizer final : public FaultingGpuCodec {
   size_t maxEncodedBytes(size_t n) const override { return kHeader + C::bytes(n); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                        const SliceId&, GpuStream stream) override {
+                        const SliceId& id, GpuStream stream) override {
     const size_t n = in.size();
     const size_t bytes = maxEncodedBytes(n);
     GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
@@ -189,15 +200,17 @@ class GpuQuantizer final : public FaultingGpuCodec {
       GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
       return bytes;
     }
+    uint64_t draws = 0;
+    if constexpr (Stochastic<Def>) draws = Def::stream(p_, id.key, id.slice, id.step);
     auto* dst = reinterpret_cast<uint32_t*>(out.data() + kHeader);
     const size_t words = C::bytes(n) / 4;
     const unsigned blocks = compress::cuda::blocksFor(C::kPerWord * words);
     if (feedback_) {
       encodeKernel<Def, true><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), state.data(), dst, n, words, p_,
-                                                                          header, fault());
+                                                                          header, draws, fault());
     } else {
       encodeKernel<Def, false><<<blocks, compress::cuda::kThreads, 0, s>>>(in.data(), nullptr, dst, n, words, p_,
-                                                                           header, fault());
+                                                                           header, draws, fault());
     }
     GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
     return bytes;
@@ -214,8 +227,9 @@ class GpuQuantizer final : public FaultingGpuCodec {
       header = reinterpret_cast<const float*>(in.data());
     }
     const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
-    if (Scaled<Def> || kPaddingChecked<Def>) {
-      const size_t checked = kPaddingChecked<Def> ? C::bytes(n) - n / C::kPerByte : 1;
+    if (Scaled<Def> || kPaddingChecked<Def> || kChecksCodes<Def>) {
+      size_t checked = kPaddingChecked<Def> ? C::bytes(n) - n / C::kPerByte : 1;
+      if (kChecksCodes<Def> && n > checked) checked = n;
       checkKernel<Def><<<compress::cuda::blocksFor(checked), compress::cuda::kThreads, 0, s>>>(header, codes, n,
                                                                                                  fault());
     }
@@ -232,17 +246,29 @@ class GpuQuantizer final : public FaultingGpuCodec {
   Status describe(const DeviceFault& f) const override {
     switch (compress::cuda::faultKind(f)) {
       case compress::cuda::kFaultNonFinite:
-        return Status::invalidArgument(strCat(name(), ": gradient plus residual holds a non-finite value"));
+        return Status::invalidArgument(
+            strCat(name(), ": ", feedback_ ? "gradient plus residual" : "gradient", " holds a non-finite value"));
       case compress::cuda::kFaultBadScale:
         return Status::dataLoss(strCat(name(), ": scale is ", f.value, ", expected a finite value >= 0"));
       case compress::cuda::kFaultBadPadding:
         return Status::dataLoss(strCat(name(), ": padding bits past element ", compress::cuda::faultIndex(f), " are set"));
+      case compress::cuda::kFaultBadCode:
+        return Status::dataLoss(strCat(name(), ": element ", compress::cuda::faultIndex(f), " has code ",
+                                       kNeverWrittenOf(), ", which the encoder never writes"));
       default:
         return FaultingGpuCodec::describe(f);
     }
   }
 
  private:
+  static uint32_t kNeverWrittenOf() {
+    if constexpr (kChecksCodes<Def>) {
+      return Def::kNeverWritten;
+    } else {
+      return 0;
+    }
+  }
+
   // The slice's scale into the header, made from its statistics when the definition asks.
   Status launchScale(const float* g, const float* r, size_t n, float* header, cudaStream_t s) {
     const unsigned which = Def::stats(p_);
@@ -271,7 +297,7 @@ template <class Def>
 Result<std::unique_ptr<GpuCodec>> makeGpuQuantizer(const Params& params) {
   ParamReader reader(Def::kName, params);
   const typename Def::Params p = Def::read(reader);
-  const bool feedback = reader.boolean("error_feedback", true);
+  const bool feedback = reader.boolean("error_feedback", feedbackByDefault<Def>());
   GC_RETURN_IF_ERROR(reader.finish());
   auto codec = std::make_unique<GpuQuantizer<Def>>(p, feedback);
   GC_RETURN_IF_ERROR(codec->init());

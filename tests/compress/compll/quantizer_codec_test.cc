@@ -1,0 +1,56 @@
+// The checks compll's quantizer codec makes of what arrives, against brute force over every
+// code: the padding past the last element and a code the encoder never writes, at 1, 2, 4 and
+// 8 bits per code.
+#include "compress/compll/quantizer_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace gcagent::compress::compll {
+namespace {
+
+template <class C>
+size_t bruteFirst(const std::vector<uint8_t>& codes, size_t n, uint32_t never) {
+  for (size_t i = 0; i < n; ++i)
+    if (((codes[i / C::kPerByte] >> (8 - C::kBitsPerCode * (1 + i % C::kPerByte))) & C::kMask) == never) return i;
+  return n;
+}
+
+template <class C>
+bool bruteClear(const std::vector<uint8_t>& codes, size_t n) {
+  for (size_t i = n; i < 8 * codes.size() / C::kBitsPerCode; ++i)
+    if (((codes[i / C::kPerByte] >> (8 - C::kBitsPerCode * (1 + i % C::kPerByte))) & C::kMask) != 0) return false;
+  return true;
+}
+
+template <class C>
+void checkAgainstBruteForce() {
+  std::mt19937 rng(C::kBitsPerCode);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{31}, size_t{32}, size_t{33}, size_t{100}, size_t{517}}) {
+    for (int round = 0; round < 50; ++round) {
+      std::vector<uint8_t> codes(C::bytes(n));
+      // Mostly codes other than `never` (so that a found one is often far in), the padding
+      // usually clear.
+      const uint32_t never = rng() & C::kMask;
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t code = rng() & C::kMask;
+        if (code == never && rng() % 64 != 0) code = (code + 1) & C::kMask;
+        codes[i / C::kPerByte] |= static_cast<uint8_t>(code << C::shift(i));
+      }
+      if (round % 5 == 0 && !codes.empty()) codes.back() |= 1;  // a set bit in the last word
+      EXPECT_EQ(firstCodeEqualTo<C>(codes.data(), n, never), bruteFirst<C>(codes, n, never))
+          << C::kBitsPerCode << " bits, n=" << n << " never=" << never;
+      EXPECT_EQ(paddingIsClear<C>(codes.data(), n), bruteClear<C>(codes, n)) << C::kBitsPerCode << " bits, n=" << n;
+    }
+  }
+}
+
+TEST(QuantizerChecksTest, FirstCodeAndPaddingAtOneBit) { checkAgainstBruteForce<Codes<1>>(); }
+TEST(QuantizerChecksTest, FirstCodeAndPaddingAtTwoBits) { checkAgainstBruteForce<Codes<2>>(); }
+TEST(QuantizerChecksTest, FirstCodeAndPaddingAtFourBits) { checkAgainstBruteForce<Codes<4>>(); }
+TEST(QuantizerChecksTest, FirstCodeAndPaddingAtEightBits) { checkAgainstBruteForce<Codes<8>>(); }
+
+}  // namespace
+}  // namespace gcagent::compress::compll
