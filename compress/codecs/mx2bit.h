@@ -5,6 +5,7 @@
 #pragma once
 
 #include "compress/compll/definition.h"
+#include "compress/compll/ops.h"
 
 namespace gcagent::compress::codecs {
 
@@ -33,13 +34,9 @@ struct Mx2bit {
     return l.orU(l.ifThen(pos, l.u(kPos)), l.ifThen(neg, l.u(kNeg)));
   }
 
-  // The high bit says a threshold is sent; a clear low bit with it makes it negative (codes 0
-  // and 1 give +0). Integer arithmetic instead of two selects.
   template <class L>
   GC_HD static typename L::F decode(const L& l, typename L::U code, const Params& p) {
-    const auto sent = l.template shr<1>(code);
-    const auto negative = l.andU(sent, l.xorU(code, l.u(1)));
-    return l.fromBits(l.orU(l.andU(l.bits(l.f(p.t)), l.subU(l.u(0), sent)), l.template shl<31>(negative)));
+    return compll::ternaryValue(l, code, p.t);
   }
 };
 

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "compress/compll/definition.h"
+#include "compress/compll/ops.h"
 
 namespace gcagent::compress::codecs {
 
@@ -56,12 +57,9 @@ struct Terngrad {
     return code;
   }
 
-  // As 2bit's: the high bit says s is sent, a clear low bit with it makes it negative.
   template <class L>
   GC_HD static typename L::F decode(const L& l, typename L::U code, const Params&, float s) {
-    const auto sent = l.template shr<1>(code);
-    const auto negative = l.andU(sent, l.xorU(code, l.u(1)));
-    return l.fromBits(l.orU(l.andU(l.bits(l.f(s)), l.subU(l.u(0), sent)), l.template shl<31>(negative)));
+    return compll::ternaryValue(l, code, s);
   }
 };
 
