@@ -30,20 +30,25 @@ bool paddingIsClear(const uint8_t* codes, size_t n) {
   return true;
 }
 
-// The first element of [0, n) whose code is `never`, or n. A byte at a time: the byte XOR
-// `never` in every field has an all-zero field exactly where a code equals it.
+// The first element of [0, n) whose code is `never`, or n. Eight bytes at a time: the bytes
+// XOR `never` in every field have an all-zero field exactly where a code equals it, and OR-ing
+// each field's bits into its lowest (shifts narrower than a field, so a neighbour's bits never
+// reach it) leaves that bit clear there. Only a word that has one is searched code by code.
 template <class C>
 size_t firstCodeEqualTo(const uint8_t* codes, size_t n, uint32_t never) {
-  uint32_t pattern = 0, low_bits = 0;
-  for (uint32_t k = 0; k < C::kPerByte; ++k) {
-    pattern |= never << (C::kBitsPerCode * k);
-    low_bits |= 1u << (C::kBitsPerCode * k);
+  uint64_t pattern = 0, low_bits = 0;
+  for (uint32_t k = 0; k < 64 / C::kBitsPerCode; ++k) {
+    pattern |= static_cast<uint64_t>(never) << (C::kBitsPerCode * k);
+    low_bits |= uint64_t{1} << (C::kBitsPerCode * k);
   }
+  const size_t whole_bytes = n / C::kPerByte;
   size_t b = 0;
-  for (; b < n / C::kPerByte; ++b) {
-    uint32_t folded = codes[b] ^ pattern;
+  for (; b + 8 <= whole_bytes; b += 8) {
+    uint64_t word;
+    std::memcpy(&word, codes + b, 8);
+    uint64_t folded = word ^ pattern;
     for (uint32_t width = 1; width < C::kBitsPerCode; width *= 2) folded |= folded >> width;
-    if ((folded & low_bits) != low_bits) break;  // a field of this byte is zero
+    if ((~folded & low_bits) != 0) break;  // a code of these eight bytes is `never`
   }
   for (size_t i = b * C::kPerByte; i < n; ++i)
     if (C::at(codes, i) == never) return i;
