@@ -11,21 +11,12 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "compress/compll/slice_stats.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gcagent::compress::compll::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-HWY_INLINE float magnitudeOf(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits &= 0x7fffffffu;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
 
 // The statistics of x = g + r over kBlocks consecutive blocks from `begin`, each `count`
 // elements (count < kStatsBlock only for a slice's last block, alone). The blocks run side
@@ -74,9 +65,9 @@ HWY_INLINE void blockStats(const float* HWY_RESTRICT g, const float* HWY_RESTRIC
     }
     for (size_t j = begin + k * kStatsBlock + i; j < begin + k * kStatsBlock + count; ++j) {
       const float x = g[j] + (kFeedback ? r[j] : 0.0f);
-      abs_lanes[0] += static_cast<double>(magnitudeOf(x));
+      abs_lanes[0] += static_cast<double>(floatOf(bitsOf(x) & 0x7fffffffu));
       square_lanes[0] += static_cast<double>(x) * static_cast<double>(x);
-      max_lanes[0] = std::max(max_lanes[0], magnitudeOf(x));
+      max_lanes[0] = std::max(max_lanes[0], floatOf(bitsOf(x) & 0x7fffffffu));
     }
     out[k].sum_abs = (abs_lanes[0] + abs_lanes[1]) + (abs_lanes[2] + abs_lanes[3]);
     out[k].sum_squares = (square_lanes[0] + square_lanes[1]) + (square_lanes[2] + square_lanes[3]);
