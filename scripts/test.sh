@@ -144,8 +144,11 @@ done
 # Multi-process agents and trainers, on loopback and in network namespaces; the deployment
 # files and the operator guide checked against each tree's gcagent. The two trees' suites run
 # at once: each keeps a core busy less than half the time.
+# Each suite picks its agents' ports from a range of its own (tests/integration/cluster.py).
+declare -A port_range=([release]=10000-20999 [asan]=21000-32000)
 for flavor in "${built[@]}"; do
-  together_start "$flavor integration" pytest env "$(ucx_hooks "$flavor")" GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
+  together_start "$flavor integration" pytest env "$(ucx_hooks "$flavor")" TEST_PORT_RANGE="${port_range[$flavor]}" \
+    GCAGENT_BUILD_DIR="$REPO_DIR/build/$flavor" \
     "$CACHE_DIR/venv-dev/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "$REPO_DIR/tests/integration" \
     "$REPO_DIR/tests/docker/test_deploy.py" "$REPO_DIR/tests/docs"
 done

@@ -19,16 +19,22 @@ TRAINER = BUILD / "clients" / "gcagent_test_trainer"
 def free_ports(n):
     """n ports that are free now, below the kernel's ephemeral range: a port the kernel
     handed out with bind(0) may be given again to an outgoing connection (UCX's, for one)
-    before the agent that should listen on it starts."""
+    before the agent that should listen on it starts. Suites run at once get disjoint ranges
+    (TEST_PORT_RANGE=first-last, from scripts/test.sh): a port free now may be taken by the
+    other suite's agent before this one's binds it."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
+    first, last = 10000, max(low, 10001) - 1
+    if os.environ.get("TEST_PORT_RANGE"):
+        a, b = (int(v) for v in os.environ["TEST_PORT_RANGE"].split("-"))
+        first, last = max(first, a), min(last, b)
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     socks, ports = [], []
     while len(ports) < n:
-        port = rng.randrange(10000, max(low, 10001))
+        port = rng.randrange(first, last + 1)
         s = socket.socket()
         try:
             s.bind(("127.0.0.1", port))
