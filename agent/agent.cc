@@ -264,8 +264,9 @@ Status Agent::run() {
       server_ptr->onMembership({view.epoch, static_cast<uint32_t>(view.members.size()), view.members, view.joined});
   };
   ReductionEngine engine(*transport, std::move(engine_options),
-                         [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
-                           if (server_ptr != nullptr) server_ptr->onReduced(job, it, key, s);
+                         [&server_ptr](uint64_t job, uint64_t it, uint64_t key, const Status& s,
+                                       std::optional<uint32_t> reload_root) {
+                           if (server_ptr != nullptr) server_ptr->onReduced(job, it, key, s, reload_root);
                          });
   ServerOptions server_options;
   server_options.socket_path = c.agent_socket;

@@ -78,6 +78,7 @@ struct BodyWriter {
   void operator()(const Complete& m) {
     w.put(m.iteration);
     putKeys(w, m.keys);
+    if (m.reload_root) w.put(*m.reload_root);
   }
   void operator()(const Error& m) {
     w.put(static_cast<uint16_t>(m.code));
@@ -329,6 +330,13 @@ M parseKeys(BodyParser& p) {
   return m;
 }
 
+Complete parseComplete(BodyParser& p) {
+  Complete m = parseKeys<Complete>(p);
+  if (p.ok() && p.remaining() >= sizeof(uint32_t)) m.reload_root = p.get<uint32_t>();  // an older agent sends none
+  if (p.ok() && m.reload_root && *m.reload_root >= kMaxNodes) p.invalid(strCat("reload root ", *m.reload_root));
+  return m;
+}
+
 Membership parseMembership(BodyParser& p) {
   Membership m;
   m.epoch = p.get<uint32_t>();
@@ -494,7 +502,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> body) {
     case MessageType::kDeclare: m.body = parseDeclare(p); break;
     case MessageType::kDeclared: m.body = parseDeclared(p); break;
     case MessageType::kSubmit: m.body = parseKeys<Submit>(p); break;
-    case MessageType::kComplete: m.body = parseKeys<Complete>(p); break;
+    case MessageType::kComplete: m.body = parseComplete(p); break;
     case MessageType::kError: m.body = parseError(p); break;
     case MessageType::kDeclareDevice: m.body = parseDeclareDevice(p); break;
     case MessageType::kDeclaredDevice: m.body = parseDeclaredDevice(p); break;

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -157,9 +158,14 @@ struct Submit {
   bool operator==(const Submit&) const = default;
 };
 
+// reload_root, when present (a u32 after the keys; an older agent sends none): an iteration
+// was given up on some node, which others may have completed, and this is the first that
+// completed after it: the trainers load that node's weights before their next step
+// (agent/engine/job_reload.h).
 struct Complete {
   uint64_t iteration = 0;
   std::vector<uint64_t> keys;
+  std::optional<uint32_t> reload_root;
   bool operator==(const Complete&) const = default;
 };
 

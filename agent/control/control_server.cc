@@ -129,14 +129,15 @@ void ControlServer::timedOut(uint32_t trainer, std::string_view what) {
   GC_LOG(kWarn, "control", "trainer ", trainer, ": ", what, " in time; disconnecting");
 }
 
-void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key, const Status& status) {
+void ControlServer::onReduced(uint64_t job_id, uint64_t iteration, uint64_t key, const Status& status,
+                              std::optional<uint32_t> reload_root) {
   std::shared_ptr<LocalJob> job = jobs_.find(job_id);
   if (!job) return;
   if (job->inFlight > 0) --job->inFlight;
   // Trainers that connect from now on hold the weights loaded after the first step completed
   // under a membership that took nodes in: they are told no joiners.
   if (status.ok()) membership_.joined.clear();
-  notify(*job, iteration, key, status);
+  notify(*job, iteration, key, status, reload_root);
 }
 
 void ControlServer::onJobLost(uint64_t job_id, uint64_t last_completed, const Status& why) {
@@ -157,13 +158,14 @@ void ControlServer::onMembership(shm::protocol::Membership membership) {
     if (session->job()) session->send({0, membership_});
 }
 
-void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) {
+void ControlServer::notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status,
+                           std::optional<uint32_t> reload_root) {
   for (TrainerSession* member : job.members) {
     if (member == nullptr) continue;
     auto request = member->takeSubmit(iteration, key);
     if (!request) continue;
     if (status.ok()) {
-      member->complete(*request, iteration, key, job.placementOf(key).where == Placement::kDevice);
+      member->complete(*request, iteration, key, job.placementOf(key).where == Placement::kDevice, reload_root);
     } else {
       member->sendError(*request, Status(status.code(), strCat("tensor ", key, " iteration ", iteration, ": ",
                                                                status.message())));

@@ -56,7 +56,8 @@ class ControlServer : public JobPart, private SessionHost {
   void stop(const Status& why);
 
   // The engine's completion callback.
-  void onReduced(uint64_t job, uint64_t iteration, uint64_t key, const Status& status);
+  void onReduced(uint64_t job, uint64_t iteration, uint64_t key, const Status& status,
+                 std::optional<uint32_t> reload_root = std::nullopt);
 
   // A trainer of `job` on another node left after that node completed `last_completed`:
   // fails this node's work on later iterations of the job and refuses new submissions of
@@ -88,7 +89,8 @@ class ControlServer : public JobPart, private SessionHost {
   // job placed the tensor (tensor_placement.h).
   void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key,
               std::vector<Contribution> ready) override;
-  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) override;
+  void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status,
+              std::optional<uint32_t> reload_root = std::nullopt) override;
   void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done) override {
     engine_.exportState(job, key, std::move(done));
   }

@@ -45,7 +45,8 @@ class SessionHost {
   virtual void reduce(const std::shared_ptr<LocalJob>& job, uint64_t iteration, uint64_t key,
                       std::vector<Contribution> ready) = 0;
   // Tells the job's trainers that submitted (iteration, key) how it ended.
-  virtual void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status) = 0;
+  virtual void notify(LocalJob& job, uint64_t iteration, uint64_t key, const Status& status,
+                      std::optional<uint32_t> reload_root = std::nullopt) = 0;
   // A tensor's error-feedback state for a checkpoint, out and back in
   // (ReductionEngine::exportState, importState).
   virtual void exportState(uint64_t job, uint64_t key, std::function<void(Result<std::vector<std::byte>>)> done) = 0;

@@ -159,16 +159,17 @@ Status TrainerSession::onDeclareDevice(uint32_t request, const protocol::Declare
   return {};
 }
 
-void TrainerSession::complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded) {
+void TrainerSession::complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded,
+                              std::optional<uint32_t> reload_root) {
   auto it = slots_.find(key);
   if (it != slots_.end() && it->second.narrow != nullptr)  // the fp32 result, rounded into the slot
     narrowSlot(it->second.dtype, it->second.data, it->second.narrow, it->second.elements);
-  if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}}});
+  if (!device_ || it == slots_.end()) return send({request, protocol::Complete{iteration, {key}, reload_root}});
   auto self = shared_from_this();
   DeviceSlots* device = device_.get();
-  auto reply = [this, self, device, request, iteration, key](const Status& st) {
+  auto reply = [this, self, device, request, iteration, key, reload_root](const Status& st) {
     if (closed() || device_.get() != device) return;
-    if (st.ok()) return send({request, protocol::Complete{iteration, {key}}});
+    if (st.ok()) return send({request, protocol::Complete{iteration, {key}, reload_root}});
     GC_LOG(kWarn, "control", "trainer ", id(), ": ", st.message());
     sendError(request, Status(st.code(), strCat("tensor ", key, " iteration ", iteration, ": ", st.message())));
   };

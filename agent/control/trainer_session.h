@@ -43,7 +43,7 @@ class TrainerSession : public TrainerConnection {
 
   // Completes (iteration, key) for this trainer: device slots get the average first;
   // `coded`: the average is already in the device slot (the coder decoded it there).
-  void complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded);
+  void complete(uint32_t request, uint64_t iteration, uint64_t key, bool coded, std::optional<uint32_t> reload_root);
   // Copies this trainer's device slot of `key` into its host buffer (a reduction that runs on
   // the host); `done` on the io thread.
   void stageIn(size_t index, uint64_t elements, DevicePath::Done done);

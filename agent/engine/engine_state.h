@@ -14,6 +14,7 @@
 
 #include "agent/coding/local_coder.h"
 #include "agent/engine/job_alignment.h"
+#include "agent/engine/job_reload.h"
 #include "agent/engine/tensor_route.h"
 #include "common/clock.h"
 #include "transport/transport.h"
@@ -63,6 +64,8 @@ struct JobState {
   std::unordered_map<uint64_t, KeyState> keys;
   JobAlignment align;
   std::vector<uint64_t> announced;  // by rank: the frontier it last heard from here (job_realigner.h)
+  std::vector<uint64_t> announced_reload;  // by rank: the reload it last heard called from here
+  JobReload reload;  // the trainers' reload an iteration given up somewhere calls for
   // The iterations this node gave up lately (failed, or refused at once), newest last: what it
   // answers an agent back from a stall (agent/wire/outcome_query.h).
   std::deque<uint64_t> given_up;

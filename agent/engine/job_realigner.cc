@@ -24,9 +24,11 @@ uint64_t JobRealigner::frontierOf(const JobState& js) {
 
 void JobRealigner::announce(uint64_t job, JobState& js, transport::Rank to) {
   const uint64_t next = frontierOf(js);
-  if (next == 0 || next <= js.announced[to] || !transport_.peerUp(to)) return;
-  js.announced[to] = next;
-  (void)transport_.send(to, encodePeerFrame(RealignNotice{job, next}), {}, nullptr);
+  const uint64_t reload = js.reload.from();
+  if (next == 0 || (next <= js.announced[to] && reload <= js.announced_reload[to]) || !transport_.peerUp(to)) return;
+  js.announced[to] = std::max(js.announced[to], next);
+  js.announced_reload[to] = std::max(js.announced_reload[to], reload);
+  (void)transport_.send(to, encodePeerFrame(RealignNotice{job, next, reload}), {}, nullptr);
 }
 
 void JobRealigner::announceToAll(uint64_t job, JobState& js) {
@@ -36,6 +38,7 @@ void JobRealigner::announceToAll(uint64_t job, JobState& js) {
 
 void JobRealigner::peerUp(uint64_t job, JobState& js, transport::Rank peer) {
   js.announced[peer] = 0;
+  js.announced_reload[peer] = 0;
   announce(job, js, peer);
 }
 
@@ -53,6 +56,7 @@ bool JobRealigner::realign(uint64_t job, JobState& js, uint64_t next, const std:
     owner_.dropSums(job, key, next - 1);
   }
   if (!gave_up) return false;
+  js.reload.call(next);  // this node skipped iterations the others may have completed
   ++realignments_;
   stats_.recovery(metrics::Stats::kRealigned).Increment();
   GC_LOG(kInfo, "agent", "job ", job, ": realigned: iterations below ", next, " given up (", why,
@@ -76,6 +80,7 @@ bool JobRealigner::onNotice(transport::Rank from, const RealignNotice& notice, J
     early = std::max(early, notice.next);
     return false;
   }
+  if (notice.reload_from != 0) js->reload.call(notice.reload_from);
   return realign(notice.job, *js, notice.next, strCat("rank ", from, " goes on at iteration ", notice.next));
 }
 

@@ -102,6 +102,7 @@ Result<std::vector<DeclaredTensor>> ReductionEngine::declareJob(uint64_t job, co
   if (!slot) {
     slot = std::make_unique<JobState>();
     slot->announced.assign(transport_.size(), 0);
+    slot->announced_reload.assign(transport_.size(), 0);
     realigner_->declared(job, *slot);
   }
   JobState& js = *slot;
@@ -395,9 +396,18 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   k.last_ok = status.ok();
   k.last_iteration = k.iteration;
   k.last_trainer_iteration = k.trainer_iteration;
+  std::optional<uint32_t> reload_root;
   if (js != nullptr) {
     js->recordOutcome(status.ok(), options_.now());
-    if (!status.ok()) js->recordGivenUp(k.iteration);
+    if (!status.ok()) {
+      js->recordGivenUp(k.iteration);
+      // Other nodes may have completed it: every node reloads after the next one (job_reload.h).
+      js->reload.call(k.iteration + 1);
+      realigner_->announceToAll(job, *js);
+    } else if (js->reload.completes(k.iteration)) {
+      const MembershipView& view = membership_.view();
+      reload_root = view.root().value_or(view.members.empty() ? 0 : view.members.front());
+    }
   }
   // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
   if (!status.ok() && k.coder) k.coder->abandon(k.work);
@@ -414,7 +424,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     // Partial sums of the failed iteration must never mix into a later one.
     owner_->dropSums(job, k.spec.key, k.iteration);
   }
-  if (on_complete_) on_complete_(job, k.trainer_iteration, k.spec.key, status);
+  if (on_complete_) on_complete_(job, k.trainer_iteration, k.spec.key, status, reload_root);
 }
 
 void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,

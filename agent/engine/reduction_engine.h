@@ -128,7 +128,9 @@ struct EngineOptions {
 class ReductionEngine : public JobPart {
  public:
   // Called once per (job, iteration, key) reduce(): ok when the buffers hold the result.
-  using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&)>;
+  // reload_root: after this iteration the job's trainers load that node's weights (job_reload.h).
+  using CompleteFn = std::function<void(uint64_t job, uint64_t iteration, uint64_t key, const Status&,
+                                        std::optional<uint32_t> reload_root)>;
 
   ReductionEngine(transport::Transport& transport, EngineOptions options, CompleteFn on_complete);
   ~ReductionEngine();

@@ -33,10 +33,14 @@ void frameFields(M& m, F& f) {
 
 // A node's frontier for a job (job_alignment.h): it gives up every iteration below `next`
 // and completes nothing earlier. Sent when a link comes up, when the node gives an
-// iteration up, and in answer to a slice of an iteration it gave up.
+// iteration up, and in answer to a slice of an iteration it gave up. `reload_from`, when not
+// 0: an iteration was given up on some node, which others may have completed (their models
+// then differ), so the job's trainers reload one node's weights after the first iteration
+// from there that completes (engine_state.h, JobState::reload).
 struct RealignNotice {
   uint64_t job = 0;
   uint64_t next = 0;
+  uint64_t reload_from = 0;
   bool operator==(const RealignNotice&) const = default;
 };
 
@@ -45,6 +49,7 @@ template <class M, class F>
 void frameFields(M& m, F& f) {
   f.num(m.job);
   f.num(m.next);
+  f.num(m.reload_from);
 }
 
 }  // namespace gcagent::agent

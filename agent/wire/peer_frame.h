@@ -30,7 +30,7 @@ enum class FrameKind : uint8_t {
 };
 
 inline constexpr uint32_t kPeerFrameMagic = 0x50414347;  // "GCAP"
-inline constexpr uint8_t kPeerFrameVersion = 1;
+inline constexpr uint8_t kPeerFrameVersion = 2;  // 2: RealignNotice::reload_from
 inline constexpr size_t kPeerFrameHeaderBytes = 12;
 
 using PeerMessage =

@@ -176,6 +176,10 @@ Outcome Client::handle(protocol::Message&& message) {
     } else if (complete->iteration != resync_iteration_) {
       resync_root_.reset();
     }
+    if (complete->reload_root) {  // an iteration was given up on some node (agent/engine/job_reload.h)
+      resync_root_ = complete->reload_root;
+      resync_iteration_ = complete->iteration;
+    }
     completed_epoch_ = view_.epoch;
     completed_view_ = view_;
     for (uint64_t key : complete->keys) {
@@ -205,6 +209,7 @@ Outcome Client::handle(protocol::Message&& message) {
       slot.state = KeyState::kFailed;
       slot.error = text;
       --pending_;
+      if (slot.iteration == resync_iteration_) resync_root_.reset();  // the step failed: a later one reloads
     }
     return success();  // an error for a request no longer pending has nothing left to fail
   }

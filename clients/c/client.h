@@ -80,7 +80,8 @@ class Client {
   const shm::protocol::Welcome& welcome() const { return welcome_; }
   // The node ranks the latest completed result averaged over (every node until the agent
   // told a membership change), and the node whose weights every trainer loads after it: set
-  // for the first completion under a membership that took nodes in (agent/membership/membership_view.h).
+  // for the first completion under a membership that took nodes in (agent/membership/membership_view.h)
+  // or after a step given up somewhere (agent/engine/job_reload.h).
   std::vector<uint32_t> resultNodes() const;
   std::optional<uint32_t> resyncRoot() const { return resync_root_; }
 

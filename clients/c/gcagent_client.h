@@ -179,9 +179,11 @@ GCAGENT_API uint32_t gcagent_result_nodes(const gcagent_client* client, uint32_t
 /* (ABI version 4) After a wait that completed a step: the node rank whose trainers hold the
  * weights every trainer must load now, or -1. It is set for the first step this trainer
  * completes under a membership that took nodes in (a node back after it was left behind, or
- * one that trained apart under transport.quorum = "none"), on every member's trainers for the
- * same step: they then broadcast from that node's local rank 0 trainer (gcagent.torch's
- * sync_parameters does), as DDP broadcasts at its start. -1 for every other step. */
+ * one that trained apart under transport.quorum = "none"), and for the first step completed
+ * after a step was given up on some node (which other nodes may have completed: their models
+ * then differ by it), on every member's trainers for the same step: they then broadcast from
+ * that node's local rank 0 trainer (gcagent.torch's sync_parameters does), as DDP broadcasts
+ * at its start. -1 for every other step, and once a key of the step failed. */
 GCAGENT_API int64_t gcagent_resync_root(const gcagent_client* client);
 
 /* ---- Waiting without polling, and slots a caller maps itself (ABI version 5) ---- */

@@ -129,12 +129,12 @@ bool ScriptedAgent::answer(int fd, const HeldSubmit& held) {
     case OnSubmit::kJobError:
       return send(fd, {0, protocol::Error{StatusCode::kUnavailable, "peer node 1 left the job"}});
     case OnSubmit::kGarbage: {
-      auto frame = protocol::encode({held.request_id, protocol::Complete{iteration, done}});
+      auto frame = protocol::encode({held.request_id, protocol::Complete{iteration, done, {}}});
       frame[0] = std::byte{'X'};
       return ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) > 0;
     }
     case OnSubmit::kCompleteSlowly: {
-      const auto frame = protocol::encode({held.request_id, protocol::Complete{iteration, done}});
+      const auto frame = protocol::encode({held.request_id, protocol::Complete{iteration, done, {}}});
       if (::send(fd, frame.data(), 10, MSG_NOSIGNAL) != 10) return false;
       // The rest once the test saw its client time out holding the first part.
       if (!gcagent::testing::waitFor([&] { return release_rest.load(); })) return false;
@@ -143,11 +143,11 @@ bool ScriptedAgent::answer(int fd, const HeldSubmit& held) {
       break;
     }
     case OnSubmit::kComplete:
-      if (!done.empty() && !send(fd, {held.request_id, protocol::Complete{iteration, done}})) return false;
+      if (!done.empty() && !send(fd, {held.request_id, protocol::Complete{iteration, done, {}}})) return false;
       break;
     case OnSubmit::kCompleteSplitReversed:
       for (auto it = done.rbegin(); it != done.rend(); ++it)
-        if (!send(fd, {held.request_id, protocol::Complete{iteration, {*it}}})) return false;
+        if (!send(fd, {held.request_id, protocol::Complete{iteration, {*it}, {}}})) return false;
       break;
   }
   if (failed)

@@ -34,7 +34,7 @@ TEST(EngineStats, CountBytesTimesAndDecisionsPerCodec) {
     o.host_stream = host.stream();
     Node& n = nodes[r];
     n.engine = std::make_unique<ReductionEngine>(*transports[r], o,
-                                                 [&n](uint64_t, uint64_t, uint64_t, const Status& s) {
+                                                 [&n](uint64_t, uint64_t, uint64_t, const Status& s, std::optional<uint32_t>) {
                                                    EXPECT_TRUE(s.ok()) << s.message();
                                                    ++n.completed;
                                                  });

@@ -72,7 +72,7 @@ TEST(FdPassingTest, FdRidesWithItsFrameInAByteStream) {
   offer.slot_offsets = {0, 4096};
   const auto before = protocol::encode({1, protocol::Welcome{1, 0, 1}});
   const auto frame = protocol::encode({2, offer});
-  const auto after = protocol::encode({3, protocol::Complete{4, {5}}});
+  const auto after = protocol::encode({3, protocol::Complete{4, {5}, {}}});
   ASSERT_EQ(::send(s.fds[0], before.data(), before.size(), 0), static_cast<ssize_t>(before.size()));
   auto first = sendWithFd(s.fds[0], mine, std::span(frame).first(10));
   ASSERT_TRUE(first.ok()) << first.status().toString();

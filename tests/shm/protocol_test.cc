@@ -56,7 +56,7 @@ std::vector<Message> samples() {
       {3, Declare{{a, b}}},
       {4, Declared{"gcagent-0-3", 1 << 20, {0, 4096}}},
       {5, Submit{17, {7, 8}}},
-      {6, Complete{17, {8}}},
+      {6, Complete{17, {8}, {}}},
       {7, Error{StatusCode::kInvalidArgument, "tensor 7: wrong size"}},
       {8, DeclareDevice{gpu(0x5a), {a, b}}},
       {9, posixFdOffer()},
@@ -76,6 +76,21 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
     ASSERT_TRUE(back.ok()) << back.status().toString();
     EXPECT_EQ(*back, m) << "type index " << m.body.index();
   }
+}
+
+TEST(ProtocolTest, ACompletionCarriesTheReloadRootOnlyWhenItHasOne) {
+  const Message plain{6, Complete{17, {8}, {}}};
+  const Message reload{6, Complete{17, {8}, 3}};
+  EXPECT_EQ(encode(reload).size(), encode(plain).size() + 4) << "a u32 after the keys";
+  for (const Message& m : {plain, reload}) {
+    auto back = roundTrip(encode(m));
+    ASSERT_TRUE(back.ok()) << back.status().toString();
+    EXPECT_EQ(*back, m);
+  }
+  Message bad = reload;
+  std::get<Complete>(bad.body).reload_root = kMaxNodes;
+  EXPECT_NE(roundTrip(encode(bad)).status().message().find("reload root 65536"), std::string::npos)
+      << roundTrip(encode(bad)).status().toString();
 }
 
 TEST(ProtocolTest, HeaderLayoutIsFixed) {

@@ -155,8 +155,9 @@ class Agent {
     EngineOptions engine_options;
     engine_options.host_stream = std::make_shared<HostStream>(io_);
     engine_ = std::make_unique<ReductionEngine>(*transports_[0], engine_options,
-                                                [this](uint64_t job, uint64_t it, uint64_t key, const Status& s) {
-                                                  server_->onReduced(job, it, key, s);
+                                                [this](uint64_t job, uint64_t it, uint64_t key, const Status& s,
+                                                       std::optional<uint32_t> reload_root) {
+                                                  server_->onReduced(job, it, key, s, reload_root);
                                                 });
     EXPECT_TRUE(transports_[0]->connect({}).ok());
     ServerOptions options;

@@ -55,6 +55,7 @@ struct Done {
   uint64_t iteration;
   uint64_t key;
   Status status;
+  std::optional<uint32_t> reload_root;  // the node whose weights the trainers load after it
 };
 
 // N engines over loopback. Every node's side runs on its host coder; nodes marked `coded`
@@ -75,8 +76,9 @@ class Cluster {
       if (staged_owners) o.owner_coder = host_.makeStaged();
       planners_.push_back(o.planner);
       engines_.push_back(std::make_unique<ReductionEngine>(
-          *transports_[r], o, [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s) {
-            done_[r].push_back({it, key, s});
+          *transports_[r], o,
+          [this, r](uint64_t, uint64_t it, uint64_t key, const Status& s, std::optional<uint32_t> reload_root) {
+            done_[r].push_back({it, key, s, reload_root});
           }));
       ReductionEngine* e = engines_.back().get();
       transports_[r]->setHandlers(

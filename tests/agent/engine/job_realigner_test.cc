@@ -39,11 +39,13 @@ class JobRealignerTest : public ::testing::Test {
             auto frame = parsePeerFrame(m.header, 3);
             ASSERT_TRUE(frame.ok()) << frame.status().toString();
             heard_[r].push_back(std::get<RealignNotice>(*frame).next);
+            reloads_heard_[r].push_back(std::get<RealignNotice>(*frame).reload_from);
           },
           nullptr);
     for (auto& t : transports_) EXPECT_TRUE(t->connect({}).ok());
     pump();
     job_.announced.assign(3, 0);
+    job_.announced_reload.assign(3, 0);
     for (uint64_t key : {1, 2}) job_.keys.emplace(key, KeyState(routeOf(key)));
   }
 
@@ -71,6 +73,7 @@ class JobRealignerTest : public ::testing::Test {
   JobRealigner realigner_;
   JobState job_;
   std::map<uint32_t, std::vector<uint64_t>> heard_;
+  std::map<uint32_t, std::vector<uint64_t>> reloads_heard_;
 };
 
 TEST_F(JobRealignerTest, TheFrontierIsTheLowestIterationInFlightElseTheOneAfterTheLastFinished) {
@@ -124,6 +127,46 @@ TEST_F(JobRealignerTest, GivingUpInFlightMovesPastTheNewestIterationAndTellsEver
   pump();
   EXPECT_EQ(heard_[1], std::vector<uint64_t>{5});
   EXPECT_EQ(heard_[2], std::vector<uint64_t>{5});
+}
+
+TEST_F(JobRealignerTest, IterationsGivenUpCallAReloadThatEveryPeerHearsAndAdopts) {
+  key(1).completed_once = true;
+  key(1).last_iteration = 4;
+  realigner_.announceToAll(7, job_);
+  pump();
+  EXPECT_EQ(reloads_heard_[1], std::vector<uint64_t>{0}) << "nothing given up: no reload";
+  ASSERT_TRUE(job_.align.start(5).ok());
+  key(1).active = true;
+  key(1).iteration = 5;
+  EXPECT_TRUE(realigner_.realign(7, job_, 8, "rank 2 goes on at iteration 8"));
+  EXPECT_EQ(job_.reload.from(), 8u) << "another node may have completed what this one skipped";
+  realigner_.announceToAll(7, job_);
+  pump();
+  EXPECT_EQ(heard_[1], (std::vector<uint64_t>{5, 8}));
+  EXPECT_EQ(reloads_heard_[1], (std::vector<uint64_t>{0, 8}));
+  // A later reload called elsewhere is adopted, even by a node that gave nothing up for it.
+  EXPECT_FALSE(realigner_.onNotice(2, RealignNotice{7, 8, 11}, &job_));
+  EXPECT_EQ(job_.reload.from(), 11u);
+  realigner_.announce(7, job_, 1);  // the same frontier, a later reload: heard again
+  pump();
+  EXPECT_EQ(reloads_heard_[1], (std::vector<uint64_t>{0, 8, 11}));
+}
+
+TEST(JobReloadTest, TheFirstIterationCompletedFromTheCallReloadsOnEveryKeyAndALaterOneEndsIt) {
+  JobReload reload;
+  EXPECT_FALSE(reload.completes(3)) << "none called";
+  reload.call(5);
+  reload.call(4);  // an older call changes nothing
+  EXPECT_FALSE(reload.completes(4)) << "completed before the iteration given up";
+  EXPECT_TRUE(reload.completes(6));
+  EXPECT_TRUE(reload.completes(6)) << "every key of that iteration";
+  EXPECT_FALSE(reload.completes(7));
+  EXPECT_EQ(reload.from(), 0u) << "done";
+  reload.call(8);
+  EXPECT_TRUE(reload.completes(8));
+  reload.call(9);  // iteration 8 failed on some key after all: the reload moves on
+  EXPECT_FALSE(reload.completes(8));
+  EXPECT_TRUE(reload.completes(10));
 }
 
 TEST_F(JobRealignerTest, AFrontierHeardBeforeTheJobWasDeclaredIsWhereItsFirstStepStarts) {

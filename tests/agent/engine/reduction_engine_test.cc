@@ -406,7 +406,7 @@ TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
     o.default_codec = {"fp16", {}};
     o.min_elements = r == 0 ? 0 : 1000000;
     engines.push_back(std::make_unique<ReductionEngine>(*transports[r], o,
-                                                        [&completed, r](uint64_t, uint64_t, uint64_t, const Status& s) {
+                                                        [&completed, r](uint64_t, uint64_t, uint64_t, const Status& s, std::optional<uint32_t>) {
                                                           EXPECT_TRUE(s.ok()) << s.toString();
                                                           ++completed[r];
                                                         }));

@@ -39,7 +39,7 @@ TEST(PeerFrameTest, TheHeaderIsMagicVersionKindAndBodyLength) {
   const auto bytes = encodePeerFrame(m);
   ASSERT_EQ(bytes.size(), kPeerFrameHeaderBytes + 58);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), 4), "GCAP");
-  EXPECT_EQ(at<uint8_t>(bytes, 4), 1);  // version
+  EXPECT_EQ(at<uint8_t>(bytes, 4), 2);  // version
   EXPECT_EQ(at<uint8_t>(bytes, 5), 1);  // kind: slice
   EXPECT_EQ(at<uint16_t>(bytes, 6), 0);
   EXPECT_EQ(at<uint32_t>(bytes, 8), 58u);  // body bytes
@@ -98,8 +98,8 @@ TEST(PeerFrameTest, JobAndRealignNoticesRoundTripAndLongReasonsAreCut) {
   huge[kPeerFrameHeaderBytes + 17] = std::byte{0xff};
   EXPECT_EQ(error(huge), "job notice: a text of 65535 bytes, more than 512");
 
-  const RealignNotice realign{0x1234567890abcdefull, 700};
-  EXPECT_EQ(encodePeerFrame(realign).size(), kPeerFrameHeaderBytes + 16);
+  const RealignNotice realign{0x1234567890abcdefull, 700, 698};
+  EXPECT_EQ(encodePeerFrame(realign).size(), kPeerFrameHeaderBytes + 24);
   EXPECT_EQ(peerFrameKind(encodePeerFrame(realign)), FrameKind::kRealign);
   expectRoundTrip(realign);
 }
@@ -173,8 +173,8 @@ TEST(PeerFrameTest, MalformedFramesAreErrorsNamingTheProblem) {
   EXPECT_EQ(error(magic), "peer frame: bad magic 0x50414300");
   EXPECT_FALSE(peerFrameKind(magic).has_value());
   auto version = bytes;
-  version[4] = std::byte{2};
-  EXPECT_EQ(error(version), "peer frame: version 2, expected 1");
+  version[4] = std::byte{1};
+  EXPECT_EQ(error(version), "peer frame: version 1, expected 2") << "an agent of an earlier release";
   auto kind = bytes;
   kind[5] = std::byte{7};
   EXPECT_EQ(error(kind), "peer frame: unknown kind 7");
@@ -183,12 +183,12 @@ TEST(PeerFrameTest, MalformedFramesAreErrorsNamingTheProblem) {
   EXPECT_EQ(error(reserved), "peer frame: reserved field 1, not zero");
   auto longer = bytes;
   longer.push_back(std::byte{0});
-  EXPECT_EQ(error(longer), "peer frame: body of 16 bytes, but 17 follow the header");
+  EXPECT_EQ(error(longer), "peer frame: body of 24 bytes, but 25 follow the header");
   // A body length that agrees with a frame cut inside its fields, and one with bytes to spare.
   auto cut = std::vector<std::byte>(bytes.begin(), bytes.end() - 4);
-  cut[8] = std::byte{12};
-  EXPECT_EQ(error(cut), "realign notice: body of 12 bytes ends inside its fields");
-  longer[8] = std::byte{17};
+  cut[8] = std::byte{20};
+  EXPECT_EQ(error(cut), "realign notice: body of 20 bytes ends inside its fields");
+  longer[8] = std::byte{25};
   EXPECT_EQ(error(longer), "realign notice: 1 bytes after its fields");
   // A rank count larger than what follows is refused before anything is allocated.
   auto members = encodePeerFrame(MembershipNotice{Kind::kInstall, {}, {}, {}, view(1, 0, 0, {0})});
