@@ -87,6 +87,7 @@ struct JobState {
   SteadyTime last_failure{};
 
   void recordGivenUp(uint64_t iteration) {
+    reload.call(iteration + 1);  // other nodes may have completed it (job_reload.h)
     if (!given_up.empty() && given_up.back() == iteration) return;
     given_up.push_back(iteration);
     if (given_up.size() > kGivenUpKept) given_up.pop_front();

@@ -77,7 +77,8 @@ bool JobRealigner::giveUpInFlight(uint64_t job, JobState& js, const std::string&
 bool JobRealigner::onNotice(transport::Rank from, const RealignNotice& notice, JobState* js) {
   if (js == nullptr) {  // the job is not declared here yet: its first step starts there
     auto& early = early_[notice.job];
-    early = std::max(early, notice.next);
+    early.next = std::max(early.next, notice.next);
+    early.reload_from = std::max(early.reload_from, notice.reload_from);
     return false;
   }
   if (notice.reload_from != 0) js->reload.call(notice.reload_from);
@@ -87,7 +88,10 @@ bool JobRealigner::onNotice(transport::Rank from, const RealignNotice& notice, J
 void JobRealigner::declared(uint64_t job, JobState& js) {
   auto early = early_.find(job);
   if (early == early_.end()) return;
-  js.align.adopt(early->second);  // nothing started here yet: the first step maps onto it
+  js.align.adopt(early->second.next);  // nothing started here yet: the first step maps onto it
+  // The trainers kept their models across this agent's restart: theirs may lack a step that
+  // completed elsewhere.
+  if (early->second.reload_from != 0) js.reload.call(early->second.reload_from);
   early_.erase(early);
 }
 

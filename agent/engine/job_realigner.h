@@ -51,7 +51,9 @@ class JobRealigner {
   OwnerSide& owner_;
   metrics::Stats& stats_;
   FailKey fail_;
-  std::unordered_map<uint64_t, uint64_t> early_;  // job -> next, heard before it was declared
+  // A job's latest notice heard before it was declared here (a restarted agent's trainers
+  // declare it anew): where its first step starts, and the reload called.
+  std::unordered_map<uint64_t, RealignNotice> early_;
   uint64_t realignments_ = 0;
 };
 

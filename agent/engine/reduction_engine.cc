@@ -400,9 +400,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   if (js != nullptr) {
     js->recordOutcome(status.ok(), options_.now());
     if (!status.ok()) {
-      js->recordGivenUp(k.iteration);
-      // Other nodes may have completed it: every node reloads after the next one (job_reload.h).
-      js->reload.call(k.iteration + 1);
+      js->recordGivenUp(k.iteration);  // calls a reload: other nodes may have completed it
       realigner_->announceToAll(job, *js);
     } else if (js->reload.completes(k.iteration)) {
       const MembershipView& view = membership_.view();

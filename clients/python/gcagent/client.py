@@ -157,8 +157,9 @@ class Client:
     def resync_root(self) -> Optional[int]:
         """After a completed step: the node whose trainers hold the weights every trainer must
         load now, or None. Set on every member's trainers for the first step they complete
-        under a membership that took nodes in (a node back after it was left behind), as the
-        step after which they load them (gcagent.torch.sync_parameters does)."""
+        under a membership that took nodes in (a node back after it was left behind), or after
+        a step was given up on some node (which others may have completed), as the step after
+        which they load them (gcagent.torch.sync_parameters and the FSDP state's do)."""
         if getattr(self._lib, "abi_version", 1) < _library.MEMBERSHIP_ABI_VERSION:
             return None
         root = self._lib.gcagent_resync_root(self._handle)

@@ -170,10 +170,11 @@ TEST(JobReloadTest, TheFirstIterationCompletedFromTheCallReloadsOnEveryKeyAndALa
 }
 
 TEST_F(JobRealignerTest, AFrontierHeardBeforeTheJobWasDeclaredIsWhereItsFirstStepStarts) {
-  EXPECT_FALSE(realigner_.onNotice(2, RealignNotice{7, 12}, nullptr));
-  EXPECT_FALSE(realigner_.onNotice(1, RealignNotice{7, 10}, nullptr)) << "the later one stays";
+  EXPECT_FALSE(realigner_.onNotice(2, RealignNotice{7, 12, 0}, nullptr));
+  EXPECT_FALSE(realigner_.onNotice(1, RealignNotice{7, 10, 9}, nullptr)) << "the later one stays";
   realigner_.declared(7, job_);
   EXPECT_EQ(*job_.align.start(1), 12u);
+  EXPECT_EQ(job_.reload.from(), 9u) << "a restarted agent's trainers kept their models: they reload too";
   JobState other;
   realigner_.declared(7, other);  // heard once, used once
   EXPECT_EQ(*other.align.start(1), 1u);

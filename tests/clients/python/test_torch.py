@@ -220,8 +220,11 @@ def assert_recovered(outs, baseline, total=RECOVERY_STEPS, points=1.0):
             assert fault[-1] < total // 2, failures
             assert end - fault[-1] > total // 3, (end, failures)
     assert felt >= 2, "the healthy node's trainers must have failed steps while the peer was away"
-    # Ranks 0 and 1 ran every step there was: their model is the job's.
-    assert rep[0]["accuracy"] == rep[1]["accuracy"], rep
+    # A step given up on one node may have completed on the other (the stopped agent's results
+    # were on their way): every trainer loaded node 0's weights after the next step, so all
+    # four end with one model, bit for bit.
+    assert all(r["resyncs"] >= 1 for r in rep), rep
+    assert len({r["model"] for r in rep}) == 1, rep
     assert abs(rep[0]["accuracy"] - baseline[0]["accuracy"]) <= points, (rep, baseline)
     return rep
 
@@ -276,8 +279,7 @@ def test_fsdp_training_recovers_after_a_stopped_peer_agent(tmp_path, fsdp_baseli
     # A stop costs the healthy node's trainers every step it lasts (44 of 300 in one run, more
     # on a loaded machine): 3 points, where the killed agent's run (its trainers fail at once,
     # and realign sooner) keeps to 1.
-    rep = assert_recovered(outs, fsdp_baseline, FSDP_RECOVERY_STEPS, points=3.0)
-    assert len({r["model"] for r in rep}) == 1, rep
+    assert_recovered(outs, fsdp_baseline, FSDP_RECOVERY_STEPS, points=3.0)
 
 
 def test_ddp_restarted_from_a_checkpoint_continues_with_its_residuals_bit_for_bit(tmp_path):

@@ -351,8 +351,9 @@ class State(_Reconnecting):
     def sync_parameters(self, module) -> bool:
         """Call after every step, failed or not. When the step just completed was the first under a
         membership that took nodes in (a node back after transport.on_peer_loss = "shrink" left
-        it behind, or one that trained apart), every trainer of the members loads the weights
-        of the node that kept training: the module's parameters and floating-point buffers are
+        it behind, or one that trained apart), or the first completed after a step was given up
+        on some node (which others may have completed: their models then differ by it), every
+        trainer of the members loads the weights of the node the agents name: the module's parameters and floating-point buffers are
         broadcast from that node's local rank 0 trainer through the agent, bit for bit, on a
         key of their own (uncompressed, summed: every other trainer adds -0.0). The same step
         on every member's trainers, so they all call it together; True when it loaded them.

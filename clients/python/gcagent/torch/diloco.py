@@ -316,8 +316,10 @@ class DiLoCo(_Reconnecting):
             raise failure
         root = self.client.resync_root
         if root is not None:
-            # The average holds a joiner's pseudo-gradient, of another model: dropped on every node.
+            # The average holds a joiner's pseudo-gradient, of another model, or follows a step
+            # given up on some node that others completed: dropped on every node.
             f.restore()
+            self._nodes = self.client.result_nodes
             self._resync(root)
             return
         f.outer_step(self._slots[f.index], self._alpha)

@@ -25,7 +25,10 @@ itself.
 
 A shard that fails or is not reduced within timeout_s fails the step: backward() raises the
 GcagentError at the end of the pass, once every shard in flight is back; the gradients of that
-step must not be applied. An agent that closed the connection (killed, restarted) is connected
+step must not be applied. A step given up on one node may still have completed on another (no
+protocol can rule that out: the last message may be lost), so the nodes' replicas would differ
+by it; the agents then name a node whose weights every node loads after the next step that
+completes: call state.sync_parameters(optimizer) after every step, failed or not. An agent that closed the connection (killed, restarted) is connected
 to again at the start of a later pass, when the state made its own client (`reconnects`). The average over nodes follows FSDP's: with codec none each trainer
 gets (sum over nodes, in node order, of the node's average) / nodes, bit for bit what FSDP2's
 own HSDP computes with two trainers per node."""
@@ -38,7 +41,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
-from gcagent.client import ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec, codec_from_env
+from gcagent.client import (BROADCAST_KEY_BASE, ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec,
+                            codec_from_env)
 from gcagent.torch import _Reconnecting
 
 
@@ -56,6 +60,9 @@ def node_mesh(device_type: str = "cpu", local_size: int = None):
     mesh = init_device_mesh(device_type, (world // local_size, local_size), mesh_dim_names=("node", "local"))
     return mesh["local"]
 
+
+# sync_parameters' keys, one per local rank, below those of gcagent.torch (State's weights).
+_WEIGHTS_KEY = BROADCAST_KEY_BASE - 2
 
 # The reduce dtypes the agent's slots take, as the agent's slot dtypes.
 _SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -161,6 +168,8 @@ class HSDPState(_Reconnecting):
         self.reconnects = 0  # connections made anew after the agent closed one
         self._lost = None    # the error that lost the connection, until it is made anew
         self.dropped_residuals = 0  # of the last load_state_dict: owned by another node now
+        self.resyncs = 0            # times sync_parameters loaded the root node's weights
+        self._weights_elements = 0  # of sync_parameters' keys, once it needed them
         self._slots = self._declare_on(self.client)
         for shards, module in hooked:
             self._attach(module, shards)
@@ -191,9 +200,88 @@ class HSDPState(_Reconnecting):
         specs = [TensorSpec(self._key(s, r), s.elements, -s.index, self.codec,
                             {**self.params, "reduce.contributor": str(r)}, _SLOT_DTYPES[s.dtype])
                  for s in self._modules for r in range(self.local_size)]
+        specs += self._weights_specs()
         client.declare(specs)
-        return {self._key(s, self.local_rank): _slot_tensor(client, self._key(s, self.local_rank), s.dtype)
-                for s in self._modules}
+        slots = {self._key(s, self.local_rank): _slot_tensor(client, self._key(s, self.local_rank), s.dtype)
+                 for s in self._modules}
+        if self._weights_elements:
+            slots[_WEIGHTS_KEY - self.local_rank] = _slot_tensor(client, _WEIGHTS_KEY - self.local_rank, torch.float32)
+        return slots
+
+    # ---- Replicas made one again ----
+
+    def _weights_specs(self):
+        # One key per local rank, summed uncompressed over the nodes, that rank alone adding.
+        return [TensorSpec(_WEIGHTS_KEY - r, self._weights_elements, 1, "none",
+                           {"reduce.result": "sum", "reduce.contributor": str(r)}) for r in range(self.local_size)
+                ] if self._weights_elements else []
+
+    def _replica_state(self, optimizer):
+        """(tensor, elements it takes in the key) for this trainer's shard of every parameter and,
+        with an optimizer, that parameter's floating-point optimizer state (momentum, Adam's
+        moments and step): each padded to the parameter's padded shard, which every local rank
+        of every node shares, so every trainer of a node declares the same keys."""
+        out = []
+        for s in self._modules:
+            for p in s.params:
+                padded = p.padded_sharded_param_size.numel()
+                out.append((p.sharded_param._local_tensor, padded))
+                state = optimizer.state.get(p.sharded_param, {}) if optimizer is not None else {}
+                for name in sorted(state):
+                    t = state[name]
+                    if not (torch.is_tensor(t) and t.is_floating_point()):
+                        continue
+                    t = getattr(t, "_local_tensor", t)
+                    room = padded if t.dim() > 0 else 1
+                    if t.numel() > room:
+                        raise ValueError(f"gcagent: optimizer state '{name}' of FSDP module {s.index} ({s.name}) has "
+                                         f"{t.numel()} elements, more than its parameter's shard ({room})")
+                    out.append((t, room))
+        return out
+
+    def sync_parameters(self, optimizer=None) -> bool:
+        """Call after every step, failed or not, on every trainer: when the agents say the nodes'
+        replicas may differ (a step given up on one node that another completed, or a node taken
+        back in), every trainer loads the shard its local rank holds on the root node, and with
+        `optimizer` its optimizer state for that shard, bit for bit, through the agents
+        (uncompressed, summed: every other node adds -0.0); an iteration of its own. True when
+        it loaded them. Module buffers stay each trainer's own, as FSDP keeps them."""
+        root = self.client.resync_root
+        if root is None or self._in_pass:
+            return False
+        if self._lost is not None:
+            self._reconnect()
+        tensors = self._replica_state(optimizer)
+        elements = sum(room for _, room in tensors)
+        if elements != self._weights_elements:
+            self._weights_elements = elements
+            self._slots = self._declare_on(self.client)
+        self._step += 1  # an iteration of its own, on every node alike
+        key = _WEIGHTS_KEY - self.local_rank
+        slot = self._slots[key]
+        mine = self.client.node_rank == root
+        with torch.no_grad():
+            slot.fill_(-0.0)
+            offset = 0
+            for t, room in tensors:
+                if mine:
+                    slot[offset:offset + t.numel()].copy_(t.detach().reshape(-1))
+                offset += room
+            try:
+                self.client.submit(self._step, [key])
+                done = self.client.wait(self._step, [key], int(self.timeout_s * 1000))
+            except GcagentError as e:
+                self._note_loss(e)
+                raise
+            if not done:
+                raise GcagentError(ERR_TIMEOUT, f"gcagent: the weights of node {root} did not arrive within "
+                                                f"{self.timeout_s} s")
+            offset = 0
+            for t, room in tensors:
+                t.copy_(slot[offset:offset + t.numel()].view(t.shape))
+                offset += room
+        self.resyncs += 1
+        return True
 
     # Runs in the autograd thread, inside FSDP's post-backward.
     def _on_shard(self, shards, output, input_tensor=None):
@@ -432,6 +520,12 @@ class FSDPState(HSDPState):
         client.declare(specs)
         return {spec.key: _slot_tensor(client, spec.key, shards.dtype)
                 for spec, shards in zip(specs, [s for s in self._modules for _ in range(nodes)])}
+
+    def sync_parameters(self, optimizer=None) -> bool:
+        """Every shard lives on one trainer only: there are no replicas to make one again. A step
+        given up on some nodes and completed on others leaves it applied to some shards only,
+        as a failed step of FSDP's own leaves it; False."""
+        return False
 
     def _reads_early(self, shards, output) -> bool:
         # After a SUM FSDP divides the output at once (its post-division).

@@ -7,7 +7,8 @@ of "compute", failed or not, so a fault lands mid-run.
     torch_recovery.py --steps N [--pace-ms MS] [--fsdp]
 
 --fsdp trains the same MLP under FSDP2, sharded over each node's trainers, with
-gcagent.torch.fsdp.hsdp across nodes (no DDP).
+gcagent.torch.fsdp.hsdp across nodes (no DDP). Either way the trainer calls the state's
+sync_parameters after every step (the replicas made one again after a fault).
 
 Prints "step=I ok" or "step=I failed: MESSAGE" per step, and last "report: {json}" with the
 steps that failed and the test accuracy of its model."""
@@ -81,8 +82,11 @@ def main():
         except gcagent.GcagentError as e:
             failed += 1
             print(f"step={step} failed: {e}", flush=True)
-        if not a.fsdp:
-            root = state.client.resync_root
+        root = state.client.resync_root
+        if a.fsdp:
+            if state.sync_parameters(optimizer):  # replicas that may differ: one model again
+                print(f"step={step} loaded the weights of node {root}", flush=True)
+        else:
             if gcagent.torch.sync_parameters(state, model.module):  # a node taken (back) in: one model again
                 print(f"step={step} loaded the weights of node {root}", flush=True)
             print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
@@ -94,7 +98,7 @@ def main():
     weights = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in mlp.parameters()]
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in weights)).hexdigest()
     print("report: " + json.dumps({"rank": RANK, "failed": failed, "accuracy": accuracy, "reconnects": state.reconnects,
-                                   "resyncs": getattr(state, "resyncs", 0), "model": digest}), flush=True)
+                                   "resyncs": state.resyncs, "model": digest}), flush=True)
     os._exit(0)  # the process group's teardown would wait for peers that may have left
 
 
