@@ -156,8 +156,13 @@ def test_a_three_one_partition_lets_the_three_go_on_and_takes_the_one_back(tmp_p
         ns.partition([0, 1, 2], [3], cut=False)
         assert_all_four_go_on(c, trainers, ns, stop=False)
         for i in range(4):
-            # Taken back as a joiner: every trainer is told, after one step, to load node 0's weights.
-            assert len(re.findall(r"resync_root=0$", trainers.output(i), re.M)) == 1, trainers.output(i)[-1500:]
+            # Taken back as a joiner: every trainer is told, after one step, to load node 0's
+            # weights. The three that went on were told so after the shrink too (a step in flight
+            # when the links went may have completed on some nodes only; agent/engine/job_reload.h),
+            # and again for any step given up while the links came back.
+            told = re.findall(r"members=([\d,]+) resync_root=0$", trainers.output(i), re.M)
+            assert told and told[-1] == "0,1,2,3", trainers.output(i)[-1500:]
+            assert len(told) >= (2 if i < 3 else 1), trainers.output(i)[-1500:]
             assert metric(c, i, "gcagent_membership_epoch", "", ns) == 2
         assert "-> epoch 1 (nodes 0, 1, 2) (agreed by a majority" in c.log(0), c.log(0)[-2000:]
         stop_all(c, trainers)

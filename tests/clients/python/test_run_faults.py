@@ -287,8 +287,11 @@ def test_a_partition_under_shrink_leaves_one_model_on_every_node(tmp_path):
     assert "the job has no quorum: this node reaches 1 of the 3 nodes of epoch 0" in minority, minority[-3000:]
     for rank in range(3):
         out = job.trainer_out(rank)
-        assert len(re.findall(r"^step=\d+ loaded the weights of node 0$", out, re.M)) == 1, out[-3000:]
-        assert reports[rank]["resyncs"] == 1, reports
+        # Once after the heal (node 2 a joiner), and for {0, 1} after the shrink as well (a step
+        # in flight at the cut may have completed on one node only), or again after a step given
+        # up while the links came back.
+        loaded = len(re.findall(r"^step=\d+ loaded the weights of node 0$", out, re.M))
+        assert loaded == reports[rank]["resyncs"] >= (2 if rank < 2 else 1), (loaded, reports, out[-3000:])
     assert reports[0]["model"] == reports[1]["model"] == reports[2]["model"], reports
     print("partition 2|1 under DDP:", {r: (reports[r]["failed"], reports[r]["accuracy"]) for r in range(3)})
     assert reports[0]["accuracy"] > 90, reports
