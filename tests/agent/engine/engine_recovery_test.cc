@@ -47,6 +47,19 @@ class Recovery : public ::testing::Test {
     return refused;
   }
 
+  // Both nodes submit step 1; node 0 completes it while node 1 is frozen before it hears the
+  // results it needs (they wait in its queue).
+  void node0CompletesStep1WhileNode1IsFrozen(Step& a, Step& b) {
+    submit(0, 1, a);
+    submit(1, 1, b);
+    c_.settleCoders();
+    c_.freeze(0, true);
+    c_.pump();  // node 1 sums its slices and sends them to node 0
+    c_.freeze(0, false);
+    c_.freeze(1, true);
+    c_.pump();  // node 0 completes; its results wait for node 1
+  }
+
   // Node r's reports, taken.
   std::vector<Done> reports(uint32_t r) { return std::exchange(c_.done(r), {}); }
 
@@ -162,14 +175,7 @@ TEST_F(Recovery, AStepSentBeforeTheNewsFailsWholeAndTheNextOneMatches) {
 
 TEST_F(Recovery, AStepCompletedOnOneNodeAndGivenUpOnTheOtherIsFollowedByAReloadOnBoth) {
   Step a1(0, 1), b1(1, 1);
-  submit(0, 1, a1);
-  submit(1, 1, b1);
-  c_.settleCoders();
-  c_.freeze(0, true);
-  c_.pump();  // node 1 sums its slices and sends them to node 0
-  c_.freeze(0, false);
-  c_.freeze(1, true);
-  c_.pump();  // node 0 completes; its results wait for node 1
+  node0CompletesStep1WhileNode1IsFrozen(a1, b1);
   auto done = reports(0);
   expectCompleted(done, 1);
   for (const Done& d : done) EXPECT_FALSE(d.reload_root) << "no step was given up yet";
@@ -307,14 +313,7 @@ TEST_F(Stall, AStepThePeerGaveUpWhileTheNodeWasAwayFailsThereTooThoughItsResults
 
 TEST_F(Stall, AStepThePeerCompletedBeforeTheNodeWasLostCompletesThereTooThoughItsLinkBroke) {
   Step a1(0, 1), b1(1, 1);
-  submit(0, 1, a1);
-  submit(1, 1, b1);
-  c_.settleCoders();
-  c_.freeze(0, true);
-  c_.pump();  // node 1 sums its slices and sends them to node 0
-  c_.freeze(0, false);
-  c_.freeze(1, true);
-  c_.pump();  // node 0 completes; its results wait for node 1
+  node0CompletesStep1WhileNode1IsFrozen(a1, b1);
   expectCompleted(reports(0), 1);
   c_.engine(0).onPeerDown(1, Status::deadlineExceeded("nothing heard for 2 s"));
   node1Resumes();

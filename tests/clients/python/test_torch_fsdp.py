@@ -87,6 +87,26 @@ def test_a_killed_agent_fails_the_step_instead_of_hanging(tmp_path):
         assert r["type"] == "GcagentError" and r["raised"].startswith("gcagent: "), rep
 
 
+def test_replicas_apart_after_a_step_given_up_reload_node_0s_shards_and_optimizer_state(tmp_path):
+    """Node 1's replica moved apart (shards, AdamW's moments and step count) while it sat out a
+    step that node 0 then gave up at the reduction timeout: the agents call a reload, and after
+    the next step that completes every trainer loads node 0's shard of its local rank and that
+    shard's optimizer state through sync_parameters(optimizer). From there on both nodes hold
+    the same replica, bit for bit, at every step."""
+    with Cluster(tmp_path, 2, AGENT_ARGS + ["--transport.reduction_timeout", "2"]) as c:
+        rep = reports(run_trainers(c, 2, "torch_fsdp.py", ["diverged"]))
+    assert [r["failed"] for r in rep] == [1, 1, 0, 0], rep  # node 0's step 4; node 1 sat it out
+    assert rep[0]["loaded"] and all(r["loaded"] == rep[0]["loaded"] for r in rep), rep
+    assert all(r["resyncs"] == len(r["loaded"]) for r in rep), rep
+    last = rep[0]["loaded"][-1]
+    for local in range(2):
+        node0, node1 = rep[local]["digests"], rep[2 + local]["digests"]
+        assert node0[:3] == node1[:3], local  # one replica until node 1 was moved
+        assert node0[3] != node1[3], local    # apart after step 4
+        assert node0[last - 1:] == node1[last - 1:], (local, last)  # one again from the reload on
+    assert rep[0]["digests"] != rep[1]["digests"], "local ranks hold different shards"
+
+
 @pytest.mark.parametrize("codec,params", [("2bit", "threshold=0.002"), ("dgc", "ratio=0.01,momentum=0")])
 def test_a_job_restarted_from_a_checkpoint_continues_with_its_residuals_bit_for_bit(tmp_path, codec, params):
     """Train, save model, optimizer and the hook's state with torch.distributed.checkpoint, stop

@@ -1,8 +1,8 @@
 """A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
 shim_cluster.py.
 
-    torch_fsdp.py suite | agent-dies | train[-bf16] CODEC [PARAMS] | checkpoint PHASE CODEC PARAMS DIR
-                | world CODEC PARAMS STEPS
+    torch_fsdp.py suite | agent-dies | diverged | train[-bf16] CODEC [PARAMS]
+                | checkpoint PHASE CODEC PARAMS DIR | world CODEC PARAMS STEPS
 
 suite runs, each as its own job on the agents:
   ported  PyTorch's own test_custom_hsdp_all_reduce_hook (test/distributed/_composable/fsdp/
@@ -17,6 +17,7 @@ suite runs, each as its own job on the agents:
   training  PyTorch's test_train_parity_hsdp (test_fully_shard_training.py), its 24 subtests,
           gcagent across nodes against DDP over gloo.
 agent-dies trains until backward() raises (the test kills an agent).
+diverged moves node 1's replica apart while node 0 gives a step up, then reloads (diverged()).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
 with HSDP through the agent and reports the validation loss; train-bf16 computes and reduces in
 bfloat16 (the agent's slots hold bfloat16).
@@ -27,6 +28,7 @@ CHECKPOINT_STEPS steps; save the first half and saves; resume loads and trains t
 forget does too, loading everything but the hook's state. It prints "report: {json}" last."""
 
 import copy
+import hashlib
 import json
 import os
 import sys
@@ -399,6 +401,51 @@ def agent_dies():
     return {"raised": None, "steps": step}
 
 
+def replica_digest(model, opt):
+    """This trainer's shard of the weights and its AdamW state, as one hash."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p._local_tensor.detach().numpy().tobytes())
+        for name in sorted(opt.state[p]):
+            t = opt.state[p][name]
+            h.update(getattr(t, "_local_tensor", t).detach().numpy().tobytes())
+    return h.hexdigest()
+
+
+def diverged():
+    """Node 1's replica made to differ (its shards and AdamW's moments and step count moved, as
+    a step completed there alone would leave them) while it sits out step 4, which node 0 gives
+    up at the reduction timeout. Every trainer calls sync_parameters(opt) after every step."""
+    torch.manual_seed(0)
+    model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+    state = gcagent.torch.fsdp.hsdp(model, client=client("diverged"), codec="none")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    probs = chain()
+    failed, loaded, digests = 0, [], []
+    for step in range(1, 9):
+        if step == 4 and RANK >= LOCAL:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.01)
+                    for t in opt.state[p].values():
+                        t.mul_(1.5)
+        else:
+            x, y = sample(probs, 8, 1000 * step + RANK)
+            try:
+                loss_of(model, x, y).backward()
+                opt.step()
+            except gcagent.GcagentError:
+                failed += 1
+            opt.zero_grad()
+        if step == 4:
+            dist.barrier()  # node 1 goes on once node 0's step 4 failed
+        if state.sync_parameters(opt):
+            loaded.append(step)
+        digests.append(replica_digest(model, opt))
+    state.close()
+    return {"failed": failed, "loaded": loaded, "digests": digests, "resyncs": state.resyncs}
+
+
 def train(codec, params, bf16=False):
     """bf16: computes and reduces in bfloat16 (MixedPrecisionPolicy), fp32 weights: the
     agent's slots then hold bfloat16."""
@@ -483,6 +530,8 @@ def main():
     elif sys.argv[1] == "agent-dies":
         print("report: " + json.dumps(agent_dies()), flush=True)
         os._exit(0)  # the node's process group may still wait on a trainer that failed apart
+    elif sys.argv[1] == "diverged":
+        report = diverged()
     elif sys.argv[1] == "world":
         params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}
         report = world_parity(sys.argv[2], params, int(sys.argv[4]))

@@ -61,7 +61,9 @@ def main():
         for layer in mlp[::2]:
             fully_shard(layer, mesh=mesh)
         model = fully_shard(mlp, mesh=mesh)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        # With momentum: a reload that left the optimizer's state behind would leave the nodes'
+        # models apart again at once.
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
         state = gcagent.torch.fsdp.hsdp(model, codec="none", timeout_s=120)
     else:
         model = DistributedDataParallel(mlp, bucket_cap_mb=0.01,
