@@ -150,6 +150,7 @@ class State(_Reconnecting):
         self.fallback_buckets = 0   # buckets reduced by the process group while learning
         self.reconnects = 0         # connections made anew after the agent closed one
         self.resyncs = 0            # times sync_parameters loaded another node's weights
+        self.failed_resyncs = 0     # its broadcasts another fault failed (called again after)
         self._model_elements = 0    # the model's key, declared beside the buckets once used
         self._lost = None           # the error that lost the connection, until it is made anew
         self.moved_buckets = 0      # buckets moved into their slots (no copies from then on)
@@ -348,7 +349,7 @@ class State(_Reconnecting):
             self._verify = True
         self.step = int(entry["step"])
 
-    def sync_parameters(self, module) -> bool:
+    def sync_parameters(self, module, optimizer=None) -> bool:
         """Call after every step, failed or not. When the step just completed was the first under a
         membership that took nodes in (a node back after transport.on_peer_loss = "shrink" left
         it behind, or one that trained apart), or the first completed after a step was given up
@@ -357,11 +358,19 @@ class State(_Reconnecting):
         broadcast from that node's local rank 0 trainer through the agent, bit for bit, on a
         key of their own (uncompressed, summed: every other trainer adds -0.0). The same step
         on every member's trainers, so they all call it together; True when it loaded them.
-        Optimizer state (momentum) stays each trainer's own."""
+        With `optimizer`, the parameters' floating-point optimizer state (momentum, Adam's
+        moments and step) comes with them; without, it stays each trainer's own. A broadcast
+        that another fault fails returns False (`failed_resyncs`): the agents call the reload
+        again, after the next step that completes."""
         root = self.client.resync_root
         if root is None or not self.declared:
             return False
         tensors = [t for t in list(module.parameters()) + list(module.buffers()) if t.is_floating_point()]
+        if optimizer is not None:
+            for p in module.parameters():
+                state = optimizer.state.get(p, {})
+                tensors += [state[name] for name in sorted(state)
+                            if torch.is_tensor(state[name]) and state[name].is_floating_point()]
         elements = sum(t.numel() for t in tensors)
         self._drain()
         if elements != self._model_elements:
@@ -379,13 +388,21 @@ class State(_Reconnecting):
                 offset += t.numel()
             if not mine:
                 slot.fill_(-0.0)
-            if self.device is not None:
-                stream = torch.cuda.current_stream(self.device)
-                self.client.submit_device(step, [_MODEL_KEY], stream.cuda_stream)
-                done = self.client.wait_device(step, [_MODEL_KEY], int(self.timeout_s * 1000), stream.cuda_stream)
-            else:
-                self.client.submit(step, [_MODEL_KEY])
-                done = self.client.wait(step, [_MODEL_KEY], int(self.timeout_s * 1000))
+            try:
+                if self.device is not None:
+                    stream = torch.cuda.current_stream(self.device)
+                    self.client.submit_device(step, [_MODEL_KEY], stream.cuda_stream)
+                    done = self.client.wait_device(step, [_MODEL_KEY], int(self.timeout_s * 1000),
+                                                   stream.cuda_stream)
+                else:
+                    self.client.submit(step, [_MODEL_KEY])
+                    done = self.client.wait(step, [_MODEL_KEY], int(self.timeout_s * 1000))
+            except GcagentError as e:
+                # Another fault failed the broadcast (on every node: it is one reduction). The
+                # agents call the reload again after the next step that completes.
+                self._note_loss(e)
+                self.failed_resyncs += 1
+                return False
             if not done:
                 raise GcagentError(3, f"gcagent: the weights of node {root} did not arrive within {self.timeout_s} s")
             offset = 0
@@ -526,10 +543,11 @@ class _Wakeup:
         select.select([self.fd], [], [])
 
 
-def sync_parameters(state: State, module) -> bool:
-    """state.sync_parameters(module): after each optimizer step, loads the weights of the node
-    that kept training when the job's membership took nodes in (see State.sync_parameters)."""
-    return state.sync_parameters(module)
+def sync_parameters(state: State, module, optimizer=None) -> bool:
+    """state.sync_parameters(module, optimizer): after each step, loads the weights (and with
+    `optimizer` its state) of the node the agents name, when the nodes' models may differ (see
+    State.sync_parameters)."""
+    return state.sync_parameters(module, optimizer)
 
 
 def hook(state: State, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

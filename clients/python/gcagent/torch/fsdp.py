@@ -169,6 +169,7 @@ class HSDPState(_Reconnecting):
         self._lost = None    # the error that lost the connection, until it is made anew
         self.dropped_residuals = 0  # of the last load_state_dict: owned by another node now
         self.resyncs = 0            # times sync_parameters loaded the root node's weights
+        self.failed_resyncs = 0     # its broadcasts another fault failed (called again after)
         self._weights_elements = 0  # of sync_parameters' keys, once it needed them
         self._slots = self._declare_on(self.client)
         for shards, module in hooked:
@@ -245,7 +246,9 @@ class HSDPState(_Reconnecting):
         back in), every trainer loads the shard its local rank holds on the root node, and with
         `optimizer` its optimizer state for that shard, bit for bit, through the agents
         (uncompressed, summed: every other node adds -0.0); an iteration of its own. True when
-        it loaded them. Module buffers stay each trainer's own, as FSDP keeps them."""
+        it loaded them; False also when another fault failed the broadcast (`failed_resyncs`),
+        which the agents then call again. Module buffers stay each trainer's own, as FSDP keeps
+        them."""
         root = self.client.resync_root
         if root is None or self._in_pass:
             return False
@@ -271,8 +274,11 @@ class HSDPState(_Reconnecting):
                 self.client.submit(self._step, [key])
                 done = self.client.wait(self._step, [key], int(self.timeout_s * 1000))
             except GcagentError as e:
+                # Another fault failed the broadcast (on every node): the agents call the reload
+                # again after the next step that completes.
                 self._note_loss(e)
-                raise
+                self.failed_resyncs += 1
+                return False
             if not done:
                 raise GcagentError(ERR_TIMEOUT, f"gcagent: the weights of node {root} did not arrive within "
                                                 f"{self.timeout_s} s")

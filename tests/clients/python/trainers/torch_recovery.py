@@ -61,14 +61,14 @@ def main():
         for layer in mlp[::2]:
             fully_shard(layer, mesh=mesh)
         model = fully_shard(mlp, mesh=mesh)
-        # With momentum: a reload that left the optimizer's state behind would leave the nodes'
-        # models apart again at once.
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         state = gcagent.torch.fsdp.hsdp(model, codec="none", timeout_s=120)
     else:
         model = DistributedDataParallel(mlp, bucket_cap_mb=0.01,
                                         gradient_as_bucket_view=True)  # as the README asks: buckets in the agent's slots
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        # With momentum: a reload that left the optimizer's state behind would leave the nodes'
+        # models apart again at once. (test_torch_fsdp.py checks the FSDP state's alike.)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
         state = gcagent.torch.State(codec="none", optimizer=optimizer, timeout_s=120)
         model.register_comm_hook(state, gcagent.torch.hook)
     order = torch.Generator().manual_seed(1000 + RANK)
@@ -89,7 +89,7 @@ def main():
             if state.sync_parameters(optimizer):  # replicas that may differ: one model again
                 print(f"step={step} loaded the weights of node {root}", flush=True)
         else:
-            if gcagent.torch.sync_parameters(state, model.module):  # a node taken (back) in: one model again
+            if gcagent.torch.sync_parameters(state, model.module, optimizer):  # a node taken (back) in: one model again
                 print(f"step={step} loaded the weights of node {root}", flush=True)
             print(f"  hook step={state.step} fallback={state.fallback_buckets} agent={state.agent_buckets}", flush=True)
         left = a.pace_ms / 1e3 - (time.monotonic() - started)
