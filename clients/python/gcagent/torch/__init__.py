@@ -63,6 +63,13 @@ class _DeviceSlot:
                                          "version": 2}
 
 
+def _optimizer_state(optimizer, param):
+    """The floating-point tensors of `param`'s optimizer state (momentum, Adam's moments and
+    step), in name order: what sync_parameters broadcasts beside the weights."""
+    state = optimizer.state.get(param, {})
+    return [state[name] for name in sorted(state) if torch.is_tensor(state[name]) and state[name].is_floating_point()]
+
+
 def _momentum(optimizer):
     """The largest momentum of a torch optimizer's parameter groups (0 without one)."""
     return max((float(g.get("momentum") or 0) for g in optimizer.param_groups), default=0.0)
@@ -367,10 +374,7 @@ class State(_Reconnecting):
             return False
         tensors = [t for t in list(module.parameters()) + list(module.buffers()) if t.is_floating_point()]
         if optimizer is not None:
-            for p in module.parameters():
-                state = optimizer.state.get(p, {})
-                tensors += [state[name] for name in sorted(state)
-                            if torch.is_tensor(state[name]) and state[name].is_floating_point()]
+            tensors += [t for p in module.parameters() for t in _optimizer_state(optimizer, p)]
         elements = sum(t.numel() for t in tensors)
         self._drain()
         if elements != self._model_elements:

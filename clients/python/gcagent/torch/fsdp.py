@@ -43,7 +43,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from gcagent.client import (BROADCAST_KEY_BASE, ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec,
                             codec_from_env)
-from gcagent.torch import _Reconnecting
+from gcagent.torch import _Reconnecting, _optimizer_state
 
 
 def node_mesh(device_type: str = "cpu", local_size: int = None):
@@ -227,15 +227,11 @@ class HSDPState(_Reconnecting):
             for p in s.params:
                 padded = p.padded_sharded_param_size.numel()
                 out.append((p.sharded_param._local_tensor, padded))
-                state = optimizer.state.get(p.sharded_param, {}) if optimizer is not None else {}
-                for name in sorted(state):
-                    t = state[name]
-                    if not (torch.is_tensor(t) and t.is_floating_point()):
-                        continue
+                for t in _optimizer_state(optimizer, p.sharded_param) if optimizer is not None else ():
                     t = getattr(t, "_local_tensor", t)
                     room = padded if t.dim() > 0 else 1
                     if t.numel() > room:
-                        raise ValueError(f"gcagent: optimizer state '{name}' of FSDP module {s.index} ({s.name}) has "
+                        raise ValueError(f"gcagent: an optimizer state tensor of FSDP module {s.index} ({s.name}) has "
                                          f"{t.numel()} elements, more than its parameter's shard ({room})")
                     out.append((t, room))
         return out
