@@ -109,6 +109,18 @@ int64_t ParamReader::integer(std::string_view key, int64_t fallback, Range range
   return v;
 }
 
+uint32_t ParamReader::blockSize(std::string_view key, uint32_t fallback, std::string_view help) {
+  const Status before = first_error_;
+  const int64_t v = integer(key, fallback, Range::closed(32, 256), help);
+  if (!before.ok() || !first_error_.ok()) return fallback;
+  if ((v & (v - 1)) != 0) {
+    fail(Status::outOfRange(
+        strCat("codec '", codec_, "': parameter '", key, "' = ", v, " is not a power of two (32, 64, 128 or 256)")));
+    return fallback;
+  }
+  return static_cast<uint32_t>(v);
+}
+
 uint64_t ParamReader::seed(std::string_view key, uint64_t fallback, std::string_view help) {
   describe(key, "seed", strCat(fallback), "[0, 2^64)", help);
   const std::string* text = lookup(key);

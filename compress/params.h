@@ -50,6 +50,8 @@ class ParamReader {
   // refused, as MXNet's parameter parser refuses it ("Out of range value for threshold").
   float real32(std::string_view key, float fallback, Range range, std::string_view help = {});
   int64_t integer(std::string_view key, int64_t fallback, Range range, std::string_view help = {});
+  // A block size of the block-scaled codecs: a power of two in [32, 256].
+  uint32_t blockSize(std::string_view key, uint32_t fallback, std::string_view help = {});
   uint64_t seed(std::string_view key, uint64_t fallback, std::string_view help = {});
   bool boolean(std::string_view key, bool fallback, std::string_view help = {});
 

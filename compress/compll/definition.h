@@ -14,6 +14,20 @@
 // (compress/random_math.h) the definition names for each slice:
 //   stream(p, key, slice, step)      the slice's stream
 //   encode<L>(l, g, r, p, scale, u)  with u, the element's draw in [0, 1)
+// A block-scaled quantizer sends one scale per block of elements instead, all the blocks'
+// scales in front of the codes, and has besides (instead of stats and scale)
+//   block(p)                 elements per block (GC_HD): a power of two, 32 .. 256
+//   Scale                    how a scale travels: Fp32Scale, or Pow2Scale (OCP MX's E8M0)
+//   blockScale(max_abs, p)   the scale of a block whose largest |x| is max_abs (finite)
+//   encode<L>(l, g, r, p, scale[, u]), decode<L>(l, code, p, scale)
+// and may have
+//   rotates(p)               true: each block is sent rotated by D then H (random signs drawn
+//                            from the slice's stream, then the Walsh-Hadamard transform), and
+//                            the decoder turns it back (H, / block, D); the last block is
+//                            padded with zeros to a whole block, and all of it is sent
+//   written(code, p)         false for a code the encoder never writes (decode refuses it)
+// A stochastic definition may say draws(p) = false when this configuration takes no draws
+// (they are then 0, and not computed).
 // A definition may also set kPaddingChecked (decode rejects set bits past the last code),
 // kNeverWritten (a code value decode rejects) and kFeedbackByDefault (false: the
 // error_feedback parameter defaults to off, and no state is kept unless asked). Nothing else:
@@ -24,6 +38,7 @@
 #include <concepts>
 #include <string_view>
 
+#include "compress/compll/blocks.h"
 #include "compress/compll/codes.h"
 #include "compress/compll/lanes.h"
 #include "compress/compll/slice_stats.h"
@@ -42,6 +57,50 @@ template <class Def>
 concept Stochastic = requires(const typename Def::Params& p) {
   { Def::stream(p, uint64_t{0}, uint32_t{0}, uint64_t{0}) } -> std::convertible_to<uint64_t>;
 };
+
+template <class Def>
+concept BlockScaled = requires(const typename Def::Params& p) {
+  { Def::block(p) } -> std::convertible_to<uint32_t>;
+  { Def::blockScale(0.0f, p) } -> std::convertible_to<float>;
+  Def::Scale::kBytes;
+};
+
+// Whether encode and decode take a scale (the slice's or the block's).
+template <class Def>
+inline constexpr bool kTakesScale = Scaled<Def> || BlockScaled<Def>;
+
+inline constexpr uint32_t kMaxBlock = 256;
+
+template <class Def>
+GC_HD bool rotates(const typename Def::Params& p) {
+  if constexpr (requires { Def::rotates(p); }) {
+    return Def::rotates(p);
+  } else {
+    return false;
+  }
+}
+
+template <class Def>
+GC_HD bool takesDraws(const typename Def::Params& p) {
+  if constexpr (requires { Def::draws(p); }) {
+    return Def::draws(p);
+  } else {
+    return Stochastic<Def>;
+  }
+}
+
+template <class Def>
+inline constexpr bool kChecksWritten = requires(const typename Def::Params& p) { Def::written(uint32_t{0}, p); };
+
+// Elements whose codes are sent for a slice of n: n, or whole blocks when they are rotated.
+template <class Def>
+GC_HD size_t codedElements(size_t n, const typename Def::Params& p) {
+  if constexpr (BlockScaled<Def>) {
+    if (rotates<Def>(p)) return (n + Def::block(p) - 1) / Def::block(p) * Def::block(p);
+  }
+  (void)p;
+  return n;
+}
 
 template <class Def>
 inline constexpr bool kPaddingChecked = requires { requires Def::kPaddingChecked; };

@@ -40,6 +40,7 @@ struct ScalarLanes {
 
   GC_HD U bits(F a) const { return bitsOf(a); }
   GC_HD F fromBits(U a) const { return floatOf(a); }
+  GC_HD U addU(U a, U b) const { return a + b; }
   GC_HD U subU(U a, U b) const { return a - b; }
   GC_HD U andU(U a, U b) const { return a & b; }
   GC_HD U orU(U a, U b) const { return a | b; }

@@ -18,3 +18,41 @@ GC_HD typename L::F ternaryValue(const L& l, typename L::U code, float m) {
 }
 
 }  // namespace gcagent::compress::compll
+
+namespace gcagent::compress::compll {
+
+// Small binary floating-point formats (fp8's e4m3 and e5m2, fp4's e2m1): kMant mantissa bits,
+// smallest normal exponent kEmin (so the bias is 1 - kEmin), subnormals below it. A value's
+// magnitude code is its exponent field << kMant | its mantissa; the sign is the caller's.
+
+// The magnitude code nearest v (v >= 0, finite), ties to even, saturating at `max` (the
+// format's largest finite magnitude). Adding c = 2^(e + 23 - kMant), e the exponent of v (at
+// least kEmin), lets fp32's own rounding (to nearest, ties to even) round v to a multiple of
+// the format's step 2^(e - kMant) there; subtracting c again is exact.
+template <int kMant, int kEmin, class L>
+GC_HD typename L::U miniFloatCode(const L& l, typename L::F v, float max) {
+  const auto min_normal = l.f(floatOf(static_cast<uint32_t>(127 + kEmin) << 23));
+  v = l.select(l.gt(v, l.f(max)), l.f(max), v);
+  const auto exponent = l.andU(l.bits(l.select(l.lt(v, min_normal), min_normal, v)), l.u(0x7f800000u));
+  const auto c = l.fromBits(l.addU(exponent, l.u(static_cast<uint32_t>(23 - kMant) << 23)));
+  const auto q = l.sub(l.add(v, c), c);
+  // Below the smallest normal, q + min_normal has q's mantissa in fp32's top kMant bits.
+  const auto subnormal = l.lt(q, min_normal);
+  const auto w = l.select(subnormal, l.add(q, min_normal), q);
+  const auto rebias = l.select(subnormal, l.u(static_cast<uint32_t>(127 + kEmin) << kMant),
+                               l.u(static_cast<uint32_t>(126 + kEmin) << kMant));
+  return l.subU(l.template shr<23 - kMant>(l.bits(w)), rebias);
+}
+
+// The magnitude a code (sign bit clear) stands for: exact.
+template <int kMant, int kEmin, class L>
+GC_HD typename L::F miniFloatValue(const L& l, typename L::U code) {
+  const auto subnormal = l.eq(l.template shr<kMant>(code), l.u(0));
+  const auto rebias = l.select(subnormal, l.u(static_cast<uint32_t>(127 + kEmin) << 23),
+                               l.u(static_cast<uint32_t>(126 + kEmin) << 23));
+  const auto w = l.fromBits(l.addU(l.template shl<23 - kMant>(code), rebias));
+  // A subnormal's w is 2^kEmin * (1 + mantissa / 2^kMant): take the leading 1 away again.
+  return l.select(subnormal, l.sub(w, l.f(floatOf(static_cast<uint32_t>(127 + kEmin) << 23))), w);
+}
+
+}  // namespace gcagent::compress::compll

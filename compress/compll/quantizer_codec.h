@@ -4,7 +4,9 @@
 // loops.
 #pragma once
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -55,17 +57,24 @@ size_t firstCodeEqualTo(const uint8_t* codes, size_t n, uint32_t never) {
   return n;
 }
 
+// The first element of [0, n) whose code the definition says it never writes, or n.
+template <class Def>
+size_t firstUnwritten(const uint8_t* codes, size_t n, const typename Def::Params& p) {
+  for (size_t i = 0; i < n; ++i)
+    if (!Def::written(Def::Codes::at(codes, i), p)) return i;
+  return n;
+}
+
 template <class Def>
 class QuantizerCodec final : public Codec {
   using C = typename Def::Codes;
-  static constexpr size_t kHeader = kHeaderBytes<Def>;
 
  public:
   QuantizerCodec(typename Def::Params p, bool feedback, const CodecEnv& env) : p_(p), feedback_(feedback), env_(env) {}
 
   std::string_view name() const override { return Def::kName; }
   size_t stateElements(size_t n) const override { return feedback_ ? n : 0; }
-  size_t maxEncodedBytes(size_t n) const override { return kHeader + C::bytes(n); }
+  size_t maxEncodedBytes(size_t n) const override { return header(n) + C::bytes(codedElements<Def>(n, p_)); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                         const SliceId& id) const override {
@@ -74,6 +83,10 @@ class QuantizerCodec final : public Codec {
     GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
     const float* g = in.data();
     float* r = feedback_ ? state.data() : nullptr;
+    if constexpr (BlockScaled<Def>) {
+      return encodeBlocks(g, r, reinterpret_cast<uint8_t*>(out.data()), n, id, bytes);
+    }
+    constexpr size_t kHeader = kHeaderBytes<Def>;
     float scale = 1.0f;
     if constexpr (Scaled<Def>) {
       GC_ASSIGN_OR_RETURN(scale, scaleOf(g, r, n));
@@ -91,8 +104,10 @@ class QuantizerCodec final : public Codec {
     return bytes;
   }
 
-  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId&) const override {
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId& id) const override {
     const size_t n = acc.size();
+    if constexpr (BlockScaled<Def>) return decodeBlocks(in, acc, 1.0f, true, id);
+    constexpr size_t kHeader = kHeaderBytes<Def>;
     GC_ASSIGN_OR_RETURN(const float scale, arrived(in, n));
     const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
     float* dst = acc.data();
@@ -102,8 +117,10 @@ class QuantizerCodec final : public Codec {
   }
 
   Status decode(std::span<const std::byte> in, std::span<float> out, float factor,
-                const SliceId&) const override {
+                const SliceId& id) const override {
     const size_t n = out.size();
+    if constexpr (BlockScaled<Def>) return decodeBlocks(in, out, factor, false, id);
+    constexpr size_t kHeader = kHeaderBytes<Def>;
     GC_ASSIGN_OR_RETURN(const float scale, arrived(in, n));
     const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
     float* dst = out.data();
@@ -135,17 +152,77 @@ class QuantizerCodec final : public Codec {
     return Def::scale(stats, n, p_);
   }
 
-  // The scale of an encoding that arrived for n elements, once its size, scale, padding and
-  // codes are what an encoder writes.
-  Result<float> arrived(std::span<const std::byte> in, size_t n) const {
-    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
-    float scale = 1.0f;
-    if constexpr (Scaled<Def>) {
-      scale = loadLe<float>(in.data());
-      if (!std::isfinite(scale) || scale < 0.0f)
-        return Status::dataLoss(strCat(name(), ": scale is ", scale, ", expected a finite value >= 0"));
+  // Bytes in front of the codes: the slice's scale, or the blocks' scales.
+  size_t header(size_t n) const {
+    if constexpr (BlockScaled<Def>) {
+      return scaleBytes<typename Def::Scale>((n + Def::block(p_) - 1) / Def::block(p_));
+    } else {
+      (void)n;
+      return kHeaderBytes<Def>;
     }
-    const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
+  }
+
+  uint64_t streamOf(const SliceId& id) const {
+    if constexpr (Stochastic<Def>) {
+      return Def::stream(p_, id.key, id.slice, id.step);
+    } else {
+      (void)id;
+      return 0;
+    }
+  }
+
+  // A block-scaled encoding: every block's scale first (all of them, so a non-finite x fails
+  // the encode before the state changes), then the codes.
+  Result<size_t> encodeBlocks(const float* g, float* r, uint8_t* out, size_t n, const SliceId& id,
+                              size_t bytes) const {
+    const size_t block = Def::block(p_);
+    const size_t scale_bytes = header(n);
+    const size_t blocks = (n + block - 1) / block;
+    std::memset(out + blocks * Def::Scale::kBytes, 0, scale_bytes - blocks * Def::Scale::kBytes);
+    const uint64_t stream = streamOf(id);
+    const auto& kernels = quantizerKernels<Def>(cpu::activeIsa());
+    std::atomic<size_t> bad{SIZE_MAX};
+    forChunks(env_, n, block, [&](size_t begin, size_t end) {
+      const size_t b = kernels.block_scales(g, r, out, begin, end, p_, stream);
+      size_t seen = bad.load();
+      while (b < seen && !bad.compare_exchange_weak(seen, b)) {
+      }
+    });
+    if (bad.load() != SIZE_MAX)
+      return Status::invalidArgument(strCat(name(), ": block ", bad.load(), " of the ",
+                                            r != nullptr ? "gradient plus residual" : "gradient",
+                                            " holds a non-finite value"));
+    uint8_t* codes = out + scale_bytes;
+    forChunks(env_, n, block,
+              [&](size_t begin, size_t end) { kernels.encode_blocks(g, r, out, codes, begin, end, p_, stream); });
+    const size_t coded = codedElements<Def>(n, p_);
+    if (C::bytes(coded) > C::usedBytes(coded))
+      std::memset(codes + C::usedBytes(coded), 0, C::bytes(coded) - C::usedBytes(coded));
+    return bytes;
+  }
+
+  Status decodeBlocks(std::span<const std::byte> in, std::span<float> out, float factor, bool add,
+                      const SliceId& id) const {
+    const size_t n = out.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
+    const auto* scales = reinterpret_cast<const uint8_t*>(in.data());
+    const size_t block = Def::block(p_);
+    for (size_t b = 0; b * block < n; ++b) {
+      if (!Def::Scale::valid(scales + b * Def::Scale::kBytes))
+        return Status::dataLoss(strCat(name(), ": block ", b, " has a scale the encoder never writes"));
+    }
+    const uint8_t* codes = scales + header(n);
+    GC_RETURN_IF_ERROR(checkCodes(codes, codedElements<Def>(n, p_)));
+    const uint64_t stream = streamOf(id);
+    const auto decode = quantizerKernels<Def>(cpu::activeIsa()).decode_blocks;
+    float* dst = out.data();
+    forChunks(env_, n, block,
+              [&](size_t begin, size_t end) { decode(scales, codes, dst, begin, end, p_, stream, factor, add); });
+    return {};
+  }
+
+  // The padding past the n codes, and every code, are what an encoder writes.
+  Status checkCodes(const uint8_t* codes, size_t n) const {
     if constexpr (kPaddingChecked<Def>) {
       if (!paddingIsClear<C>(codes, n))
         return Status::dataLoss(strCat(name(), ": padding bits past element ", n, " are set"));
@@ -156,6 +233,26 @@ class QuantizerCodec final : public Codec {
         return Status::dataLoss(strCat(name(), ": element ", i, " has code ", Def::kNeverWritten,
                                        ", which the encoder never writes"));
     }
+    if constexpr (kChecksWritten<Def>) {
+      const size_t i = firstUnwritten<Def>(codes, n, p_);
+      if (i < n)
+        return Status::dataLoss(strCat(name(), ": element ", i, " has a code the encoder never writes"));
+    }
+    return {};
+  }
+
+  // The scale of an encoding that arrived for n elements, once its size, scale, padding and
+  // codes are what an encoder writes.
+  Result<float> arrived(std::span<const std::byte> in, size_t n) const {
+    constexpr size_t kHeader = kHeaderBytes<Def>;
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
+    float scale = 1.0f;
+    if constexpr (Scaled<Def>) {
+      scale = loadLe<float>(in.data());
+      if (!std::isfinite(scale) || scale < 0.0f)
+        return Status::dataLoss(strCat(name(), ": scale is ", scale, ", expected a finite value >= 0"));
+    }
+    GC_RETURN_IF_ERROR(checkCodes(reinterpret_cast<const uint8_t*>(in.data() + kHeader), n));
     return scale;
   }
 

@@ -24,6 +24,17 @@ struct QuantizerKernels {
   // out[i] = element i's value times factor (not multiplied when factor is 1).
   void (*decode)(const uint8_t* codes, float* out, size_t begin, size_t end, const Params& p, float scale,
                  float factor);
+  // Block-scaled definitions only (null for the others), over the blocks of [begin, end): begin
+  // a block edge, end one too or the slice's end. The blocks' scales (block b's at scales + b
+  // * Scale::kBytes), or the first block whose x is not finite (then SIZE_MAX is not returned
+  // and the scales are partly written); then the codes with those scales, r updated; and the
+  // values, added to out or stored times factor.
+  size_t (*block_scales)(const float* g, const float* r, uint8_t* scales, size_t begin, size_t end, const Params& p,
+                         uint64_t stream);
+  void (*encode_blocks)(const float* g, float* r, const uint8_t* scales, uint8_t* codes, size_t begin, size_t end,
+                        const Params& p, uint64_t stream);
+  void (*decode_blocks)(const uint8_t* scales, const uint8_t* codes, float* out, size_t begin, size_t end,
+                        const Params& p, uint64_t stream, float factor, bool add);
 };
 
 // Defined for every definition by the two files above.

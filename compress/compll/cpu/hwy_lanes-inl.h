@@ -48,6 +48,7 @@ struct HwyLanes {
 
   HWY_INLINE U bits(F a) const { return hn::BitCast(du, a); }
   HWY_INLINE F fromBits(U a) const { return hn::BitCast(df, a); }
+  HWY_INLINE U addU(U a, U b) const { return hn::Add(a, b); }
   HWY_INLINE U subU(U a, U b) const { return hn::Sub(a, b); }
   HWY_INLINE U andU(U a, U b) const { return hn::And(a, b); }
   HWY_INLINE U orU(U a, U b) const { return hn::Or(a, b); }

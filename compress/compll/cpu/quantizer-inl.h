@@ -29,9 +29,9 @@ struct TailLanes : ScalarLanes {};
 template <class Def, class L>
 HWY_INLINE auto encodeElement(const L& l, typename L::F g, typename L::F& r, const typename Def::Params& p,
                               float scale, typename L::F u) {
-  if constexpr (Scaled<Def> && Stochastic<Def>) {
+  if constexpr (kTakesScale<Def> && Stochastic<Def>) {
     return Def::encode(l, g, r, p, scale, u);
-  } else if constexpr (Scaled<Def>) {
+  } else if constexpr (kTakesScale<Def>) {
     return Def::encode(l, g, r, p, scale);
   } else if constexpr (Stochastic<Def>) {
     return Def::encode(l, g, r, p, u);
@@ -42,7 +42,7 @@ HWY_INLINE auto encodeElement(const L& l, typename L::F g, typename L::F& r, con
 
 template <class Def, class L>
 HWY_INLINE auto decodeElement(const L& l, typename L::U code, const typename Def::Params& p, float scale) {
-  if constexpr (Scaled<Def>) {
+  if constexpr (kTakesScale<Def>) {
     return Def::decode(l, code, p, scale);
   } else {
     (void)scale;
@@ -58,13 +58,17 @@ constexpr size_t groupOf() {
   return lanes > per_byte ? lanes : per_byte;
 }
 
-// What an encoding range shares: the slice's scale and stream, whether a residual is kept.
+// What an encoding range shares: the slice's (or block's) scale and stream, whether a
+// residual is kept, whether draws are taken, and the index in the stream of element 0 of
+// the arrays (not 0 when they are a block's own copy).
 template <class Def, bool kFeedback>
 struct RangeEncoder {
   using C = typename Def::Codes;
   const typename Def::Params& p;
   float scale;
   uint64_t stream;
+  bool drawing;
+  size_t base;
   HwyLanes l;
   TailLanes s;
   HwyDraws draws;
@@ -72,7 +76,7 @@ struct RangeEncoder {
   // The codes of the vector of elements from i, r[i ..] updated.
   HWY_INLINE HwyLanes::U vector(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, size_t i) const {
     auto rv = kFeedback ? hn::LoadU(l.df, r + i) : hn::Zero(l.df);
-    const auto u = Stochastic<Def> ? draws.at(stream, i) : hn::Zero(l.df);
+    const auto u = drawing ? draws.at(stream, base + i) : hn::Zero(l.df);
     const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i), rv, p, scale, u);
     if constexpr (kFeedback) hn::StoreU(rv, l.df, r + i);
     return code;
@@ -83,7 +87,7 @@ struct RangeEncoder {
     uint32_t byte = 0;
     for (size_t i = b * C::kPerByte; i < end && i < (b + 1) * C::kPerByte; ++i) {
       float ri = kFeedback ? r[i] : 0.0f;
-      const float u = Stochastic<Def> ? rng::uniform01(stream, i) : 0.0f;
+      const float u = drawing ? rng::uniform01(stream, base + i) : 0.0f;
       byte |= encodeElement<Def>(s, g[i], ri, p, scale, u) << C::shift(i);
       if constexpr (kFeedback) r[i] = ri;
     }
@@ -97,9 +101,10 @@ struct RangeEncoder {
 // code narrowed to a byte and stored.
 template <class Def, bool kFeedback>
 void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT codes,
-                 size_t begin, size_t end, const typename Def::Params& p, float scale, uint64_t stream) {
+                 size_t begin, size_t end, const typename Def::Params& p, float scale, uint64_t stream,
+                 size_t base = 0) {
   using C = typename Def::Codes;
-  const RangeEncoder<Def, kFeedback> e{p, scale, stream, {}, {}, {}};
+  const RangeEncoder<Def, kFeedback> e{p, scale, stream, Stochastic<Def> && takesDraws<Def>(p), base, {}, {}, {}};
   const size_t lanes = hn::Lanes(e.l.df);
   size_t i = begin;
   if constexpr (C::kBitsPerCode == 8) {
@@ -205,9 +210,159 @@ void decodeScaledRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT ou
   decodeRange<Def, false>(codes, out, begin, end, p, scale, factor);
 }
 
+// The largest |x| of x = g + r (r null: g + 0) over [0, n), as fp32 bits with the sign
+// cleared: compared as integers, an infinity (0x7f800000) or a NaN (above it) is larger than
+// every finite value, so one maximum also finds them.
+template <bool kFeedback>
+HWY_INLINE uint32_t maxAbsBits(const float* HWY_RESTRICT g, const float* HWY_RESTRICT r, size_t n) {
+  const HwyLanes l;
+  const size_t lanes = hn::Lanes(l.df);
+  const auto magnitude = l.u(0x7fffffffu);
+  auto m = hn::Zero(l.du);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    auto x = hn::LoadU(l.df, g + i);
+    if constexpr (kFeedback) x = hn::Add(x, hn::LoadU(l.df, r + i));
+    m = hn::Max(m, hn::And(hn::BitCast(l.du, x), magnitude));
+  }
+  uint32_t out = hn::GetLane(hn::MaxOfLanes(l.du, m));
+  for (; i < n; ++i) {
+    const uint32_t b = bitsOf(g[i] + (kFeedback ? r[i] : 0.0f)) & 0x7fffffffu;
+    out = b > out ? b : out;
+  }
+  return out;
+}
+
+// A block's rotation, x <- H D x over `size` elements (a power of two), D the signs the
+// stream draws for elements base ..; and back, x <- D H x / size (H H = size I).
+HWY_INLINE void rotate(float* x, uint32_t size, uint64_t stream, size_t base) {
+  for (uint32_t j = 0; j < size; ++j) x[j] = floatOf(bitsOf(x[j]) ^ rotationSign(stream, base + j));
+  for (uint32_t h = 1; h < size; h *= 2)
+    for (uint32_t j = 0; j < size; j += 2 * h)
+      for (uint32_t k = j; k < j + h; ++k) butterfly(x, k, h);
+}
+HWY_INLINE void rotateBack(float* x, uint32_t size, uint64_t stream, size_t base) {
+  for (uint32_t h = 1; h < size; h *= 2)
+    for (uint32_t j = 0; j < size; j += 2 * h)
+      for (uint32_t k = j; k < j + h; ++k) butterfly(x, k, h);
+  const float inverse = 1.0f / static_cast<float>(size);  // a power of two: exact
+  for (uint32_t j = 0; j < size; ++j) x[j] = floatOf(bitsOf(x[j] * inverse) ^ rotationSign(stream, base + j));
+}
+
+// A rotated block's x (zeros past the slice's end), from elements b0 .. b0 + len.
+template <bool kFeedback>
+HWY_INLINE void rotatedBlock(const float* g, const float* r, size_t b0, size_t len, uint32_t size, uint64_t stream,
+                             float* x) {
+  for (size_t j = 0; j < size; ++j) x[j] = j < len ? g[b0 + j] + (kFeedback ? r[b0 + j] : 0.0f) : 0.0f;
+  rotate(x, size, stream, b0);
+}
+
+// Block-scaled definitions: the scales of the blocks of [begin, end) (begin a block edge,
+// end one too or the slice's end), block b's at scales + b * Scale::kBytes. Returns the first
+// block holding a non-finite x, or SIZE_MAX.
+template <class Def, bool kFeedback>
+size_t blockScalesRange(const float* HWY_RESTRICT g, const float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT scales,
+                        size_t begin, size_t end, const typename Def::Params& p, uint64_t stream) {
+  const uint32_t size = Def::block(p);
+  HWY_ALIGN float x[kMaxBlock];
+  for (size_t b0 = begin; b0 < end; b0 += size) {
+    const size_t len = end - b0 < size ? end - b0 : size;
+    uint32_t max_bits;
+    if (rotates<Def>(p)) {
+      rotatedBlock<kFeedback>(g, r, b0, len, size, stream, x);
+      max_bits = maxAbsBits<false>(x, nullptr, size);
+    } else {
+      max_bits = maxAbsBits<kFeedback>(g + b0, kFeedback ? r + b0 : nullptr, len);
+    }
+    if (max_bits >= 0x7f800000u) return b0 / size;
+    Def::Scale::store(scales + b0 / size * Def::Scale::kBytes, Def::blockScale(floatOf(max_bits), p));
+  }
+  return SIZE_MAX;
+}
+
+// The codes of the blocks of [begin, end) with their scales (as stored), r updated. A
+// rotated block is coded whole, the last one too.
+template <class Def, bool kFeedback>
+void encodeBlocksRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, const uint8_t* HWY_RESTRICT scales,
+                       uint8_t* HWY_RESTRICT codes, size_t begin, size_t end, const typename Def::Params& p,
+                       uint64_t stream) {
+  using C = typename Def::Codes;
+  const uint32_t size = Def::block(p);
+  HWY_ALIGN float x[kMaxBlock];
+  HWY_ALIGN float e[kMaxBlock];
+  for (size_t b0 = begin; b0 < end; b0 += size) {
+    const size_t len = end - b0 < size ? end - b0 : size;
+    const float scale = Def::Scale::load(scales + b0 / size * Def::Scale::kBytes);
+    if (!rotates<Def>(p)) {
+      encodeRange<Def, kFeedback>(g, r, codes, b0, b0 + len, p, scale, stream);
+      continue;
+    }
+    rotatedBlock<kFeedback>(g, r, b0, len, size, stream, x);
+    for (uint32_t j = 0; j < size; ++j) e[j] = 0.0f;
+    encodeRange<Def, true>(x, e, codes + b0 / C::kPerByte, 0, size, p, scale, stream, b0);
+    if constexpr (kFeedback) {
+      rotateBack(e, size, stream, b0);
+      for (size_t j = 0; j < len; ++j) r[b0 + j] = e[j];
+    }
+  }
+}
+
+template <class Def>
+size_t blockScalesAnyRange(const float* g, const float* r, uint8_t* scales, size_t begin, size_t end,
+                           const typename Def::Params& p, uint64_t stream) {
+  if (r != nullptr) return blockScalesRange<Def, true>(g, r, scales, begin, end, p, stream);
+  return blockScalesRange<Def, false>(g, nullptr, scales, begin, end, p, stream);
+}
+
+template <class Def>
+void encodeBlocksAnyRange(const float* g, float* r, const uint8_t* scales, uint8_t* codes, size_t begin, size_t end,
+                          const typename Def::Params& p, uint64_t stream) {
+  if (r != nullptr) {
+    encodeBlocksRange<Def, true>(g, r, scales, codes, begin, end, p, stream);
+  } else {
+    encodeBlocksRange<Def, false>(g, nullptr, scales, codes, begin, end, p, stream);
+  }
+}
+
+// out[i] (+)= element i's value (times factor when not adding) over the blocks of [begin, end).
+template <class Def>
+void decodeBlocksRange(const uint8_t* HWY_RESTRICT scales, const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out,
+                       size_t begin, size_t end, const typename Def::Params& p, uint64_t stream, float factor,
+                       bool add) {
+  using C = typename Def::Codes;
+  const uint32_t size = Def::block(p);
+  HWY_ALIGN float y[kMaxBlock];
+  for (size_t b0 = begin; b0 < end; b0 += size) {
+    const size_t len = end - b0 < size ? end - b0 : size;
+    const float scale = Def::Scale::load(scales + b0 / size * Def::Scale::kBytes);
+    if (!rotates<Def>(p)) {
+      if (add) {
+        decodeRange<Def, true>(codes, out, b0, b0 + len, p, scale, 1.0f);
+      } else {
+        decodeRange<Def, false>(codes, out, b0, b0 + len, p, scale, factor);
+      }
+      continue;
+    }
+    decodeRange<Def, false>(codes + b0 / C::kPerByte, y, 0, size, p, scale, 1.0f);
+    rotateBack(y, size, stream, b0);
+    for (size_t j = 0; j < len; ++j) {
+      if (add) {
+        out[b0 + j] += y[j];
+      } else {
+        out[b0 + j] = factor == 1.0f ? y[j] : y[j] * factor;
+      }
+    }
+  }
+}
+
 template <class Def>
 constexpr QuantizerKernels<Def> quantizerKernels() {
-  return {encodeAnyRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>};
+  if constexpr (BlockScaled<Def>) {
+    return {encodeAnyRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>, blockScalesAnyRange<Def>,
+            encodeBlocksAnyRange<Def>, decodeBlocksRange<Def>};
+  } else {
+    return {encodeAnyRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>, nullptr, nullptr, nullptr};
+  }
 }
 
 }  // namespace gcagent::compress::compll::HWY_NAMESPACE

@@ -29,12 +29,12 @@ template <class Def>
 __device__ __forceinline__ uint32_t encodeElement(float g, float& r, const typename Def::Params& p, float scale,
                                                   uint64_t stream, size_t i) {
   const ScalarLanes l;
-  if constexpr (Scaled<Def> && Stochastic<Def>) {
-    return Def::encode(l, g, r, p, scale, rng::uniform01(stream, i));
-  } else if constexpr (Scaled<Def>) {
+  if constexpr (kTakesScale<Def> && Stochastic<Def>) {
+    return Def::encode(l, g, r, p, scale, takesDraws<Def>(p) ? rng::uniform01(stream, i) : 0.0f);
+  } else if constexpr (kTakesScale<Def>) {
     return Def::encode(l, g, r, p, scale);
   } else if constexpr (Stochastic<Def>) {
-    return Def::encode(l, g, r, p, rng::uniform01(stream, i));
+    return Def::encode(l, g, r, p, takesDraws<Def>(p) ? rng::uniform01(stream, i) : 0.0f);
   } else {
     return Def::encode(l, g, r, p);
   }
@@ -42,7 +42,7 @@ __device__ __forceinline__ uint32_t encodeElement(float g, float& r, const typen
 
 template <class Def>
 __device__ __forceinline__ float decodeElement(uint32_t code, const typename Def::Params& p, float scale) {
-  if constexpr (Scaled<Def>) {
+  if constexpr (kTakesScale<Def>) {
     return Def::decode(ScalarLanes{}, code, p, scale);
   } else {
     return Def::decode(ScalarLanes{}, code, p);
@@ -172,6 +172,223 @@ __global__ void decodeAddKernel(const uint8_t* __restrict__ codes, float* __rest
   acc[i] += decodeElement<Def>(Def::Codes::at(codes, i), p, scale);
 }
 
+// Block-scaled definitions: one thread block per block of the definition, a thread per
+// element of it (blockDim.x is the block size), in the CPU's order (cpu/quantizer-inl.h).
+
+// x <- H x over the thread block's elements, v being this thread's; every thread calls it.
+__device__ __forceinline__ float hadamard(float* shared, float v) {
+  const uint32_t j = threadIdx.x;
+  shared[j] = v;
+  __syncthreads();
+  for (uint32_t h = 1; h < blockDim.x; h *= 2) {
+    if ((j & h) == 0) butterfly(shared, j, h);
+    __syncthreads();
+  }
+  v = shared[j];
+  __syncthreads();
+  return v;
+}
+
+// This thread's x = g + r (0 past the slice's end), rotated when the definition rotates.
+template <class Def, bool kFeedback>
+__device__ __forceinline__ float blockX(const float* g, const float* r, size_t n, const typename Def::Params& p,
+                                        uint64_t stream, float* shared) {
+  const size_t i = threadIndex();
+  const float x = i < n ? g[i] + (kFeedback ? r[i] : 0.0f) : 0.0f;
+  if (!rotates<Def>(p)) return x;
+  return hadamard(shared, floatOf(bitsOf(x) ^ rotationSign(stream, i)));
+}
+
+// The rotation turned back: D H v / size.
+__device__ __forceinline__ float rotatedBack(float* shared, float v, uint64_t stream) {
+  v = hadamard(shared, v);
+  return floatOf(bitsOf(v * (1.0f / static_cast<float>(blockDim.x))) ^ rotationSign(stream, threadIndex()));
+}
+
+// The largest of v over the thread block; every thread calls it.
+__device__ __forceinline__ uint32_t blockMax(uint32_t v, uint32_t* warp_max) {
+  for (unsigned offset = 16; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
+  __syncthreads();
+  uint32_t m = 0;
+  for (uint32_t w = 0; w < blockDim.x / 32; ++w) m = max(m, warp_max[w]);
+  return m;
+}
+
+template <class Def, bool kFeedback>
+__global__ void blockScalesKernel(const float* __restrict__ g, const float* __restrict__ r, size_t n,
+                                  typename Def::Params p, uint64_t stream, uint8_t* __restrict__ scales,
+                                  DeviceFault* fault) {
+  __shared__ float shared[kMaxBlock];
+  __shared__ uint32_t warp_max[kMaxBlock / 32];
+  const float x = blockX<Def, kFeedback>(g, r, n, p, stream, shared);
+  const uint32_t m = blockMax(bitsOf(x) & 0x7fffffffu, warp_max);
+  if (threadIdx.x != 0) return;
+  if (m >= 0x7f800000u) {
+    raiseFault(fault, compress::cuda::kFaultNonFinite, blockIdx.x);
+  } else {
+    Def::Scale::store(scales + blockIdx.x * Def::Scale::kBytes, Def::blockScale(floatOf(m), p));
+  }
+}
+
+template <class Def, bool kFeedback>
+__global__ void blockEncodeKernel(const float* __restrict__ g, float* __restrict__ r, size_t n, size_t coded,
+                                  typename Def::Params p, uint64_t stream, const uint8_t* __restrict__ scales,
+                                  uint32_t* __restrict__ out, size_t words, const DeviceFault* fault) {
+  using C = typename Def::Codes;
+  __shared__ float shared[kMaxBlock];
+  if (faulted(fault)) return;  // the same for every thread
+  const size_t i = threadIndex();
+  const float scale = Def::Scale::load(scales + blockIdx.x * Def::Scale::kBytes);
+  const bool rotated = rotates<Def>(p);
+  const float x = blockX<Def, kFeedback>(g, r, n, p, stream, shared);
+  // Rotated, x is coded against a residual of 0 and the residual turned back; else g and r
+  // go in as the CPU's loop hands them.
+  float e = 0.0f;
+  uint32_t code = 0;
+  if (i < coded) {
+    if (rotated) {
+      code = encodeElement<Def>(x, e, p, scale, stream, i);
+    } else {
+      e = kFeedback ? r[i] : 0.0f;
+      code = encodeElement<Def>(g[i], e, p, scale, stream, i);
+    }
+  }
+  const uint32_t word = compress::cuda::orOverLanes(
+      code << (C::shift(i) + compress::cuda::byteShift(i / C::kPerByte)), C::kPerWord);
+  if (i % C::kPerWord == 0 && i / C::kPerWord < words) out[i / C::kPerWord] = word;
+  if constexpr (kFeedback) {
+    if (rotated) e = rotatedBack(shared, e, stream);
+    if (i < n) r[i] = e;
+  }
+}
+
+// Scales first (lowest block), then the codes the definition never writes (lowest element).
+template <class Def>
+__global__ void blockCheckKernel(const uint8_t* __restrict__ scales, const uint8_t* __restrict__ codes, size_t blocks,
+                                 size_t coded, typename Def::Params p, DeviceFault* fault) {
+  const size_t t = threadIndex();
+  if (t < blocks && !Def::Scale::valid(scales + t * Def::Scale::kBytes)) {
+    raiseFault(fault, compress::cuda::kFaultBadScale, t);
+  }
+  if constexpr (kChecksWritten<Def>) {
+    if (t < coded && !Def::written(Def::Codes::at(codes, t), p)) raiseFault(fault, compress::cuda::kFaultBadCode, t);
+  }
+}
+
+template <class Def>
+__global__ void blockDecodeAddKernel(const uint8_t* __restrict__ scales, const uint8_t* __restrict__ codes,
+                                     float* __restrict__ acc, size_t n, size_t coded, typename Def::Params p,
+                                     uint64_t stream, const DeviceFault* fault) {
+  __shared__ float shared[kMaxBlock];
+  if (faulted(fault)) return;  // the same for every thread
+  const size_t i = threadIndex();
+  const float scale = Def::Scale::load(scales + blockIdx.x * Def::Scale::kBytes);
+  float v = i < coded ? decodeElement<Def>(Def::Codes::at(codes, i), p, scale) : 0.0f;
+  if (rotates<Def>(p)) v = rotatedBack(shared, v, stream);
+  if (i < n) acc[i] += v;
+}
+
+template <class Def>
+class GpuBlockQuantizer final : public FaultingGpuCodec {
+  using C = typename Def::Codes;
+  using S = typename Def::Scale;
+
+ public:
+  GpuBlockQuantizer(typename Def::Params p, bool feedback) : p_(p), feedback_(feedback) {}
+
+  std::string_view name() const override { return Def::kName; }
+  size_t stateElements(size_t n) const override { return feedback_ ? n : 0; }
+  size_t maxEncodedBytes(size_t n) const override { return scaleBytes<S>(blocks(n)) + C::bytes(codedElements<Def>(n, p_)); }
+
+  Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
+                        const SliceId& id, GpuStream stream) override {
+    const size_t n = in.size();
+    const size_t bytes = maxEncodedBytes(n);
+    GC_RETURN_IF_ERROR(checkEncodeSpans(name(), n, state.size(), stateElements(n), out.size(), bytes));
+    GC_RETURN_IF_ERROR(compress::cuda::checkAligned(name(), out.data(), "output"));
+    const auto s = compress::cuda::toCuda(stream);
+    auto* scales = reinterpret_cast<uint8_t*>(out.data());
+    const size_t scale_bytes = scaleBytes<S>(blocks(n));
+    // The scales' padding: zero, as the CPU writes it.
+    if (scale_bytes > blocks(n) * S::kBytes &&
+        cudaMemsetAsync(scales + blocks(n) * S::kBytes, 0, scale_bytes - blocks(n) * S::kBytes, s) != cudaSuccess)
+      return compress::cuda::launched(name());
+    if (n == 0) return bytes;
+    const uint64_t draws = streamOf(id);
+    const auto grid = static_cast<unsigned>(blocks(n));
+    const unsigned threads = Def::block(p_);
+    auto* words = reinterpret_cast<uint32_t*>(out.data() + scale_bytes);
+    const size_t coded = codedElements<Def>(n, p_);
+    if (feedback_) {
+      blockScalesKernel<Def, true><<<grid, threads, 0, s>>>(in.data(), state.data(), n, p_, draws, scales, fault());
+      blockEncodeKernel<Def, true><<<grid, threads, 0, s>>>(in.data(), state.data(), n, coded, p_, draws, scales,
+                                                            words, C::bytes(coded) / 4, fault());
+    } else {
+      blockScalesKernel<Def, false><<<grid, threads, 0, s>>>(in.data(), nullptr, n, p_, draws, scales, fault());
+      blockEncodeKernel<Def, false><<<grid, threads, 0, s>>>(in.data(), nullptr, n, coded, p_, draws, scales, words,
+                                                             C::bytes(coded) / 4, fault());
+    }
+    GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
+    return bytes;
+  }
+
+  Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId& id,
+                   GpuStream stream) override {
+    const size_t n = acc.size();
+    GC_RETURN_IF_ERROR(checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n)));
+    if (n == 0) return {};
+    const auto s = compress::cuda::toCuda(stream);
+    const auto* scales = reinterpret_cast<const uint8_t*>(in.data());
+    const auto* codes = scales + scaleBytes<S>(blocks(n));
+    const size_t coded = codedElements<Def>(n, p_);
+    blockCheckKernel<Def><<<compress::cuda::blocksFor(coded), compress::cuda::kThreads, 0, s>>>(
+        scales, codes, blocks(n), coded, p_, fault());
+    if constexpr (kPaddingChecked<Def> || kChecksCodes<Def>) {
+      checkKernel<Def><<<compress::cuda::blocksFor(coded), compress::cuda::kThreads, 0, s>>>(nullptr, codes, coded,
+                                                                                             fault());
+    }
+    blockDecodeAddKernel<Def><<<static_cast<unsigned>(blocks(n)), Def::block(p_), 0, s>>>(
+        scales, codes, acc.data(), n, coded, p_, streamOf(id), fault());
+    return compress::cuda::launched(name());
+  }
+
+  Status init() { return initFaults(); }
+
+ protected:
+  Status describe(const DeviceFault& f) const override {
+    const uint64_t index = compress::cuda::faultIndex(f);
+    switch (compress::cuda::faultKind(f)) {
+      case compress::cuda::kFaultNonFinite:
+        return Status::invalidArgument(strCat(name(), ": block ", index, " of the ",
+                                              feedback_ ? "gradient plus residual" : "gradient",
+                                              " holds a non-finite value"));
+      case compress::cuda::kFaultBadScale:
+        return Status::dataLoss(strCat(name(), ": block ", index, " has a scale the encoder never writes"));
+      case compress::cuda::kFaultBadPadding:
+        return Status::dataLoss(strCat(name(), ": padding bits past element ", index, " are set"));
+      case compress::cuda::kFaultBadCode:
+        return Status::dataLoss(strCat(name(), ": element ", index, " has a code the encoder never writes"));
+      default:
+        return FaultingGpuCodec::describe(f);
+    }
+  }
+
+ private:
+  size_t blocks(size_t n) const { return (n + Def::block(p_) - 1) / Def::block(p_); }
+  uint64_t streamOf(const SliceId& id) const {
+    if constexpr (Stochastic<Def>) {
+      return Def::stream(p_, id.key, id.slice, id.step);
+    } else {
+      (void)id;
+      return 0;
+    }
+  }
+
+  typename Def::Params p_;
+  bool feedback_;
+};
+
 template <class Def>
 class GpuQuantizer final : public FaultingGpuCodec {
   using C = typename Def::Codes;
@@ -299,9 +516,15 @@ Result<std::unique_ptr<GpuCodec>> makeGpuQuantizer(const Params& params) {
   const typename Def::Params p = Def::read(reader);
   const bool feedback = reader.boolean("error_feedback", feedbackByDefault<Def>());
   GC_RETURN_IF_ERROR(reader.finish());
-  auto codec = std::make_unique<GpuQuantizer<Def>>(p, feedback);
-  GC_RETURN_IF_ERROR(codec->init());
-  return std::unique_ptr<GpuCodec>(std::move(codec));
+  if constexpr (BlockScaled<Def>) {
+    auto codec = std::make_unique<GpuBlockQuantizer<Def>>(p, feedback);
+    GC_RETURN_IF_ERROR(codec->init());
+    return std::unique_ptr<GpuCodec>(std::move(codec));
+  } else {
+    auto codec = std::make_unique<GpuQuantizer<Def>>(p, feedback);
+    GC_RETURN_IF_ERROR(codec->init());
+    return std::unique_ptr<GpuCodec>(std::move(codec));
+  }
 }
 
 #define GC_INSTANTIATE(Def) \
