@@ -143,6 +143,12 @@ std::vector<Case> cases() {
       {"threshold", "threshold", {}, "7b11564a41f11d05"},
       {"threshold_09", "threshold", {{"drop", "0.9"}, {"sample", "0.01"}}, "e1025fdfcbd57844"},
       {"threshold_0", "threshold", {{"drop", "0"}}, "6701f4c856e15822"},
+      {"fp8", "fp8", {}, "55c26496305feec5"},
+      {"fp8_e5m2", "fp8", {{"exponent_bits", "5"}, {"block", "128"}}, "897fa87ef594a273"},
+      {"int4", "int4", {}, "4481768798d3fe6b"},
+      {"int4_rotated_stochastic", "int4", {{"rotate", "true"}, {"stochastic", "true"}, {"block", "32"}}, "0d5eacea081986dd"},
+      {"mxfp4", "mxfp4", {}, "c1451e90ceba7ca6"},
+      {"mxfp4_rotated", "mxfp4", {{"rotate", "true"}}, "84a92ae5869e9ac7"},
   };
 }
 

@@ -150,7 +150,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // Warm-up over, then at ratio: steps 0, 1, 2 keep 25%, 5%, 1%.
                       Case{"dgc", {{"momentum", "0.9"}, {"ratio", "0.01"}, {"warmup_steps", "2"}}},
                       Case{"randomk", {}},
-                      Case{"randomk", {{"error_feedback", "false"}, {"ratio", "0.2"}, {"seed", "11"}}}),
+                      Case{"randomk", {{"error_feedback", "false"}, {"ratio", "0.2"}, {"seed", "11"}}},
+                      Case{"fp8", {}}, Case{"fp8", {{"exponent_bits", "5"}, {"block", "256"}}},
+                      Case{"int4", {}}, Case{"int4", {{"rotate", "true"}, {"stochastic", "true"}, {"seed", "4"}}},
+                      Case{"int4", {{"block", "32"}, {"error_feedback", "false"}}}, Case{"mxfp4", {}},
+                      Case{"mxfp4", {{"rotate", "true"}, {"block", "128"}}}),
     caseName);
 
 // ---- Refusals: what the CPU codec refuses, the GPU codec refuses in the same words, and the
@@ -258,7 +262,7 @@ TEST_F(GpuCodecFaultTest, SparseRefusesARepeatedIndex) {
 
 // A non-finite gradient is refused before the state changes, in the CPU codec's words.
 TEST_F(GpuCodecFaultTest, NonFiniteGradientLeavesTheStateAlone) {
-  for (const std::string name : {"onebit", "terngrad", "qsgd", "int8"}) {
+  for (const std::string name : {"onebit", "terngrad", "qsgd", "int8", "fp8", "mxfp4"}) {
     SCOPED_TRACE(name);
     const Params params = name == "onebit" ? Params{} : Params{{"error_feedback", "true"}};
     auto cpu = compress::testing::mustMake(name, params);
