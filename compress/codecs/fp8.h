@@ -49,10 +49,8 @@ struct Fp8 {
     return l.fromBits(l.orU(l.bits(l.mul(value, l.f(s))), l.template shl<24>(l.andU(code, l.u(0x80)))));
   }
 
-  // e4m3 has no infinities and one NaN magnitude (0x7f); e5m2's top exponent is theirs.
-  GC_HD static bool written(uint32_t code, const Params& p) {
-    return p.e5m2 ? (code & 0x7cu) != 0x7cu : (code & 0x7fu) != 0x7fu;
-  }
+  // NaN and infinity: e4m3's one NaN magnitude (0x7f), e5m2's top exponent (0x7c ..).
+  GC_HD static uint32_t unwrittenMask(const Params& p) { return p.e5m2 ? 0x7cu : 0x7fu; }
 };
 
 }  // namespace gcagent::compress::codecs

@@ -25,7 +25,8 @@
 //                            from the slice's stream, then the Walsh-Hadamard transform), and
 //                            the decoder turns it back (H, / block, D); the last block is
 //                            padded with zeros to a whole block, and all of it is sent
-//   written(code, p)         false for a code the encoder never writes (decode refuses it)
+//   unwrittenMask(p)         codes c with (c & mask) == mask are never written (decode
+//                            refuses them): fp8's NaN and infinity
 // A stochastic definition may say draws(p) = false when this configuration takes no draws
 // (they are then 0, and not computed).
 // A definition may also set kPaddingChecked (decode rejects set bits past the last code),
@@ -90,7 +91,7 @@ GC_HD bool takesDraws(const typename Def::Params& p) {
 }
 
 template <class Def>
-inline constexpr bool kChecksWritten = requires(const typename Def::Params& p) { Def::written(uint32_t{0}, p); };
+inline constexpr bool kChecksWritten = requires(const typename Def::Params& p) { Def::unwrittenMask(p); };
 
 // Elements whose codes are sent for a slice of n: n, or whole blocks when they are rotated.
 template <class Def>

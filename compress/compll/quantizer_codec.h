@@ -57,11 +57,23 @@ size_t firstCodeEqualTo(const uint8_t* codes, size_t n, uint32_t never) {
   return n;
 }
 
-// The first element of [0, n) whose code the definition says it never writes, or n.
-template <class Def>
-size_t firstUnwritten(const uint8_t* codes, size_t n, const typename Def::Params& p) {
-  for (size_t i = 0; i < n; ++i)
-    if (!Def::written(Def::Codes::at(codes, i), p)) return i;
+// The first element of [0, n) whose code c has (c & mask) == mask, or n. Byte codes eight at
+// a time: ~word & mask has a zero byte exactly where a code has every mask bit, and the
+// classic zero-byte test finds whether a word has one; only such a word is searched.
+template <class C>
+size_t firstWithBits(const uint8_t* codes, size_t n, uint32_t mask) {
+  size_t i = 0;
+  if constexpr (C::kBitsPerCode == 8) {
+    const uint64_t masks = 0x0101010101010101ull * mask;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t word;
+      std::memcpy(&word, codes + i, 8);
+      const uint64_t t = ~word & masks;
+      if (((t - 0x0101010101010101ull) & ~t & 0x8080808080808080ull) != 0) break;
+    }
+  }
+  for (; i < n; ++i)
+    if ((C::at(codes, i) & mask) == mask) return i;
   return n;
 }
 
@@ -234,7 +246,7 @@ class QuantizerCodec final : public Codec {
                                        ", which the encoder never writes"));
     }
     if constexpr (kChecksWritten<Def>) {
-      const size_t i = firstUnwritten<Def>(codes, n, p_);
+      const size_t i = firstWithBits<C>(codes, n, Def::unwrittenMask(p_));
       if (i < n)
         return Status::dataLoss(strCat(name(), ": element ", i, " has a code the encoder never writes"));
     }

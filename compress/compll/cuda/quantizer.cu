@@ -272,7 +272,8 @@ __global__ void blockCheckKernel(const uint8_t* __restrict__ scales, const uint8
     raiseFault(fault, compress::cuda::kFaultBadScale, t);
   }
   if constexpr (kChecksWritten<Def>) {
-    if (t < coded && !Def::written(Def::Codes::at(codes, t), p)) raiseFault(fault, compress::cuda::kFaultBadCode, t);
+    const uint32_t mask = Def::unwrittenMask(p);
+    if (t < coded && (Def::Codes::at(codes, t) & mask) == mask) raiseFault(fault, compress::cuda::kFaultBadCode, t);
   }
 }
 

@@ -47,6 +47,34 @@ void checkAgainstBruteForce() {
   }
 }
 
+// firstWithBits against a code-by-code search, at every position of the first match.
+template <class C>
+void checkFirstWithBits() {
+  std::mt19937 rng(7 + C::kBitsPerCode);
+  for (uint32_t mask : {C::kMask, C::kMask & 0x7cu, C::kMask & 0x7fu, 1u}) {
+    if (mask == 0) continue;
+    for (size_t n : {size_t{0}, size_t{3}, size_t{8}, size_t{9}, size_t{64}, size_t{517}}) {
+      for (int round = 0; round < 40; ++round) {
+        std::vector<uint8_t> codes(C::bytes(n));
+        for (size_t i = 0; i < n; ++i) {
+          uint32_t code = rng() & C::kMask;
+          if ((code & mask) == mask && rng() % 64 != 0) code &= ~mask | (mask & (mask - 1));
+          codes[i / C::kPerByte] |= static_cast<uint8_t>(code << C::shift(i));
+        }
+        size_t expected = n;
+        for (size_t i = 0; i < n && expected == n; ++i)
+          if ((C::at(codes.data(), i) & mask) == mask) expected = i;
+        EXPECT_EQ(firstWithBits<C>(codes.data(), n, mask), expected) << "mask=" << mask << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(QuantizerChecksTest, FirstCodeWithMaskBitsAtFourAndEightBits) {
+  checkFirstWithBits<Codes<4>>();
+  checkFirstWithBits<Codes<8>>();
+}
+
 TEST(QuantizerChecksTest, FirstCodeAndPaddingAtOneBit) { checkAgainstBruteForce<Codes<1>>(); }
 TEST(QuantizerChecksTest, FirstCodeAndPaddingAtTwoBits) { checkAgainstBruteForce<Codes<2>>(); }
 TEST(QuantizerChecksTest, FirstCodeAndPaddingAtFourBits) { checkAgainstBruteForce<Codes<4>>(); }
