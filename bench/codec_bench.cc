@@ -38,7 +38,6 @@
 #include "compress/mx1bit/mx1bit.h"
 #include "compress/mx2bit/mx2bit.h"
 #include "compress/onebit/onebit.h"
-#include "compress/terngrad/terngrad.h"
 #include "compress/registry.h"
 
 namespace gcagent::bench {
@@ -329,8 +328,6 @@ void registerCodecs(TableReporter& reporter, Workspace& ws, ThreadPool* pool) {
   registerCodec(reporter, ws, pool, "2bit-hand", [](const CodecEnv& env) { return compress::makeMx2bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "1bit-hand", [](const CodecEnv& env) { return compress::makeMx1bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "onebit-hand", [](const CodecEnv& env) { return compress::makeOnebitCodec({}, env); });
-  registerCodec(reporter, ws, pool, "terngrad-hand",
-                [](const CodecEnv& env) { return compress::makeTerngradCodec({}, env); });
 }
 
 // ---- Flags.

@@ -2,7 +2,8 @@
 through gcagent, once per codec with error feedback on and off, against `none`.
 
     GCAGENT_BUILD_DIR=build/release $GCAGENT_CACHE/venv-torch/bin/python bench/convergence.py
-        [--task digits|lm] [--epochs 30] [--steps 300] [--only 2bit,fp8] [--json out.json]
+        [--task digits|lm] [--epochs 30] [--steps 300] [--only 2bit,fp8] [--feedback both|on|off]
+        [--json out.json]
 
 digits: an MLP on scikit-learn's bundled digits; prints the final test accuracy of each run
 and its distance from `none`. Each worker owns a quarter of the training split and takes
@@ -148,6 +149,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--only", default="")
+    ap.add_argument("--feedback", default="both", choices=["both", "on", "off"], help="error feedback runs")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     if a.worker:
@@ -157,7 +159,7 @@ def main():
     for label, codec, params in (LM_CONFIGS if a.task == "lm" else CONFIGS):
         if a.only and codec not in a.only.split(","):
             continue
-        for ef in ([True] if codec == "none" else [True, False]):
+        for ef in ([True] if codec == "none" else {"both": [True, False], "on": [True], "off": [False]}[a.feedback]):
             p = dict(params) if ef else dict(params, error_feedback="false")
             started = time.time()
             acc, ratio = run(label, codec, p, a.epochs, a.lr, build, a.task, a.steps)

@@ -312,9 +312,11 @@ class GpuBlockQuantizer final : public FaultingGpuCodec {
     auto* scales = reinterpret_cast<uint8_t*>(out.data());
     const size_t scale_bytes = scaleBytes<S>(blocks(n));
     // The scales' padding: zero, as the CPU writes it.
-    if (scale_bytes > blocks(n) * S::kBytes &&
-        cudaMemsetAsync(scales + blocks(n) * S::kBytes, 0, scale_bytes - blocks(n) * S::kBytes, s) != cudaSuccess)
-      return compress::cuda::launched(name());
+    if (scale_bytes > blocks(n) * S::kBytes) {
+      const cudaError_t err = cudaMemsetAsync(scales + blocks(n) * S::kBytes, 0, scale_bytes - blocks(n) * S::kBytes, s);
+      if (err != cudaSuccess)
+        return Status::unavailable(strCat(name(), ": gpu memset failed: ", cudaGetErrorString(err)));
+    }
     if (n == 0) return bytes;
     const uint64_t draws = streamOf(id);
     const auto grid = static_cast<unsigned>(blocks(n));
