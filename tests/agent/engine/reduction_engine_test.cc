@@ -168,7 +168,7 @@ TEST(ReductionEngineTest, OwnersThatWorkAsAGpuDoGiveTheHostOwnersBytesForEveryCo
   // contribution staged in for its merge, the result encoded there and copied out): bit for
   // bit what host owners give, under every topology that merges at an owner or a hop.
   for (Topology topology : {Topology::kPs, Topology::kRing, Topology::kAllgather})
-    for (const char* codec : {"none", "fp16", "2bit", "onebit", "terngrad", "topk", "dgc"}) {
+    for (const char* codec : {"none", "fp16", "2bit", "onebit", "terngrad", "topk", "dgc", "fp8", "int4"}) {
       SCOPED_TRACE(::testing::Message() << codec << " " << topologyName(topology));
       EngineOptions o = smallSlices();
       o.topology = topology;
@@ -188,7 +188,7 @@ TEST(ReductionEngineTest, CodedJobsGiveTheHostJobsBytesForEveryCodec) {
   // A node's side of the reduction on its coder (sum, encode with its residuals, decode) is
   // bit for bit the engine's own: a job run on coded nodes gives what it gives on host nodes.
   for (const char* codec : {"none", "fp16", "bf16", "2bit", "1bit", "onebit", "terngrad", "qsgd", "randomk", "topk",
-                            "dgc", "threshold"}) {
+                            "dgc", "threshold", "fp8", "int4", "mxfp4"}) {
     SCOPED_TRACE(codec);
     std::vector<std::vector<float>> on_host, on_coders, mixed;
     Cluster host(3, smallSlices());
