@@ -18,6 +18,7 @@ struct Fp8 {
   static constexpr std::string_view kSummary = "fp8 (e4m3 or e5m2) with an fp32 scale per block";
   using Codes = compll::Codes<8>;
   using Scale = compll::Fp32Scale;
+  static constexpr bool kPaddingChecked = true;
 
   struct Params {
     bool e5m2;

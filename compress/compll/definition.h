@@ -81,6 +81,17 @@ GC_HD bool rotates(const typename Def::Params& p) {
   }
 }
 
+// The stream of a slice's draws: the definition's, or 0 for one that draws nothing.
+template <class Def>
+uint64_t streamOf(const typename Def::Params& p, uint64_t key, uint32_t slice, uint64_t step) {
+  if constexpr (Stochastic<Def>) {
+    return Def::stream(p, key, slice, step);
+  } else {
+    (void)p, (void)key, (void)slice, (void)step;
+    return 0;
+  }
+}
+
 template <class Def>
 GC_HD bool takesDraws(const typename Def::Params& p) {
   if constexpr (requires { Def::draws(p); }) {

@@ -104,8 +104,7 @@ class QuantizerCodec final : public Codec {
       GC_ASSIGN_OR_RETURN(scale, scaleOf(g, r, n));
       storeLe(out.data(), scale);
     }
-    uint64_t stream = 0;
-    if constexpr (Stochastic<Def>) stream = Def::stream(p_, id.key, id.slice, id.step);
+    const uint64_t stream = streamOf(id);
     auto* codes = reinterpret_cast<uint8_t*>(out.data() + kHeader);
     const auto encode = quantizerKernels<Def>(cpu::activeIsa()).encode;
     forChunks(env_, n, C::kPerWord,
@@ -174,14 +173,7 @@ class QuantizerCodec final : public Codec {
     }
   }
 
-  uint64_t streamOf(const SliceId& id) const {
-    if constexpr (Stochastic<Def>) {
-      return Def::stream(p_, id.key, id.slice, id.step);
-    } else {
-      (void)id;
-      return 0;
-    }
-  }
+  uint64_t streamOf(const SliceId& id) const { return compll::streamOf<Def>(p_, id.key, id.slice, id.step); }
 
   // A block-scaled encoding: every block's scale first (all of them, so a non-finite x fails
   // the encode before the state changes), then the codes.

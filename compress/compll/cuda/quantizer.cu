@@ -379,14 +379,7 @@ class GpuBlockQuantizer final : public FaultingGpuCodec {
 
  private:
   size_t blocks(size_t n) const { return (n + Def::block(p_) - 1) / Def::block(p_); }
-  uint64_t streamOf(const SliceId& id) const {
-    if constexpr (Stochastic<Def>) {
-      return Def::stream(p_, id.key, id.slice, id.step);
-    } else {
-      (void)id;
-      return 0;
-    }
-  }
+  uint64_t streamOf(const SliceId& id) const { return compll::streamOf<Def>(p_, id.key, id.slice, id.step); }
 
   typename Def::Params p_;
   bool feedback_;
@@ -420,8 +413,7 @@ class GpuQuantizer final : public FaultingGpuCodec {
       GC_RETURN_IF_ERROR(compress::cuda::launched(name()));
       return bytes;
     }
-    uint64_t draws = 0;
-    if constexpr (Stochastic<Def>) draws = Def::stream(p_, id.key, id.slice, id.step);
+    const uint64_t draws = compll::streamOf<Def>(p_, id.key, id.slice, id.step);
     auto* dst = reinterpret_cast<uint32_t*>(out.data() + kHeader);
     const size_t words = C::bytes(n) / 4;
     const unsigned blocks = compress::cuda::blocksFor(C::kPerWord * words);
