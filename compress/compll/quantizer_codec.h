@@ -182,6 +182,7 @@ class QuantizerCodec final : public Codec {
     const size_t block = Def::block(p_);
     const size_t scale_bytes = header(n);
     const size_t blocks = (n + block - 1) / block;
+    if (n == 0) return bytes;  // nothing to write (and `out` may be null)
     std::memset(out + blocks * Def::Scale::kBytes, 0, scale_bytes - blocks * Def::Scale::kBytes);
     const uint64_t stream = streamOf(id);
     const auto& kernels = quantizerKernels<Def>(cpu::activeIsa());
