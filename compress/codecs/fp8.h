@@ -38,7 +38,7 @@ struct Fp8 {
     const auto v = l.div(l.abs(x), l.f(s > 0.0f ? s : 1.0f));  // s is 0 only when every x is
     const auto magnitude = p.e5m2 ? compll::miniFloatCode<2, -14>(l, v, 57344.0f)
                                   : compll::miniFloatCode<3, -6>(l, v, 448.0f);
-    const auto code = l.orU(magnitude, l.template shr<24>(l.andU(l.bits(x), l.u(0x80000000u))));
+    const auto code = l.orU(magnitude, compll::signBit<8>(l, x));
     r = l.sub(x, decode(l, code, p, s));
     return code;
   }
@@ -47,7 +47,7 @@ struct Fp8 {
   GC_HD static typename L::F decode(const L& l, typename L::U code, const Params& p, float s) {
     const auto magnitude = l.andU(code, l.u(0x7f));
     const auto value = p.e5m2 ? compll::miniFloatValue<2, -14>(l, magnitude) : compll::miniFloatValue<3, -6>(l, magnitude);
-    return l.fromBits(l.orU(l.bits(l.mul(value, l.f(s))), l.template shl<24>(l.andU(code, l.u(0x80)))));
+    return compll::withSign<8>(l, l.mul(value, l.f(s)), code);
   }
 
   // NaN and infinity: e4m3's one NaN magnitude (0x7f), e5m2's top exponent (0x7c ..).

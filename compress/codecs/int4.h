@@ -8,6 +8,7 @@
 #pragma once
 
 #include "compress/compll/definition.h"
+#include "compress/compll/ops.h"
 
 namespace gcagent::compress::codecs {
 
@@ -44,24 +45,19 @@ struct Int4 {
     const auto x = l.add(g, r);
     auto v = l.div(l.abs(x), l.f(s > 0.0f ? s : 1.0f));  // s is 0 only when every x is
     v = l.select(l.gt(v, l.f(7.0f)), l.f(7.0f), v);
-    // Adding 2^23 rounds to an integer (fp32's ties to even), whose bits are then 2^23's plus it.
-    const auto two23 = l.f(8388608.0f);
-    auto q = l.sub(l.add(v, two23), two23);
+    auto q = compll::roundToWhole(l, v);
     if (p.stochastic) {
       const auto down = l.select(l.gt(q, v), l.sub(q, l.f(1.0f)), q);
       q = l.add(down, l.ifThen(l.lt(u, l.sub(v, down)), l.f(1.0f)));
     }
-    const auto level = l.subU(l.bits(l.add(q, two23)), l.bits(two23));
-    const auto code = l.orU(level, l.template shr<28>(l.andU(l.bits(x), l.u(0x80000000u))));
+    const auto code = l.orU(compll::wholeToBits(l, q), compll::signBit<4>(l, x));
     r = l.sub(x, decode(l, code, p, s));
     return code;
   }
 
   template <class L>
   GC_HD static typename L::F decode(const L& l, typename L::U code, const Params&, float s) {
-    const auto two23 = l.f(8388608.0f);
-    const auto level = l.sub(l.fromBits(l.addU(l.bits(two23), l.andU(code, l.u(7)))), two23);
-    return l.fromBits(l.orU(l.bits(l.mul(level, l.f(s))), l.template shl<28>(l.andU(code, l.u(8)))));
+    return compll::withSign<4>(l, l.mul(compll::bitsToWhole(l, l.andU(code, l.u(7))), l.f(s)), code);
   }
 };
 

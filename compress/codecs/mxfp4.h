@@ -47,7 +47,7 @@ struct Mxfp4 {
                                     typename L::F) {
     const auto x = l.add(g, r);
     const auto magnitude = compll::miniFloatCode<1, 0>(l, l.div(l.abs(x), l.f(s)), 6.0f);
-    const auto code = l.orU(magnitude, l.template shr<28>(l.andU(l.bits(x), l.u(0x80000000u))));
+    const auto code = l.orU(magnitude, compll::signBit<4>(l, x));
     r = l.sub(x, decode(l, code, p, s));
     return code;
   }
@@ -55,7 +55,7 @@ struct Mxfp4 {
   template <class L>
   GC_HD static typename L::F decode(const L& l, typename L::U code, const Params&, float s) {
     const auto value = compll::miniFloatValue<1, 0>(l, l.andU(code, l.u(7)));
-    return l.fromBits(l.orU(l.bits(l.mul(value, l.f(s))), l.template shl<28>(l.andU(code, l.u(8)))));
+    return compll::withSign<4>(l, l.mul(value, l.f(s)), code);
   }
 };
 

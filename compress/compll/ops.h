@@ -56,3 +56,33 @@ GC_HD typename L::F miniFloatValue(const L& l, typename L::U code) {
 }
 
 }  // namespace gcagent::compress::compll
+
+namespace gcagent::compress::compll {
+
+// Sign-magnitude codes of kBits bits (fp8, fp4, int4): x's sign bit as the code's top bit, and
+// a value given the sign its code's top bit names.
+template <int kBits, class L>
+GC_HD typename L::U signBit(const L& l, typename L::F x) {
+  return l.template shr<32 - kBits>(l.andU(l.bits(x), l.u(0x80000000u)));
+}
+template <int kBits, class L>
+GC_HD typename L::F withSign(const L& l, typename L::F magnitude, typename L::U code) {
+  return l.fromBits(l.orU(l.bits(magnitude), l.template shl<32 - kBits>(l.andU(code, l.u(1u << (kBits - 1))))));
+}
+
+// v (0 <= v < 2^22) rounded to a whole number, ties to even: adding 2^23 leaves no fraction
+// bits, so fp32's own rounding does it; the sum's low mantissa bits are then the number.
+template <class L>
+GC_HD typename L::F roundToWhole(const L& l, typename L::F v) {
+  return l.sub(l.add(v, l.f(8388608.0f)), l.f(8388608.0f));
+}
+template <class L>
+GC_HD typename L::U wholeToBits(const L& l, typename L::F q) {
+  return l.subU(l.bits(l.add(q, l.f(8388608.0f))), l.u(0x4b000000u));
+}
+template <class L>
+GC_HD typename L::F bitsToWhole(const L& l, typename L::U k) {
+  return l.sub(l.fromBits(l.addU(l.u(0x4b000000u), k)), l.f(8388608.0f));
+}
+
+}  // namespace gcagent::compress::compll
