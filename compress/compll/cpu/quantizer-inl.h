@@ -233,18 +233,21 @@ HWY_INLINE uint32_t maxAbsBits(const float* HWY_RESTRICT g, const float* HWY_RES
   return out;
 }
 
-// A block's rotation, x <- H D x over `size` elements (a power of two), D the signs the
-// stream draws for elements base ..; and back, x <- D H x / size (H H = size I).
-HWY_INLINE void rotate(float* x, uint32_t size, uint64_t stream, size_t base) {
-  for (uint32_t j = 0; j < size; ++j) x[j] = floatOf(bitsOf(x[j]) ^ rotationSign(stream, base + j));
+// x <- H x over `size` elements (a power of two): the butterflies' stages in order.
+HWY_INLINE void hadamard(float* x, uint32_t size) {
   for (uint32_t h = 1; h < size; h *= 2)
     for (uint32_t j = 0; j < size; j += 2 * h)
       for (uint32_t k = j; k < j + h; ++k) butterfly(x, k, h);
 }
+
+// A block's rotation, x <- H D x, D the signs the stream draws for elements base ..; and
+// back, x <- D H x / size (H H = size I).
+HWY_INLINE void rotate(float* x, uint32_t size, uint64_t stream, size_t base) {
+  for (uint32_t j = 0; j < size; ++j) x[j] = floatOf(bitsOf(x[j]) ^ rotationSign(stream, base + j));
+  hadamard(x, size);
+}
 HWY_INLINE void rotateBack(float* x, uint32_t size, uint64_t stream, size_t base) {
-  for (uint32_t h = 1; h < size; h *= 2)
-    for (uint32_t j = 0; j < size; j += 2 * h)
-      for (uint32_t k = j; k < j + h; ++k) butterfly(x, k, h);
+  hadamard(x, size);
   const float inverse = 1.0f / static_cast<float>(size);  // a power of two: exact
   for (uint32_t j = 0; j < size; ++j) x[j] = floatOf(bitsOf(x[j] * inverse) ^ rotationSign(stream, base + j));
 }
