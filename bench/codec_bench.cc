@@ -35,6 +35,7 @@
 
 #include "common/thread_pool.h"
 #include "compress/cpu/isa.h"
+#include "compress/dgc/dgc.h"
 #include "compress/mx1bit/mx1bit.h"
 #include "compress/mx2bit/mx2bit.h"
 #include "compress/onebit/onebit.h"
@@ -328,6 +329,7 @@ void registerCodecs(TableReporter& reporter, Workspace& ws, ThreadPool* pool) {
   registerCodec(reporter, ws, pool, "2bit-hand", [](const CodecEnv& env) { return compress::makeMx2bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "1bit-hand", [](const CodecEnv& env) { return compress::makeMx1bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "onebit-hand", [](const CodecEnv& env) { return compress::makeOnebitCodec({}, env); });
+  registerCodec(reporter, ws, pool, "dgc-hand", [](const CodecEnv& env) { return compress::makeDgcCodec({}, env); });
 }
 
 // ---- Flags.

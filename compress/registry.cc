@@ -7,8 +7,7 @@
 #include "common/str_cat.h"
 #include "compress/bf16/bf16.h"
 #include "compress/compll/definitions.h"
-#include "compress/compll/quantizer_codec.h"
-#include "compress/dgc/dgc.h"
+#include "compress/compll/defined_codec.h"
 #include "compress/fp16/fp16.h"
 #include "compress/none/none.h"
 #include "compress/qsgd/qsgd.h"
@@ -19,7 +18,7 @@
 #include "compress/compll/gpu_quantizer.h"
 #include "compress/cuda/codecs.h"
 #define GC_GPU(factory) cuda::factory
-#define GC_GPU_DEFINED(Def) compll::makeGpuQuantizer<Def>
+#define GC_GPU_DEFINED(Def) compll::makeGpuDefined<Def>
 #else
 #define GC_GPU(factory) nullptr
 #define GC_GPU_DEFINED(Def) nullptr
@@ -30,7 +29,7 @@ namespace {
 
 // A codec defined in compress/codecs/ (CompLL): its row comes from its definition.
 #define GC_DEFINED_ROW(Def)                                                                                 \
-  CodecInfo{codecs::Def::kName, codecs::Def::kSummary, compll::makeQuantizer<codecs::Def>,                 \
+  CodecInfo{codecs::Def::kName, codecs::Def::kSummary, compll::makeDefined<codecs::Def>,                 \
             GC_GPU_DEFINED(codecs::Def)},
 
 // The one list of codecs. Names are what configs and clients send.
@@ -40,8 +39,6 @@ constexpr std::array kCodecs = {
     CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
     GC_FOR_EACH_CODEC(GC_DEFINED_ROW)
     CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
-    CodecInfo{"dgc", "deep gradient compression: momentum correction, sampled threshold", makeDgcCodec,
-              GC_GPU(makeGpuDgc)},
     CodecInfo{"threshold", "drop the smallest fraction of magnitudes into the residual", makeThresholdCodec,
               GC_GPU(makeGpuThreshold)},
     CodecInfo{"randomk", "random-k with a shared seed, values only", makeRandomkCodec, GC_GPU(makeGpuRandomk)},

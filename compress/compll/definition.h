@@ -29,6 +29,16 @@
 //                            refuses them): fp8's NaN and infinity
 // A stochastic definition may say draws(p) = false when this configuration takes no draws
 // (they are then 0, and not computed).
+// A selecting definition sends a few elements as (index, value) pairs (the sparse format,
+// compress/sparse/sparse_format.h) instead of a code per element, and has (instead of Codes,
+// encode and decode)
+//   selection(p)             a compll::Selection (selection.h): how many go, how the cut is
+//                            sampled, and the sparsity warm-up
+//   stream(p, key, slice, step)      the slice's stream the cut's sample is drawn from
+//   update<L>(l, g, v, p)    one step of an element: v, its residual, updated from g; the
+//                            largest |v| are sent, and sent elements start again from 0
+// It may keep one more array per element beside the residual (kKeepsMoment = true), which a
+// sent element clears too; update then takes it: update<L>(l, g, v, m, p).
 // A definition may also set kPaddingChecked (decode rejects set bits past the last code),
 // kNeverWritten (a code value decode rejects) and kFeedbackByDefault (false: the
 // error_feedback parameter defaults to off, and no state is kept unless asked). Nothing else:
@@ -42,6 +52,7 @@
 #include "compress/compll/blocks.h"
 #include "compress/compll/codes.h"
 #include "compress/compll/lanes.h"
+#include "compress/compll/selection.h"
 #include "compress/compll/slice_stats.h"
 #include "compress/params.h"
 #include "compress/random_math.h"
@@ -65,6 +76,14 @@ concept BlockScaled = requires(const typename Def::Params& p) {
   { Def::blockScale(0.0f, p) } -> std::convertible_to<float>;
   Def::Scale::kBytes;
 };
+
+template <class Def>
+concept Selecting = requires(const typename Def::Params& p) {
+  { Def::selection(p) } -> std::convertible_to<Selection>;
+};
+
+template <class Def>
+inline constexpr bool kKeepsMoment = requires { requires Def::kKeepsMoment; };
 
 // Whether encode and decode take a scale (the slice's or the block's).
 template <class Def>

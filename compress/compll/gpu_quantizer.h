@@ -1,4 +1,4 @@
-// The GPU twin of a quantizer definition (cuda/quantizer.cu), for the registry's rows.
+// The GPU twin of a codec definition (cuda/quantizer.cu), for the registry's rows.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,6 @@ namespace gcagent::compress::compll {
 
 // Takes the parameters the CPU factory of the same definition accepted.
 template <class Def>
-Result<std::unique_ptr<compress::cuda::GpuCodec>> makeGpuQuantizer(const Params& params);
+Result<std::unique_ptr<compress::cuda::GpuCodec>> makeGpuDefined(const Params& params);
 
 }  // namespace gcagent::compress::compll

@@ -19,10 +19,19 @@ struct ScalarLanes {
   GC_HD F f(float v) const { return v; }
   GC_HD U u(uint32_t v) const { return v; }
 
+  // nvcc contracts a * b + c into one fused multiply-add unless told otherwise; the _rn
+  // intrinsics are never contracted, so the device rounds each operation as the host does.
+#if defined(__CUDA_ARCH__)
+  GC_HD F add(F a, F b) const { return __fadd_rn(a, b); }
+  GC_HD F sub(F a, F b) const { return __fsub_rn(a, b); }
+  GC_HD F mul(F a, F b) const { return __fmul_rn(a, b); }
+  GC_HD F div(F a, F b) const { return __fdiv_rn(a, b); }
+#else
   GC_HD F add(F a, F b) const { return a + b; }
   GC_HD F sub(F a, F b) const { return a - b; }
   GC_HD F mul(F a, F b) const { return a * b; }
   GC_HD F div(F a, F b) const { return a / b; }
+#endif
   GC_HD F abs(F a) const { return floatOf(bitsOf(a) & 0x7fffffffu); }
 
   GC_HD M ge(F a, F b) const { return a >= b; }

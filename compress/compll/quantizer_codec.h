@@ -15,7 +15,7 @@
 #include "compress/bytes.h"
 #include "compress/codec.h"
 #include "compress/compll/definition.h"
-#include "compress/compll/quantizer_kernels.h"
+#include "compress/compll/kernels.h"
 #include "compress/cpu/checks.h"
 #include "compress/cpu/chunks.h"
 #include "compress/params.h"
@@ -106,7 +106,7 @@ class QuantizerCodec final : public Codec {
     }
     const uint64_t stream = streamOf(id);
     auto* codes = reinterpret_cast<uint8_t*>(out.data() + kHeader);
-    const auto encode = quantizerKernels<Def>(cpu::activeIsa()).encode;
+    const auto encode = kernelsFor<Def>(cpu::activeIsa()).encode;
     forChunks(env_, n, C::kPerWord,
               [&](size_t begin, size_t end) { encode(g, r, codes, begin, end, p_, scale, stream); });
     // The tail of the last word carries no elements; keep it zero.
@@ -122,7 +122,7 @@ class QuantizerCodec final : public Codec {
     GC_ASSIGN_OR_RETURN(const float scale, arrived(in, n));
     const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
     float* dst = acc.data();
-    const auto decode_add = quantizerKernels<Def>(cpu::activeIsa()).decode_add;
+    const auto decode_add = kernelsFor<Def>(cpu::activeIsa()).decode_add;
     forChunks(env_, n, C::kPerWord, [&](size_t begin, size_t end) { decode_add(codes, dst, begin, end, p_, scale); });
     return {};
   }
@@ -135,7 +135,7 @@ class QuantizerCodec final : public Codec {
     GC_ASSIGN_OR_RETURN(const float scale, arrived(in, n));
     const auto* codes = reinterpret_cast<const uint8_t*>(in.data() + kHeader);
     float* dst = out.data();
-    const auto decode = quantizerKernels<Def>(cpu::activeIsa()).decode;
+    const auto decode = kernelsFor<Def>(cpu::activeIsa()).decode;
     forChunks(env_, n, C::kPerWord,
               [&](size_t begin, size_t end) { decode(codes, dst, begin, end, p_, scale, factor); });
     return {};
@@ -185,7 +185,7 @@ class QuantizerCodec final : public Codec {
     if (n == 0) return bytes;  // nothing to write (and `out` may be null)
     std::memset(out + blocks * Def::Scale::kBytes, 0, scale_bytes - blocks * Def::Scale::kBytes);
     const uint64_t stream = streamOf(id);
-    const auto& kernels = quantizerKernels<Def>(cpu::activeIsa());
+    const auto& kernels = kernelsFor<Def>(cpu::activeIsa());
     std::atomic<size_t> bad{SIZE_MAX};
     forChunks(env_, n, block, [&](size_t begin, size_t end) {
       const size_t b = kernels.block_scales(g, r, out, begin, end, p_, stream);
@@ -219,7 +219,7 @@ class QuantizerCodec final : public Codec {
     const uint8_t* codes = scales + header(n);
     GC_RETURN_IF_ERROR(checkCodes(codes, codedElements<Def>(n, p_)));
     const uint64_t stream = streamOf(id);
-    const auto decode = quantizerKernels<Def>(cpu::activeIsa()).decode_blocks;
+    const auto decode = kernelsFor<Def>(cpu::activeIsa()).decode_blocks;
     float* dst = out.data();
     forChunks(env_, n, block,
               [&](size_t begin, size_t end) { decode(scales, codes, dst, begin, end, p_, stream, factor, add); });

@@ -37,22 +37,6 @@ struct QuantizerKernels {
                         const Params& p, uint64_t stream, float factor, bool add);
 };
 
-// Defined for every definition by the two files above.
-template <class Def>
-const QuantizerKernels<Def>& baselineQuantizerKernels();
-template <class Def>
-const QuantizerKernels<Def>& avx2QuantizerKernels();
-
-// The loops for `isa`.
-template <class Def>
-const QuantizerKernels<Def>& quantizerKernels(cpu::Isa isa) {
-#if GC_CPU_X86
-  if (isa == cpu::Isa::kAvx2) return avx2QuantizerKernels<Def>();
-#endif
-  (void)isa;
-  return baselineQuantizerKernels<Def>();
-}
-
 // out[b] = the statistics `which` names (Stat bits) of x = g + r (r null: g + 0) over block b,
 // for the blocks of [begin, end) (begin a multiple of kStatsBlock, end one too or the slice's
 // end).

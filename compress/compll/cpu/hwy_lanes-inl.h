@@ -11,10 +11,15 @@
 #include <hwy/highway.h>
 
 #include "compress/random_math.h"
+#include "compress/compll/lanes.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gcagent::compress::compll::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// ScalarLanes under a name of this target's own, so the definitions' math for the slice
+// tails is instantiated apart for each target (each file compiles it for its own ISA).
+struct TailLanes : ScalarLanes {};
 
 struct HwyLanes {
   using DF = hn::ScalableTag<float>;

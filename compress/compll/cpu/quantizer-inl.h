@@ -15,14 +15,11 @@
 #include "compress/compll/cpu/hwy_lanes-inl.h"
 #include "compress/compll/definition.h"
 #include "compress/compll/lanes.h"
-#include "compress/compll/quantizer_kernels.h"
+#include "compress/compll/cpu/selector-inl.h"
+#include "compress/compll/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gcagent::compress::compll::HWY_NAMESPACE {
-
-// ScalarLanes under a name of this target's own, so the definitions' math for the slice
-// tails is instantiated apart for each target (each file compiles it for its own ISA).
-struct TailLanes : ScalarLanes {};
 
 // A definition's encode and decode with what it takes of the slice's scale and the element's
 // draw (here, not in definition.h: the math must be compiled for this target).
@@ -365,6 +362,16 @@ constexpr QuantizerKernels<Def> quantizerKernels() {
             encodeBlocksAnyRange<Def>, decodeBlocksRange<Def>};
   } else {
     return {encodeAnyRange<Def>, decodeAddRange<Def>, decodeScaledRange<Def>, nullptr, nullptr, nullptr};
+  }
+}
+
+// A definition's loops, whichever kind it is.
+template <class Def>
+constexpr KernelsOf<Def> definitionKernels() {
+  if constexpr (Selecting<Def>) {
+    return selectorKernels<Def>();
+  } else {
+    return quantizerKernels<Def>();
   }
 }
 

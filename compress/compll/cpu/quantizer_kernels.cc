@@ -12,8 +12,8 @@ namespace gcagent::compress::compll {
 
 #define GC_BASELINE(Def)                                                                          \
   template <>                                                                                     \
-  const QuantizerKernels<codecs::Def>& baselineQuantizerKernels<codecs::Def>() {                  \
-    static constexpr QuantizerKernels<codecs::Def> kKernels = HWY_NAMESPACE::quantizerKernels<codecs::Def>(); \
+  const KernelsOf<codecs::Def>& baselineKernels<codecs::Def>() {                  \
+    static constexpr KernelsOf<codecs::Def> kKernels = HWY_NAMESPACE::definitionKernels<codecs::Def>(); \
     return kKernels;                                                                              \
   }
 GC_FOR_EACH_CODEC(GC_BASELINE)

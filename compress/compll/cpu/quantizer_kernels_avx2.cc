@@ -24,8 +24,8 @@ namespace gcagent::compress::compll {
 
 #define GC_AVX2(Def)                                                                              \
   template <>                                                                                     \
-  const QuantizerKernels<codecs::Def>& avx2QuantizerKernels<codecs::Def>() {                      \
-    static constexpr QuantizerKernels<codecs::Def> kKernels = N_AVX2::quantizerKernels<codecs::Def>(); \
+  const KernelsOf<codecs::Def>& avx2Kernels<codecs::Def>() {                      \
+    static constexpr KernelsOf<codecs::Def> kKernels = N_AVX2::definitionKernels<codecs::Def>(); \
     return kKernels;                                                                              \
   }
 GC_FOR_EACH_CODEC(GC_AVX2)

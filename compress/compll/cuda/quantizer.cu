@@ -1,4 +1,5 @@
-// Every quantizer definition's GPU codec: the definition's element math (ScalarLanes) in one
+// Every codec definition's GPU codec (a selecting definition's: cuda/selector.cuh). A
+// quantizer's: the definition's element math (ScalarLanes) in one
 // thread per element, neighbouring threads reading neighbouring floats. The codes of a
 // 32-bit word are OR-ed together across the warp's lanes and stored whole; threads past the
 // last element add zero codes, the padding of the last word. A scaled definition's scale is
@@ -8,6 +9,7 @@
 #include <memory>
 
 #include "compress/compll/definitions.h"
+#include "compress/compll/cuda/selector.cuh"
 #include "compress/compll/gpu_quantizer.h"
 #include "compress/cuda/launch.cuh"
 #include "compress/cuda/stats.cuh"
@@ -503,27 +505,31 @@ class GpuQuantizer final : public FaultingGpuCodec {
   DeviceBuffer<SliceStats> blocks_;  // one per kStatsBlock elements
 };
 
+template <class C>
+Result<std::unique_ptr<GpuCodec>> initialized(std::unique_ptr<C> codec) {
+  GC_RETURN_IF_ERROR(codec->init());
+  return std::unique_ptr<GpuCodec>(std::move(codec));
+}
+
 }  // namespace
 
 template <class Def>
-Result<std::unique_ptr<GpuCodec>> makeGpuQuantizer(const Params& params) {
+Result<std::unique_ptr<GpuCodec>> makeGpuDefined(const Params& params) {
   ParamReader reader(Def::kName, params);
   const typename Def::Params p = Def::read(reader);
   const bool feedback = reader.boolean("error_feedback", feedbackByDefault<Def>());
   GC_RETURN_IF_ERROR(reader.finish());
-  if constexpr (BlockScaled<Def>) {
-    auto codec = std::make_unique<GpuBlockQuantizer<Def>>(p, feedback);
-    GC_RETURN_IF_ERROR(codec->init());
-    return std::unique_ptr<GpuCodec>(std::move(codec));
+  if constexpr (Selecting<Def>) {
+    return initialized(std::make_unique<GpuSelector<Def>>(p, feedback));
+  } else if constexpr (BlockScaled<Def>) {
+    return initialized(std::make_unique<GpuBlockQuantizer<Def>>(p, feedback));
   } else {
-    auto codec = std::make_unique<GpuQuantizer<Def>>(p, feedback);
-    GC_RETURN_IF_ERROR(codec->init());
-    return std::unique_ptr<GpuCodec>(std::move(codec));
+    return initialized(std::make_unique<GpuQuantizer<Def>>(p, feedback));
   }
 }
 
 #define GC_INSTANTIATE(Def) \
-  template Result<std::unique_ptr<GpuCodec>> makeGpuQuantizer<codecs::Def>(const Params& params);
+  template Result<std::unique_ptr<GpuCodec>> makeGpuDefined<codecs::Def>(const Params& params);
 GC_FOR_EACH_CODEC(GC_INSTANTIATE)
 #undef GC_INSTANTIATE
 
