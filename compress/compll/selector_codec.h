@@ -70,7 +70,11 @@ class SelectorCodec final : public Codec {
         float vi = v[i], mi = kKeepsMoment<Def> ? m[i] : 0.0f;
         update(g[i], vi, mi);
         return vi;
-      });
+      }, [&](size_t i) {
+        __builtin_prefetch(g + i);
+        __builtin_prefetch(v.data() + i);
+        if constexpr (kKeepsMoment<Def>) __builtin_prefetch(m + i);
+      }, env_);
     }
     size_t count = sparse::collectChunks(env_, n, idx, [&](size_t begin, size_t end, uint32_t* into) {
       return pass(g, v.data(), m, begin, end, p_, cut, into);

@@ -202,14 +202,66 @@ inline uint32_t rankedKey(uint32_t* keys, size_t count, size_t rank) {
 // slice of n > 0 drawn with replacement from `stream`, where valueAt(i) gives element i;
 // among all n, exactly, when samples >= n. Taking the values through valueAt lets a codec
 // sample what an update pass is about to write before it runs that pass.
-template <class ValueAt>
-uint32_t sampledKeyOf(size_t n, size_t samples, size_t rank, uint64_t stream, ValueAt&& valueAt) {
+// The draws j < count of a sample of [0, n) (n < 2^32), sorted ascending by an LSD radix
+// sort of 11 bits a pass, in per-thread scratch.
+inline constexpr size_t kSortedDrawsFrom = 1u << 16;
+
+inline const uint32_t* sortedDraws(uint64_t stream, size_t count, size_t n) {
+  thread_local std::vector<uint32_t> a, b;
+  if (a.size() < count) a.resize(count), b.resize(count);
+  for (size_t j = 0; j < count; ++j) a[j] = static_cast<uint32_t>(sampleIndex(stream, j, n));
+  constexpr unsigned kDigit = 11;
+  std::vector<uint32_t>* from = &a;
+  std::vector<uint32_t>* to = &b;
+  for (unsigned shift = 0; shift < 32 && (uint64_t{n - 1} >> shift) != 0; shift += kDigit) {
+    size_t starts[(1u << kDigit) + 1] = {};
+    for (size_t j = 0; j < count; ++j) ++starts[(((*from)[j] >> shift) & ((1u << kDigit) - 1)) + 1];
+    for (size_t d = 1; d <= (1u << kDigit); ++d) starts[d] += starts[d - 1];
+    for (size_t j = 0; j < count; ++j) {
+      const uint32_t x = (*from)[j];
+      (*to)[starts[(x >> shift) & ((1u << kDigit) - 1)]++] = x;
+    }
+    std::swap(from, to);
+  }
+  return from->data();
+}
+
+// `prefetch(i)` may ask for element i's memory ahead: the draws land anywhere in the slice, and
+// taking them a batch at a time, prefetched, keeps many misses in flight instead of one.
+struct NoPrefetch {
+  void operator()(size_t) const {}
+};
+
+// A large sorted sample is gathered over the codec pool (`env`): each draw costs a miss or
+// more, so a much smaller share than a streaming pass's is worth a thread.
+template <class ValueAt, class Prefetch = NoPrefetch>
+uint32_t sampledKeyOf(size_t n, size_t samples, size_t rank, uint64_t stream, ValueAt&& valueAt,
+                      Prefetch&& prefetch = {}, const CodecEnv& env = {}) {
   const size_t count = std::min(samples, n);
   uint32_t* keys = keyScratch(count);
   if (count == n) {
     for (size_t i = 0; i < n; ++i) keys[i] = magnitudeKey(valueAt(i));
+  } else if (count >= kSortedDrawsFrom) {
+    // The rank depends on the drawn elements alone, not their order: taken in ascending
+    // order, the draws walk the slice front to back, and the hardware prefetcher and the
+    // TLB serve them instead of a cache and TLB miss each.
+    const uint32_t* at = sortedDraws(stream, count, n);
+    const auto gather = [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) keys[j] = magnitudeKey(valueAt(at[j]));
+    };
+    if (env.pool != nullptr && env.pool->size() > 1) {
+      env.pool->parallelFor(count, 16, kSortedDrawsFrom / 2, gather);
+    } else {
+      gather(0, count);
+    }
   } else {
-    for (size_t j = 0; j < count; ++j) keys[j] = magnitudeKey(valueAt(sampleIndex(stream, j, n)));
+    constexpr size_t kBatch = 32;
+    uint64_t at[kBatch];
+    for (size_t j = 0; j < count; j += kBatch) {
+      const size_t batch = std::min(kBatch, count - j);
+      for (size_t b = 0; b < batch; ++b) prefetch(at[b] = sampleIndex(stream, j + b, n));
+      for (size_t b = 0; b < batch; ++b) keys[j + b] = magnitudeKey(valueAt(at[b]));
+    }
   }
   return rankedKey(keys, count, std::clamp(rank, size_t{1}, count));
 }
@@ -222,11 +274,11 @@ inline uint32_t sampledKey(std::span<const float> x, size_t samples, size_t rank
 // The magnitude key that about `density` of a slice of n > 0 reaches, estimated from
 // `samples` draws. At least one element reaches it (a sampled one); with samples >= n it is
 // exactly the countFor(density, n)-th largest.
-template <class ValueAt>
+template <class ValueAt, class Prefetch = NoPrefetch>
 uint32_t estimateThresholdOf(size_t n, double density, size_t samples, uint64_t stream,
-                             ValueAt&& valueAt) {
+                             ValueAt&& valueAt, Prefetch&& prefetch = {}, const CodecEnv& env = {}) {
   return sampledKeyOf(n, samples, countFor(density, std::min(samples, n)), stream,
-                      std::forward<ValueAt>(valueAt));
+                      std::forward<ValueAt>(valueAt), std::forward<Prefetch>(prefetch), env);
 }
 
 inline uint32_t estimateThreshold(std::span<const float> x, double density, size_t samples,
