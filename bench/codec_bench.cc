@@ -35,7 +35,6 @@
 
 #include "common/thread_pool.h"
 #include "compress/cpu/isa.h"
-#include "compress/dgc/dgc.h"
 #include "compress/mx1bit/mx1bit.h"
 #include "compress/mx2bit/mx2bit.h"
 #include "compress/onebit/onebit.h"
@@ -333,9 +332,6 @@ void registerCodecs(TableReporter& reporter, Workspace& ws, ThreadPool* pool) {
   registerCodec(reporter, ws, pool, "2bit-hand", [](const CodecEnv& env) { return compress::makeMx2bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "1bit-hand", [](const CodecEnv& env) { return compress::makeMx1bitCodec({}, env); });
   registerCodec(reporter, ws, pool, "onebit-hand", [](const CodecEnv& env) { return compress::makeOnebitCodec({}, env); });
-  registerCodec(reporter, ws, pool, "dgc-hand", [](const CodecEnv& env) { return compress::makeDgcCodec({}, env); });
-  registerCodec(reporter, ws, pool, "dgc-hand-steady",
-                [](const CodecEnv& env) { return compress::makeDgcCodec({{"warmup_steps", "0"}}, env); });
 }
 
 // ---- Flags.

@@ -1,5 +1,5 @@
-// Element math of topk, dgc, threshold and randomk under nvcc. Built, never launched.
-#include "compress/dgc/dgc_math.h"
+// Element math of topk, threshold and randomk under nvcc (dgc's is its definition's, built
+// by compll/cuda/quantizer.cu). Built, never launched.
 #include "compress/randomk/randomk_math.h"
 #include "compress/sparse/sparse_math.h"
 
@@ -15,11 +15,6 @@ __global__ void sparseSelectMathCheck(const float* x, uint32_t* passed, uint64_t
   const uint64_t stream = rng::streamSeed(seed, key, slice, step);
   passed[i] = sparse::magnitudeKey(x[i]) >= cut ? 1u : sparse::scaledKey(cut, 0.8f);
   sampled[i] = sparse::sampleIndex(stream, i, n) ^ rng::mix64(i);
-}
-
-__global__ void dgcMathCheck(const float* g, float* u, float* v, size_t n, float m) {
-  const size_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dgc::momentumStep(g[i], u[i], v[i], m);
 }
 
 __global__ void randomkMathCheck(uint32_t* picks, float* scale, size_t n, size_t k,

@@ -10,7 +10,6 @@
 
 #include <array>
 
-#include "compress/dgc/dgc_math.h"
 #include "compress/sparse/sparse_math.h"
 
 namespace gcagent::compress::sparse {
@@ -104,29 +103,9 @@ GC_TARGET_AVX2 size_t accumulateCollectAvx2(const float* g, float* r, size_t beg
       [g, r](size_t i) { return r[i] += g[i]; });
 }
 
-GC_TARGET_AVX2 size_t momentumCollectAvx2(const float* g, float* u, float* v, size_t begin,
-                                          size_t end, float m, uint32_t key, uint32_t* out) {
-  const __m256 vm = _mm256_set1_ps(m);
-  return collectLoop(
-      begin, end, key, out,
-      [g, u, v, vm](size_t i) GC_TARGET_AVX2 {
-        // u = m u + g, rounded twice as dgc::momentumStep is (no fused multiply-add).
-        const __m256 un =
-            _mm256_add_ps(_mm256_mul_ps(vm, _mm256_loadu_ps(u + i)), _mm256_loadu_ps(g + i));
-        const __m256 vn = _mm256_add_ps(_mm256_loadu_ps(v + i), un);
-        _mm256_storeu_ps(u + i, un);
-        _mm256_storeu_ps(v + i, vn);
-        return vn;
-      },
-      [g, u, v, m](size_t i) {
-        dgc::momentumStep(g[i], u[i], v[i], m);
-        return v[i];
-      });
-}
-
 }  // namespace
 
-const Kernels kAvx2Kernels = {collectAvx2, accumulateCollectAvx2, momentumCollectAvx2};
+const Kernels kAvx2Kernels = {collectAvx2, accumulateCollectAvx2};
 
 }  // namespace gcagent::compress::sparse
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "compress/dgc/dgc_math.h"
 #include "compress/sparse/sparse_math.h"
 
 namespace gcagent::compress::sparse {
@@ -34,21 +33,9 @@ size_t accumulateCollectGeneric(const float* __restrict g, float* __restrict r, 
   return count;
 }
 
-size_t momentumCollectGeneric(const float* __restrict g, float* __restrict u,
-                              float* __restrict v, size_t begin, size_t end, float m,
-                              uint32_t key, uint32_t* out) {
-  size_t count = 0;
-  for (size_t b = begin; b < end; b += kBlock) {
-    const size_t stop = std::min(end, b + kBlock);
-    for (size_t i = b; i < stop; ++i) dgc::momentumStep(g[i], u[i], v[i], m);
-    count += collectGeneric(v, b, stop, key, out + count);
-  }
-  return count;
-}
-
 }  // namespace
 
-const Kernels kGenericKernels = {collectGeneric, accumulateCollectGeneric, momentumCollectGeneric};
+const Kernels kGenericKernels = {collectGeneric, accumulateCollectGeneric};
 
 const Kernels& kernels() {
 #if GC_CPU_X86

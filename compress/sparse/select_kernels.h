@@ -19,9 +19,6 @@ struct Kernels {
   // r[i] += g[i], then collects r over [begin, end): one pass instead of two.
   size_t (*accumulate_collect)(const float* g, float* r, size_t begin, size_t end, uint32_t key,
                                uint32_t* out);
-  // DGC's momentum step (dgc::momentumStep: u = m u + g; v += u), then collects v.
-  size_t (*momentum_collect)(const float* g, float* u, float* v, size_t begin, size_t end,
-                             float m, uint32_t key, uint32_t* out);
 };
 
 // The kernels for the active ISA.

@@ -608,7 +608,7 @@ def warn_dgc_momentum(codec: Optional[str], params: Dict[str, str], optimizer_mo
     if codec != "dgc" or not optimizer_momentum:
         return False
     try:
-        dgc_momentum = float(params.get("momentum", 0))  # dgc's default (compress/dgc/dgc.h)
+        dgc_momentum = float(params.get("momentum", 0))  # dgc's default (compress/codecs/dgc.h)
     except ValueError:
         return False  # the agent refuses it with its own message
     if dgc_momentum == 0:

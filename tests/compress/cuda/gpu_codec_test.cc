@@ -149,6 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    {"warmup_steps", "0"}}},
                       // Warm-up over, then at ratio: steps 0, 1, 2 keep 25%, 5%, 1%.
                       Case{"dgc", {{"momentum", "0.9"}, {"ratio", "0.01"}, {"warmup_steps", "2"}}},
+                      Case{"dgc", {{"momentum", "0.9"}, {"error_feedback", "false"}}},
                       Case{"randomk", {}},
                       Case{"randomk", {{"error_feedback", "false"}, {"ratio", "0.2"}, {"seed", "11"}}},
                       Case{"fp8", {}}, Case{"fp8", {{"exponent_bits", "5"}, {"block", "256"}}},
