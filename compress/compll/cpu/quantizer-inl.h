@@ -94,7 +94,8 @@ struct RangeEncoder {
 
 // Codes narrower than a byte: each word (kPerWord elements, whole vectors) is the OR of its
 // vectors' codes, each lane's code shifted to its place in the little-endian word, summed
-// across the lanes (the bits do not overlap, so the sum is their OR). Byte codes: each lane's
+// across the lanes (the bits do not overlap, so the sum is their OR; stored as a u32, so the
+// layout needs a little-endian CPU, as the rest of the wire format does). Byte codes: each lane's
 // code narrowed to a byte and stored.
 template <class Def, bool kFeedback>
 void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HWY_RESTRICT codes,
@@ -112,11 +113,38 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
     HWY_ALIGN uint32_t places[C::kPerWord];
     for (size_t k = 0; k < C::kPerWord; ++k)
       places[k] = static_cast<uint32_t>(8 * (k / C::kPerByte)) + C::shift(k);
-    for (; i + C::kPerWord <= end; i += C::kPerWord) {
+    const auto wordOf = [&](size_t at) HWY_ATTR {
       auto word = hn::Zero(e.l.du);
       for (size_t v = 0; v < C::kPerWord; v += lanes)
-        word = hn::Or(word, hn::Shl(e.vector(g, r, i + v), hn::Load(e.l.du, places + v)));
-      const uint32_t bits = hn::GetLane(hn::SumOfLanes(e.l.du, word));
+        word = hn::Or(word, hn::Shl(e.vector(g, r, at + v), hn::Load(e.l.du, places + v)));
+      return word;
+    };
+#if HWY_TARGET != HWY_SCALAR
+    constexpr size_t kMaxLanes = hn::MaxLanes(HwyLanes::DU());
+    if constexpr (kMaxLanes == 4 || kMaxLanes == 8) {
+      // Four words summed across their lanes together: two interleaving steps leave, in each
+      // 128-bit block, the four words' sums over that block (and for eight lanes the two
+      // blocks are added): a quarter of the shuffles of four sums apart.
+      const hn::Repartition<uint64_t, HwyLanes::DU> d64;
+      for (; i + 4 * C::kPerWord <= end; i += 4 * C::kPerWord) {
+        const auto w0 = wordOf(i), w1 = wordOf(i + C::kPerWord);
+        const auto w2 = wordOf(i + 2 * C::kPerWord), w3 = wordOf(i + 3 * C::kPerWord);
+        const auto w01 = hn::BitCast(d64, hn::Add(hn::InterleaveLower(e.l.du, w0, w1), hn::InterleaveUpper(e.l.du, w0, w1)));
+        const auto w23 = hn::BitCast(d64, hn::Add(hn::InterleaveLower(e.l.du, w2, w3), hn::InterleaveUpper(e.l.du, w2, w3)));
+        const auto sums = hn::Add(hn::BitCast(e.l.du, hn::InterleaveLower(d64, w01, w23)),
+                                  hn::BitCast(e.l.du, hn::InterleaveUpper(d64, w01, w23)));
+        if constexpr (kMaxLanes == 8) {
+          const hn::Half<HwyLanes::DU> dh;
+          hn::StoreU(hn::Add(hn::LowerHalf(dh, sums), hn::UpperHalf(dh, sums)), dh,
+                     reinterpret_cast<uint32_t*>(codes + i / C::kPerByte));
+        } else {
+          hn::StoreU(sums, e.l.du, reinterpret_cast<uint32_t*>(codes + i / C::kPerByte));
+        }
+      }
+    }
+#endif
+    for (; i + C::kPerWord <= end; i += C::kPerWord) {
+      const uint32_t bits = hn::GetLane(hn::SumOfLanes(e.l.du, wordOf(i)));
       std::memcpy(codes + i / C::kPerByte, &bits, 4);
     }
   }
