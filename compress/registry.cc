@@ -12,8 +12,6 @@
 #include "compress/none/none.h"
 #include "compress/qsgd/qsgd.h"
 #include "compress/randomk/randomk.h"
-#include "compress/threshold/threshold.h"
-#include "compress/topk/topk.h"
 #if GCAGENT_HAVE_CUDA
 #include "compress/compll/gpu_quantizer.h"
 #include "compress/cuda/codecs.h"
@@ -38,9 +36,6 @@ constexpr std::array kCodecs = {
     CodecInfo{"fp16", "IEEE half precision cast", makeFp16Codec, GC_GPU(makeGpuFp16)},
     CodecInfo{"bf16", "bfloat16 cast", makeBf16Codec, GC_GPU(makeGpuBf16)},
     GC_FOR_EACH_CODEC(GC_DEFINED_ROW)
-    CodecInfo{"topk", "exact top-k by magnitude with residual", makeTopkCodec, GC_GPU(makeGpuTopk)},
-    CodecInfo{"threshold", "drop the smallest fraction of magnitudes into the residual", makeThresholdCodec,
-              GC_GPU(makeGpuThreshold)},
     CodecInfo{"randomk", "random-k with a shared seed, values only", makeRandomkCodec, GC_GPU(makeGpuRandomk)},
     CodecInfo{"qsgd", "QSGD stochastic quantization with s levels", makeQsgdCodec, GC_GPU(makeGpuQsgd)},
     CodecInfo{"int8", "block-scaled int8 (each block's largest magnitude) with error feedback", makeInt8Codec,

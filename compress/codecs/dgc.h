@@ -26,6 +26,7 @@ struct Dgc {
   };
   static Params read(ParamReader& reader) {
     Params p{};
+    p.selection.lowers = true;
     p.selection.kept = reader.real("ratio", 0.001, Range::openClosed(0, 1),
         "fraction of the elements sent (after momentum correction), once the warm-up is over");
     p.momentum = static_cast<float>(reader.real("momentum", 0, Range{0, 1, false, true},

@@ -3,12 +3,14 @@
 // the CPU's sampled quantile, collection, lowering and exact top-k; cuda/sparse_select.cuh the
 // GPU's). A selecting definition names a Selection; the rest is the layer's:
 //   k = max(1, ceil(kept * n)), kept after the sparsity warm-up (below);
-//   the cut: the rank ceil(kept * s)-th largest |x| of s = max(256, ceil(sample * n)) elements
-//     drawn with replacement from the slice's stream (slices no larger than the sample are
-//     read whole, making the cut the exact k-th largest);
-//   while fewer than ceil(0.8 k) reach the cut, lower it by 0.8x, at most 10 times (DGC);
-//   if more than floor(1.3 k) reach it, the exact k largest of them go (equal magnitudes to
-//     the lower index), else all of them.
+//   exact (sample 0, topk): the k largest |x| go, equal magnitudes to the lower index (a
+//     sampled cut only narrows the candidates first, sparse::prefilterRank);
+//   else the cut: the rank ceil(kept * s)-th largest |x| of s = max(256, ceil(sample * n))
+//     elements drawn with replacement from the slice's stream (slices no larger than the
+//     sample are read whole, making the cut the exact k-th largest), and every element at or
+//     above it goes, but never more than k: when more reach it, the k largest go (threshold);
+//   with `lowers` (DGC): while fewer than ceil(0.8 k) reach the cut, it is lowered by 0.8x, at
+//     most 10 times, and the k largest go only when more than floor(1.3 k) reach it.
 // Every count is a product of doubles alone (nothing for nvcc to fuse), so the device plans
 // the same counts as the host.
 #pragma once
@@ -24,9 +26,14 @@ namespace gcagent::compress::compll {
 
 struct Selection {
   double kept;      // fraction of the slice sent once the warm-up is over, in (0, 1]
-  double sample;    // fraction of the slice the cut is estimated from, in (0, 1]
+  double sample;    // fraction of the slice the cut is estimated from, in (0, 1]; 0: none,
+                    // the exact k largest go (top-k), always k of them
   uint64_t warmup;  // encodes of a slice over which the fraction falls to `kept` (0: none)
+  bool lowers;      // DGC's remedies: a cut that lets fewer than ceil(0.8 k) through is
+                    // lowered, and up to floor(1.3 k) go; else never more than k go
 };
+
+GC_HD bool exact(const Selection& s) { return s.sample == 0; }
 
 inline constexpr float kLowerBy = 0.8f;
 inline constexpr int kMaxLowerings = 10;
@@ -73,9 +80,10 @@ GC_HD Plan planFor(double kept, size_t n, size_t samples) {
   return {sparse::countFor(kept, n), sparse::countFor(kept, samples < n ? samples : n)};
 }
 
-// The bytes an encode of n elements sends at most, with and without the warm-up.
+// The pairs an encode of n elements sends at most, with and without the warm-up.
 GC_HD size_t mostSent(const Selection& s, size_t n, bool warming) {
-  const size_t pairs = mostPairs(sparse::countFor(mostKept(s.kept, warming ? s.warmup : 0), n));
+  const size_t k = sparse::countFor(mostKept(s.kept, warming ? s.warmup : 0), n);
+  const size_t pairs = s.lowers ? mostPairs(k) : k;
   return pairs < n ? pairs : n;
 }
 

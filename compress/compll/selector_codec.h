@@ -5,8 +5,9 @@
 //
 // State: v (the residual), then the moments when the definition keeps them, then (with a
 // warm-up) the count of encodes so far, as a float (exact: it stops at warmup <= 10^6 <
-// 2^24). Every sent |v| >= every kept |v|, and 1 <= count <= 1.3k (0 for an empty slice), so
-// the size varies up to 4 + 8 floor(1.3k) bytes (k of the warm-up's 25% while it lasts).
+// 2^24). Every sent |v| >= every kept |v|, and 1 <= count <= k (floor(1.3k) when the cut is
+// lowered; 0 for an empty slice), so the size varies up to 4 + 8 count bytes (k of the
+// warm-up's 25% while it lasts), or is exactly 4 + 8k for an exact selection.
 // Selection runs on the caller's thread and depends only on the values and the stream, so
 // the bytes never depend on how the pass was split.
 #pragma once
@@ -39,7 +40,7 @@ class SelectorCodec final : public Codec {
   }
   size_t maxEncodedBytes(size_t n) const override { return sparse::bytesFor(mostSent(s_, n, warming_)); }
   size_t steadyEncodedBytes(size_t n) const override { return sparse::bytesFor(mostSent(s_, n, false)); }
-  bool isFixedSize() const override { return false; }
+  bool isFixedSize() const override { return exact(s_); }  // exactly k pairs
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                         const SliceId& id) const override {
@@ -57,16 +58,19 @@ class SelectorCodec final : public Codec {
       if (t < s_.warmup) encodes = static_cast<float>(t + 1);
     }
     const size_t k = sparse::countFor(kept, n);
-    const size_t samples = sparse::sampleCount(s_.sample, n);
     const uint64_t stream = Def::stream(p_, id.key, id.slice, id.step);
     const auto pass = kernelsFor<Def>(cpu::activeIsa()).update_collect;
     const float* g = in.data();
     uint32_t* idx = sparse::indexScratch(n);
+    // The sample: the cut's, or for an exact selection the prefilter's, which only narrows
+    // the candidates (rank 0: no sample, the slice is read whole).
+    const size_t samples = exact(s_) ? sparse::prefilterSamples(n) : sparse::sampleCount(s_.sample, n);
+    const size_t rank = exact(s_) ? sparse::prefilterRank(n, k, samples) : samples < n ? sparse::countFor(kept, samples) : 0;
     uint32_t cut = kCollectNone;
-    if (samples < n) {
+    if (rank != 0) {
       // The cut comes from v as the update is about to leave it, computed at the sampled
       // elements alone, so the update and the collection share one pass over the state.
-      cut = sparse::estimateThresholdOf(n, kept, samples, stream, [&](size_t i) {
+      cut = sparse::sampledKeyOf(n, samples, rank, stream, [&](size_t i) {
         float vi = v[i], mi = kKeepsMoment<Def> ? m[i] : 0.0f;
         update(g[i], vi, mi);
         return vi;
@@ -79,12 +83,17 @@ class SelectorCodec final : public Codec {
     size_t count = sparse::collectChunks(env_, n, idx, [&](size_t begin, size_t end, uint32_t* into) {
       return pass(g, v.data(), m, begin, end, p_, cut, into);
     });
-    if (samples >= n) {
-      cut = sparse::estimateThreshold(v, kept, samples, stream);
-      count = sparse::collectAtLeast(v, cut, idx);
+    if (exact(s_)) {
+      if (count < k) count = sparse::collectAtLeast(v, 0, idx);
+      count = sparse::keepLargest(v, idx, count, k);
+    } else {
+      if (samples >= n) {
+        cut = sparse::estimateThreshold(v, kept, samples, stream);
+        count = sparse::collectAtLeast(v, cut, idx);
+      }
+      if (s_.lowers) count = sparse::relaxCollected(v, cut, count, enoughFor(k), kLowerBy, kMaxLowerings, idx);
+      if (count > (s_.lowers ? mostPairs(k) : k)) count = sparse::keepLargest(v, idx, count, k);
     }
-    count = sparse::relaxCollected(v, cut, count, enoughFor(k), kLowerBy, kMaxLowerings, idx);
-    if (count > mostPairs(k)) count = sparse::keepLargest(v, idx, count, k);
     if constexpr (kKeepsMoment<Def>) {
       for (size_t j = 0; j < count; ++j) m[idx[j]] = 0.0f;
     }
@@ -92,7 +101,9 @@ class SelectorCodec final : public Codec {
   }
 
   Status decodeAdd(std::span<const std::byte> in, std::span<float> acc, const SliceId&) const override {
-    GC_RETURN_IF_ERROR(sparse::checkAtMost(name(), acc.size(), in.size(), maxEncodedBytes(acc.size())));
+    const size_t n = acc.size();
+    GC_RETURN_IF_ERROR(exact(s_) ? checkEncodedSize(name(), n, in.size(), maxEncodedBytes(n))
+                                 : sparse::checkAtMost(name(), n, in.size(), maxEncodedBytes(n)));
     return sparse::decodeAdd(in, acc, name());
   }
 

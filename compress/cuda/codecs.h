@@ -13,8 +13,6 @@ Result<std::unique_ptr<GpuCodec>> makeGpuFp16(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuBf16(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuQsgd(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuInt8(const Params& params);
-Result<std::unique_ptr<GpuCodec>> makeGpuTopk(const Params& params);
-Result<std::unique_ptr<GpuCodec>> makeGpuThreshold(const Params& params);
 Result<std::unique_ptr<GpuCodec>> makeGpuRandomk(const Params& params);
 
 }  // namespace gcagent::compress::cuda

@@ -91,21 +91,9 @@ GC_TARGET_AVX2 size_t collectAvx2(const float* x, size_t begin, size_t end, uint
       [x](size_t i) { return x[i]; });
 }
 
-GC_TARGET_AVX2 size_t accumulateCollectAvx2(const float* g, float* r, size_t begin, size_t end,
-                                            uint32_t key, uint32_t* out) {
-  return collectLoop(
-      begin, end, key, out,
-      [g, r](size_t i) GC_TARGET_AVX2 {
-        const __m256 x = _mm256_add_ps(_mm256_loadu_ps(r + i), _mm256_loadu_ps(g + i));
-        _mm256_storeu_ps(r + i, x);
-        return x;
-      },
-      [g, r](size_t i) { return r[i] += g[i]; });
-}
-
 }  // namespace
 
-const Kernels kAvx2Kernels = {collectAvx2, accumulateCollectAvx2};
+const Kernels kAvx2Kernels = {collectAvx2};
 
 }  // namespace gcagent::compress::sparse
 

@@ -18,24 +18,9 @@ size_t collectGeneric(const float* x, size_t begin, size_t end, uint32_t key, ui
   return count;
 }
 
-// The update runs over blocks small enough to stay in L1 for the collect that follows; the
-// update loop alone is what the compiler vectorizes.
-constexpr size_t kBlock = 256;
-
-size_t accumulateCollectGeneric(const float* __restrict g, float* __restrict r, size_t begin,
-                                size_t end, uint32_t key, uint32_t* out) {
-  size_t count = 0;
-  for (size_t b = begin; b < end; b += kBlock) {
-    const size_t stop = std::min(end, b + kBlock);
-    for (size_t i = b; i < stop; ++i) r[i] += g[i];
-    count += collectGeneric(r, b, stop, key, out + count);
-  }
-  return count;
-}
-
 }  // namespace
 
-const Kernels kGenericKernels = {collectGeneric, accumulateCollectGeneric};
+const Kernels kGenericKernels = {collectGeneric};
 
 const Kernels& kernels() {
 #if GC_CPU_X86

@@ -16,9 +16,6 @@ namespace gcagent::compress::sparse {
 struct Kernels {
   // Elements [begin, end) of x.
   size_t (*collect)(const float* x, size_t begin, size_t end, uint32_t key, uint32_t* out);
-  // r[i] += g[i], then collects r over [begin, end): one pass instead of two.
-  size_t (*accumulate_collect)(const float* g, float* r, size_t begin, size_t end, uint32_t key,
-                               uint32_t* out);
 };
 
 // The kernels for the active ISA.

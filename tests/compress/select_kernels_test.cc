@@ -99,25 +99,6 @@ TEST(SelectKernelsTest, Avx2CollectMatchesGeneric) {
           << s.begin << ".." << s.end << " key " << key;
 }
 
-TEST(SelectKernelsTest, Avx2AccumulateCollectMatchesGeneric) {
-  SKIP_WITHOUT_AVX2();
-  const auto g = randomBits(40016, 3);
-  const auto r0 = randomBits(40016, 4);
-  for (Span s : spans()) {
-    for (uint32_t key : kKeys) {
-      auto r_generic = r0, r_avx2 = r0;
-      std::vector<uint32_t> a(s.end - s.begin), b(s.end - s.begin);
-      a.resize(kGenericKernels.accumulate_collect(g.data(), r_generic.data(), s.begin, s.end, key,
-                                                  a.data()));
-      b.resize(
-          kAvx2Kernels.accumulate_collect(g.data(), r_avx2.data(), s.begin, s.end, key, b.data()));
-      ASSERT_EQ(a, b) << s.begin << ".." << s.end << " key " << key;
-      ASSERT_TRUE(sameBits(r_generic, r_avx2)) << s.begin << ".." << s.end;
-      ASSERT_EQ(a, byDefinition(r_generic, s.begin, s.end, key));
-    }
-  }
-}
-
 // dgc's pass, made by CompLL from its definition: the AVX2 loop against the baseline's, and
 // both against the momentum step written out here (u = m u + g, v += u, each rounded).
 TEST(SelectKernelsTest, Avx2DgcPassMatchesGenericAndTheMomentumStep) {

@@ -1,7 +1,8 @@
 // Every selecting definition's GPU codec (included by cuda/quantizer.cu): the definition's
 // update (ScalarLanes) in one thread per element, then the selection of selection.h with the
 // GPU's stages (compress/cuda/sparse_select.cuh): the sampled cut by a radix select, its
-// lowering and the exact top-k decided on the device, the ordered compaction into pairs.
+// lowering and the exact top-k decided on the device (an exact selection: the radix select of
+// the k-th largest over the whole slice), the ordered compaction into pairs.
 // Under a warm-up the counts are planned on the device from the encode count the slice's
 // state records, so encode() never waits for the GPU. The same choices as the CPU's, bit for
 // bit (scripts/test_gpu.sh). The encoded size varies: encode() returns the bound, and the
@@ -60,7 +61,7 @@ class GpuSelector final : public compress::cuda::GpuSparseCodec {
   std::string_view name() const override { return Def::kName; }
   size_t stateElements(size_t n) const override { return feedback_ ? kArrays * n + (warming_ ? 1 : 0) : 0; }
   size_t maxEncodedBytes(size_t n) const override { return sparse::bytesFor(mostSent(s_, n, warming_)); }
-  bool isFixedSize() const override { return false; }
+  bool isFixedSize() const override { return exact(s_); }
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
                         const SliceId& id, compress::cuda::GpuStream stream) override {
@@ -75,7 +76,7 @@ class GpuSelector final : public compress::cuda::GpuSparseCodec {
       GC_RETURN_IF_ERROR(launched(name()));
       return sparse::bytesFor(0);
     }
-    const size_t samples = sparse::sampleCount(s_.sample, n);
+    const size_t samples = exact(s_) ? 0 : sparse::sampleCount(s_.sample, n);  // exact: a radix select of all
     GC_RETURN_IF_ERROR(reserve(n, samples));
     float* v = state.data();
     if (!feedback_) {  // each encode from a zeroed state of its own
@@ -97,15 +98,20 @@ class GpuSelector final : public compress::cuda::GpuSparseCodec {
       most = Count::plannedAt(kPlanMost);
     }
     updateKernel<Def><<<blocksFor(n), kThreads, 0, s>>>(in.data(), v, m, n, p_);
-    selectSampled(v, n, samples, sample_rank, Def::stream(p_, id.key, id.slice, id.step), s);
-    // Too few reach the cut: lower it (each step waits on the device's count, not the host's).
-    clearCount<<<1, 1, 0, s>>>(st());
-    for (int t = 0; t < kMaxLowerings; ++t) {
-      countReaching(v, n, true, s);
-      relaxStep<<<1, 1, 0, s>>>(st(), enough, kLowerBy);
+    if (!exact(s_)) {
+      selectSampled(v, n, samples, sample_rank, Def::stream(p_, id.key, id.slice, id.step), s);
+      if (s_.lowers) {
+        // Too few reach the cut: lower it (each step waits on the device's count, not the host's).
+        clearCount<<<1, 1, 0, s>>>(st());
+        for (int t = 0; t < kMaxLowerings; ++t) {
+          countReaching(v, n, true, s);
+          relaxStep<<<1, 1, 0, s>>>(st(), enough, kLowerBy);
+        }
+      }
+      // More than the most reach the cut: the k largest of them go, i.e. the k largest of all.
+      countReaching(v, n, false, s);
+      decideExact<<<1, 1, 0, s>>>(st(), s_.lowers ? most : k);
     }
-    countReaching(v, n, false, s);
-    decideExact<<<1, 1, 0, s>>>(st(), most);
     selectLargest(v, n, k, s);
     writePairs(v, m, n, out.data(), s);  // a sent element restarts in its moment too
     GC_RETURN_IF_ERROR(launched(name()));
@@ -116,7 +122,8 @@ class GpuSelector final : public compress::cuda::GpuSparseCodec {
 
  protected:
   Status checkDecodeSize(size_t n, size_t have) const override {
-    return sparse::checkAtMost(name(), n, have, maxEncodedBytes(n));
+    return exact(s_) ? checkEncodedSize(name(), n, have, maxEncodedBytes(n))
+                     : sparse::checkAtMost(name(), n, have, maxEncodedBytes(n));
   }
 
  private:
