@@ -57,11 +57,12 @@ constexpr size_t groupOf() {
 
 // What an encoding range shares: the slice's (or block's) scale and stream, whether a
 // residual is kept, whether draws are taken, and the index in the stream of element 0 of
-// the arrays (not 0 when they are a block's own copy).
+// the arrays (not 0 when they are a block's own copy). The parameters are held by value: a
+// reference could alias r, and the compiler would reload them after every store.
 template <class Def, bool kFeedback>
 struct RangeEncoder {
   using C = typename Def::Codes;
-  const typename Def::Params& p;
+  const typename Def::Params p;
   float scale;
   uint64_t stream;
   bool drawing;
@@ -77,6 +78,16 @@ struct RangeEncoder {
     const auto code = encodeElement<Def>(l, hn::LoadU(l.df, g + i), rv, p, scale, u);
     if constexpr (kFeedback) hn::StoreU(rv, l.df, r + i);
     return code;
+  }
+
+  // The codes of the kPerWord elements from `at` (whole vectors), each lane's shifted to its
+  // place in the word. Always inlined: as a lambda g++ kept one call of it out of line.
+  HWY_INLINE HwyLanes::U word(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, size_t at,
+                              const uint32_t* HWY_RESTRICT places) const {
+    auto word = hn::Zero(l.du);
+    for (size_t v = 0; v < C::kPerWord; v += hn::Lanes(l.df))
+      word = hn::Or(word, hn::Shl(vector(g, r, at + v), hn::Load(l.du, places + v)));
+    return word;
   }
 
   // Byte b of the codes of elements [8b/kBits ..), from the elements below `end` only.
@@ -113,12 +124,6 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
     HWY_ALIGN uint32_t places[C::kPerWord];
     for (size_t k = 0; k < C::kPerWord; ++k)
       places[k] = static_cast<uint32_t>(8 * (k / C::kPerByte)) + C::shift(k);
-    const auto wordOf = [&](size_t at) HWY_ATTR {
-      auto word = hn::Zero(e.l.du);
-      for (size_t v = 0; v < C::kPerWord; v += lanes)
-        word = hn::Or(word, hn::Shl(e.vector(g, r, at + v), hn::Load(e.l.du, places + v)));
-      return word;
-    };
 #if HWY_TARGET != HWY_SCALAR
     constexpr size_t kMaxLanes = hn::MaxLanes(HwyLanes::DU());
     if constexpr (kMaxLanes == 4 || kMaxLanes == 8) {
@@ -127,8 +132,8 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
       // blocks are added): a quarter of the shuffles of four sums apart.
       const hn::Repartition<uint64_t, HwyLanes::DU> d64;
       for (; i + 4 * C::kPerWord <= end; i += 4 * C::kPerWord) {
-        const auto w0 = wordOf(i), w1 = wordOf(i + C::kPerWord);
-        const auto w2 = wordOf(i + 2 * C::kPerWord), w3 = wordOf(i + 3 * C::kPerWord);
+        const auto w0 = e.word(g, r, i, places), w1 = e.word(g, r, i + C::kPerWord, places);
+        const auto w2 = e.word(g, r, i + 2 * C::kPerWord, places), w3 = e.word(g, r, i + 3 * C::kPerWord, places);
         const auto w01 = hn::BitCast(d64, hn::Add(hn::InterleaveLower(e.l.du, w0, w1), hn::InterleaveUpper(e.l.du, w0, w1)));
         const auto w23 = hn::BitCast(d64, hn::Add(hn::InterleaveLower(e.l.du, w2, w3), hn::InterleaveUpper(e.l.du, w2, w3)));
         const auto sums = hn::Add(hn::BitCast(e.l.du, hn::InterleaveLower(d64, w01, w23)),
@@ -144,7 +149,7 @@ void encodeRange(const float* HWY_RESTRICT g, float* HWY_RESTRICT r, uint8_t* HW
     }
 #endif
     for (; i + C::kPerWord <= end; i += C::kPerWord) {
-      const uint32_t bits = hn::GetLane(hn::SumOfLanes(e.l.du, wordOf(i)));
+      const uint32_t bits = hn::GetLane(hn::SumOfLanes(e.l.du, e.word(g, r, i, places)));
       std::memcpy(codes + i / C::kPerByte, &bits, 4);
     }
   }
@@ -191,9 +196,10 @@ HWY_INLINE void laneShifts(size_t i0, uint32_t* out, size_t lanes) {
   }
 }
 
+// The parameters by value, so that the stores to `out` cannot alias them (see RangeEncoder).
 template <class Def, bool kAdd>
 void decodeRange(const uint8_t* HWY_RESTRICT codes, float* HWY_RESTRICT out, size_t begin, size_t end,
-                 const typename Def::Params& p, float scale, float factor) {
+                 const typename Def::Params p, float scale, float factor) {
   using C = typename Def::Codes;
   const HwyLanes l;
   const size_t lanes = hn::Lanes(l.df);
