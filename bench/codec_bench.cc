@@ -35,9 +35,6 @@
 
 #include "common/thread_pool.h"
 #include "compress/cpu/isa.h"
-#include "compress/mx1bit/mx1bit.h"
-#include "compress/mx2bit/mx2bit.h"
-#include "compress/onebit/onebit.h"
 #include "compress/registry.h"
 
 namespace gcagent::bench {
@@ -327,11 +324,6 @@ void registerCodecs(TableReporter& reporter, Workspace& ws, ThreadPool* pool) {
   // 25% of it sent at the first): what a training run spends nearly all its steps in.
   registerCodec(reporter, ws, pool, "dgc-steady",
                 [](const CodecEnv& env) { return compress::makeCodec("dgc", {{"warmup_steps", "0"}}, env); });
-  // The hand-written versions of codecs now defined in compress/codecs/, measured in the same
-  // run as their definitions (issue: each definition at least 0.95x of them) until they go.
-  registerCodec(reporter, ws, pool, "2bit-hand", [](const CodecEnv& env) { return compress::makeMx2bitCodec({}, env); });
-  registerCodec(reporter, ws, pool, "1bit-hand", [](const CodecEnv& env) { return compress::makeMx1bitCodec({}, env); });
-  registerCodec(reporter, ws, pool, "onebit-hand", [](const CodecEnv& env) { return compress::makeOnebitCodec({}, env); });
 }
 
 // ---- Flags.
