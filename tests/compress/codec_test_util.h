@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -55,6 +56,29 @@ inline std::vector<float> decode(const Codec& codec, std::span<const std::byte> 
   Status s = codec.decodeAdd(in, acc, id);
   EXPECT_TRUE(s.ok()) << s.toString();
   return acc;
+}
+
+// The fp32 scale a scaled codec writes in front of its codes, read and overwritten.
+inline float scaleOf(const std::vector<std::byte>& encoded) {
+  float f;
+  std::memcpy(&f, encoded.data(), sizeof f);
+  return f;
+}
+inline void setScale(std::vector<std::byte>& encoded, float f) { std::memcpy(encoded.data(), &f, sizeof f); }
+
+// A stochastic codec's bytes follow every field of the slice id and its `seed` parameter.
+inline void expectDrawsFollowSliceIdAndSeed(const std::string& name) {
+  const auto g = gaussian(4096, 8);
+  auto encodeWith = [&](const Params& params, const SliceId& id) {
+    std::vector<float> state;
+    return encode(*mustMake(name, params), g, state, id);
+  };
+  const auto base = encodeWith({}, {1, 2, 3});
+  EXPECT_EQ(encodeWith({}, {1, 2, 3}), base);
+  EXPECT_NE(encodeWith({}, {1, 2, 4}), base);
+  EXPECT_NE(encodeWith({}, {1, 3, 3}), base);
+  EXPECT_NE(encodeWith({}, {2, 2, 3}), base);
+  EXPECT_NE(encodeWith({{"seed", "1"}}, {1, 2, 3}), base);
 }
 
 // Every (key, value) must be refused by codec `name` with an error naming the codec and the key.

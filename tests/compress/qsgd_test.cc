@@ -136,20 +136,7 @@ TEST(QsgdTest, Unbiased) {
   EXPECT_LT(std::abs(z_sum) / std::sqrt(random_elements), 5.0);
 }
 
-TEST(QsgdTest, DrawsFollowTheSliceIdAndSeed) {
-  const size_t n = 4096;
-  auto g = gaussian(n, 8);
-  auto encodeWith = [&](const Params& params, const SliceId& id) {
-    std::vector<float> state;
-    return encode(*mustMake("qsgd", params), g, state, id);
-  };
-  const auto base = encodeWith({}, {1, 2, 3});
-  EXPECT_EQ(encodeWith({}, {1, 2, 3}), base);
-  EXPECT_NE(encodeWith({}, {1, 2, 4}), base);
-  EXPECT_NE(encodeWith({}, {1, 3, 3}), base);
-  EXPECT_NE(encodeWith({}, {2, 2, 3}), base);
-  EXPECT_NE(encodeWith({{"seed", "1"}}, {1, 2, 3}), base);
-}
+TEST(QsgdTest, DrawsFollowTheSliceIdAndSeed) { testing::expectDrawsFollowSliceIdAndSeed("qsgd"); }
 
 TEST(QsgdTest, BadParametersAreNamed) {
   testing::expectBadParams("qsgd", {{"levels", "0"}, {"levels", "128"}, {"levels", "300"}, {"levels", "many"},

@@ -17,16 +17,8 @@ using testing::encode;
 using testing::gaussian;
 using testing::kSizes;
 using testing::mustMake;
-
-float headerOf(const std::vector<std::byte>& encoded) {
-  float f;
-  std::memcpy(&f, encoded.data(), sizeof f);
-  return f;
-}
-
-void setHeader(std::vector<std::byte>& encoded, float f) {
-  std::memcpy(encoded.data(), &f, sizeof f);
-}
+using testing::scaleOf;
+using testing::setScale;
 
 // Each element is sent as +-scale with the sign of x = g + e, scale = mean |x|, and the new
 // residual keeps exactly what was not sent.
@@ -43,7 +35,7 @@ TEST(OnebitTest, RoundTripAtEverySize) {
     }
     auto encoded = encode(*codec, g, state);
     ASSERT_EQ(encoded.size(), 4 + 4 * ((n + 31) / 32));
-    const float scale = headerOf(encoded);
+    const float scale = scaleOf(encoded);
     if (n == 0) {
       EXPECT_EQ(scale, 0.0f);
       continue;
@@ -100,7 +92,7 @@ TEST(OnebitTest, CorruptBuffersAreRejectedUntouched) {
   };
   for (float scale : {std::nanf(""), std::numeric_limits<float>::infinity(), -1.0f}) {
     auto bad = good;
-    setHeader(bad, scale);
+    setScale(bad, scale);
     expectRejected(bad, "bad scale");
   }
   auto padded = good;

@@ -20,16 +20,8 @@ using testing::encode;
 using testing::gaussian;
 using testing::kSizes;
 using testing::mustMake;
-
-float scalerOf(const std::vector<std::byte>& encoded) {
-  float f;
-  std::memcpy(&f, encoded.data(), sizeof f);
-  return f;
-}
-
-void setScaler(std::vector<std::byte>& encoded, float f) {
-  std::memcpy(encoded.data(), &f, sizeof f);
-}
+using testing::scaleOf;
+using testing::setScale;
 
 // The scaler a slice should get: max |x| clipped at 2.5 * sqrt(mean(x^2)).
 double expectedScaler(const std::vector<float>& x, bool clip) {
@@ -64,7 +56,7 @@ TEST(TerngradTest, RoundTripAtEverySize) {
       std::vector<float> state;
       auto encoded = encode(*codec, g, state, {1, 2, 3});
       ASSERT_EQ(encoded.size(), 4 + 4 * ((n + 15) / 16));
-      const float s = scalerOf(encoded);
+      const float s = scaleOf(encoded);
       const double expected = expectedScaler(g, clip);
       EXPECT_NEAR(s, expected, 1e-6 * expected) << "n=" << n << " clip=" << clip;
       auto d = decode(*codec, encoded, n);
@@ -133,7 +125,7 @@ TEST(TerngradTest, UnbiasedForTheClippedInput) {
   for (int t = 0; t < steps; ++t) {
     std::vector<float> state;
     auto encoded = encode(*codec, g, state, {3, 1, static_cast<uint64_t>(t)});
-    s = scalerOf(encoded);
+    s = scaleOf(encoded);
     auto d = decode(*codec, encoded, n);
     for (size_t i = 0; i < n; ++i) mean[i] += d[i] / static_cast<double>(steps);
   }
@@ -153,20 +145,7 @@ TEST(TerngradTest, UnbiasedForTheClippedInput) {
   EXPECT_LT(std::abs(z_sum) / std::sqrt(random_elements), 5.0);
 }
 
-TEST(TerngradTest, DrawsFollowTheSliceIdAndSeed) {
-  const size_t n = 4096;
-  auto g = gaussian(n, 8);
-  auto encodeWith = [&](const Params& params, const SliceId& id) {
-    std::vector<float> state;
-    return encode(*mustMake("terngrad", params), g, state, id);
-  };
-  const auto base = encodeWith({}, {1, 2, 3});
-  EXPECT_EQ(encodeWith({}, {1, 2, 3}), base);
-  EXPECT_NE(encodeWith({}, {1, 2, 4}), base);
-  EXPECT_NE(encodeWith({}, {1, 3, 3}), base);
-  EXPECT_NE(encodeWith({}, {2, 2, 3}), base);
-  EXPECT_NE(encodeWith({{"seed", "1"}}, {1, 2, 3}), base);
-}
+TEST(TerngradTest, DrawsFollowTheSliceIdAndSeed) { testing::expectDrawsFollowSliceIdAndSeed("terngrad"); }
 
 TEST(TerngradTest, UniformDrawsAreInRangeAndDependOnEveryField) {
   const uint64_t stream = rng::streamSeed(0, 0, 0, 0);
@@ -201,7 +180,7 @@ TEST(TerngradTest, CorruptBuffersAreRejectedUntouched) {
   };
   for (float s : {std::nanf(""), std::numeric_limits<float>::infinity(), -0.5f}) {
     auto bad = good;
-    setScaler(bad, s);
+    setScale(bad, s);
     expectRejected(bad, "bad scaler");
   }
   auto bad = good;
