@@ -232,8 +232,7 @@ void addBaseline(benchmark::State& st, Workspace& ws) {
   finish(st, ws.n);
 }
 
-// Builds a codec for a given pool: the registry's, or a hand-written one kept beside its
-// CompLL definition until the definition is shown as fast.
+// Builds a codec for a given pool (a registry row, or one with other parameters).
 using Factory = std::function<Result<std::unique_ptr<Codec>>(const CodecEnv&)>;
 
 std::unique_ptr<Codec> makeOrSkip(benchmark::State& st, const Factory& make, const CodecEnv& env) {
