@@ -271,19 +271,12 @@ inline uint32_t sampledKey(std::span<const float> x, size_t samples, size_t rank
   return sampledKeyOf(x.size(), samples, rank, stream, [x](size_t i) { return x[i]; });
 }
 
-// The magnitude key that about `density` of a slice of n > 0 reaches, estimated from
-// `samples` draws. At least one element reaches it (a sampled one); with samples >= n it is
-// exactly the countFor(density, n)-th largest.
-template <class ValueAt, class Prefetch = NoPrefetch>
-uint32_t estimateThresholdOf(size_t n, double density, size_t samples, uint64_t stream,
-                             ValueAt&& valueAt, Prefetch&& prefetch = {}, const CodecEnv& env = {}) {
-  return sampledKeyOf(n, samples, countFor(density, std::min(samples, n)), stream,
-                      std::forward<ValueAt>(valueAt), std::forward<Prefetch>(prefetch), env);
-}
-
+// The magnitude key that about `density` of a non-empty x reaches, estimated from `samples`
+// draws. At least one element reaches it (a sampled one); with samples >= x.size() it is
+// exactly the countFor(density, x.size())-th largest.
 inline uint32_t estimateThreshold(std::span<const float> x, double density, size_t samples,
                                   uint64_t stream) {
-  return estimateThresholdOf(x.size(), density, samples, stream, [x](size_t i) { return x[i]; });
+  return sampledKey(x, samples, countFor(density, std::min(samples, x.size())), stream);
 }
 
 // DGC's remedy for a sampled threshold that lets too few through: lower it by `factor`, at
