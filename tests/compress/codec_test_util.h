@@ -4,14 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "compress/bytes.h"
 #include "compress/codec.h"
 #include "compress/registry.h"
@@ -81,6 +84,21 @@ inline void expectDrawsFollowSliceIdAndSeed(const std::string& name) {
   EXPECT_NE(encodeWith({{"seed", "1"}}, {1, 2, 3}), base);
 }
 
+// The bytes and state of three encodes split over a pool of 3 (1000 elements at least to a
+// chunk) equal one thread's. The contract suite splits every codec with its defaults; this
+// takes other parameters (error feedback, odd block sizes).
+inline void expectPoolSplitMatches(const std::string& name, const Params& params) {
+  ThreadPool pool(3);
+  auto serial = mustMake(name, params);
+  auto split = mustMake(name, params, CodecEnv{&pool, 1000});
+  std::vector<float> s1, s2;
+  for (uint64_t step = 0; step < 3; ++step) {
+    auto g = gaussian(50'003, 60 + step);
+    ASSERT_EQ(encode(*serial, g, s1, {4, 1, step}), encode(*split, g, s2, {4, 1, step}));
+    ASSERT_EQ(s1, s2);
+  }
+}
+
 // Every (key, value) must be refused by codec `name` with an error naming the codec and the key.
 inline void expectBadParams(const std::string& name, const std::vector<std::pair<std::string, std::string>>& bad) {
   for (const auto& [key, value] : bad) {
@@ -103,6 +121,16 @@ inline std::string expectRejectedUntouched(const Codec& codec, const std::vector
   EXPECT_EQ(s.message().rfind(std::string(codec.name()) + ": ", 0), 0u) << s.message();
   EXPECT_EQ(acc, before) << what;
   return s.message();
+}
+
+// A scaled codec's `good` encoding with its fp32 scale made NaN, infinite or negative is
+// refused untouched (as expectRejectedUntouched).
+inline void expectBadScalesRejected(const Codec& codec, const std::vector<std::byte>& good, std::vector<float>& acc) {
+  for (float scale : {std::nanf(""), std::numeric_limits<float>::infinity(), -0.5f}) {
+    auto bad = good;
+    setScale(bad, scale);
+    expectRejectedUntouched(codec, bad, acc, "bad scale");
+  }
 }
 
 // Bytes written out: bytes({0xe0, 0x03}).

@@ -155,6 +155,14 @@ std::vector<Case> cases() {
       {"mx1bit_t0", "1bit", {{"threshold", "0"}}, 0.0f},
       {"mx1bit_t025", "1bit", {{"threshold", "0.25"}}, 0.25f},
       {"mx1bit_tneg", "1bit", {{"threshold", "-0.5"}}, -0.5f},
+      // The scaled, stochastic and block-scaled definitions (t: only the gradients' scale).
+      {"onebit", "onebit", {}, 1.0f},
+      {"onebit_unscaled", "onebit", {{"scaled", "false"}}, 1.0f},
+      {"terngrad_ef", "terngrad", {{"error_feedback", "true"}}, 1.0f},
+      {"fp8", "fp8", {}, 1.0f},
+      {"fp8_e5m2", "fp8", {{"exponent_bits", "5"}, {"block", "256"}}, 1.0f},
+      {"int4_rotated_stochastic", "int4", {{"rotate", "true"}, {"stochastic", "true"}}, 1.0f},
+      {"mxfp4", "mxfp4", {}, 1.0f},
   };
 }
 
@@ -180,12 +188,23 @@ class IsaExactTest : public ::testing::TestWithParam<Case> {
     return testing::encode(codec, g, state);
   }
 
-  std::vector<float> decodeAddWith(Isa isa, std::span<const std::byte> bytes,
-                                   std::vector<float> acc) {
+  // acc after a decodeAdd under `isa`, or (acc untouched) the codec's refusal.
+  struct Decoded {
+    std::string refusal;
+    std::vector<float> acc;
+  };
+  Decoded decodeAddWith(Isa isa, std::span<const std::byte> bytes, std::vector<float> acc) {
     EXPECT_TRUE(cpu::setActiveIsa(isa).ok());
     Status s = codec_->decodeAdd(bytes, acc, {});
-    EXPECT_TRUE(s.ok()) << s.toString();
-    return acc;
+    return {s.ok() ? "" : s.toString(), std::move(acc)};
+  }
+
+  // Both ISAs decode `bytes` to the same bits, or refuse them in the same words.
+  ::testing::AssertionResult decodeAlike(std::span<const std::byte> bytes, const std::vector<float>& acc) {
+    const Decoded a = decodeAddWith(Isa::kGeneric, bytes, acc), b = decodeAddWith(Isa::kAvx2, bytes, acc);
+    if (a.refusal != b.refusal)
+      return ::testing::AssertionFailure() << "generic: '" << a.refusal << "', avx2: '" << b.refusal << "'";
+    return sameFloats(a.acc, b.acc);
   }
 
   IsaScope scope_;
@@ -210,23 +229,20 @@ TEST_P(IsaExactTest, DecodeAddMatchesGeneric) {
   for (size_t n : sizes()) {
     std::vector<float> state;
     auto bytes = encodeWith(Isa::kGeneric, *codec_, edgyGradient(n, n + 7, GetParam().t), state);
-    auto acc = edgyAccumulator(n, n + 8);
-    EXPECT_TRUE(
-        sameFloats(decodeAddWith(Isa::kGeneric, bytes, acc), decodeAddWith(Isa::kAvx2, bytes, acc)))
-        << "n=" << n;
+    const auto acc = edgyAccumulator(n, n + 8);
+    EXPECT_EQ(decodeAddWith(Isa::kGeneric, bytes, acc).refusal, "") << "n=" << n;
+    EXPECT_TRUE(decodeAlike(bytes, acc)) << "n=" << n;
   }
 }
 
-// Any byte pattern of the right length decodes (2-bit code 01, fp16 NaNs and infinities).
+// Any byte pattern of the right length decodes alike (2-bit code 01, fp16 NaNs and
+// infinities, fp8's codes), or is refused alike (a bad scale, a code never written, padding).
 TEST_P(IsaExactTest, ArbitraryBytesDecodeAlike) {
   std::mt19937_64 rng(5);
   for (size_t n : sizes()) {
     std::vector<std::byte> bytes(codec_->maxEncodedBytes(n));
     for (auto& b : bytes) b = static_cast<std::byte>(rng());
-    auto acc = edgyAccumulator(n, n);
-    EXPECT_TRUE(
-        sameFloats(decodeAddWith(Isa::kGeneric, bytes, acc), decodeAddWith(Isa::kAvx2, bytes, acc)))
-        << "n=" << n;
+    EXPECT_TRUE(decodeAlike(bytes, edgyAccumulator(n, n))) << "n=" << n;
   }
 }
 
@@ -239,12 +255,18 @@ TEST_P(IsaExactTest, DecodeIsDecodeAddOnNegativeZeroScaledInBothIsas) {
     for (size_t n : sizes()) {
       std::vector<std::byte> bytes(codec_->maxEncodedBytes(n));
       for (auto& b : bytes) b = static_cast<std::byte>(rng());
-      auto expected = decodeAddWith(Isa::kGeneric, bytes, std::vector<float>(n, -0.0f));
+      auto [refusal, expected] = decodeAddWith(Isa::kGeneric, bytes, std::vector<float>(n, -0.0f));
       for (float& v : expected) v *= scale;
       for (Isa isa : {Isa::kGeneric, Isa::kAvx2}) {
         ASSERT_TRUE(cpu::setActiveIsa(isa).ok());
         std::vector<float> out = edgyAccumulator(n, n + 9);
+        const std::vector<float> before = out;
         Status s = codec_->decode(bytes, out, scale, {});
+        if (!refusal.empty()) {  // refused as decodeAdd refuses, the output untouched
+          EXPECT_EQ(s.toString(), refusal) << "n=" << n;
+          EXPECT_TRUE(sameFloats(out, before)) << "n=" << n;
+          continue;
+        }
         ASSERT_TRUE(s.ok()) << s.toString();
         EXPECT_TRUE(sameFloats(out, expected)) << "n=" << n << " isa " << static_cast<int>(isa) << " scale " << scale;
       }

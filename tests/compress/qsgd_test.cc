@@ -6,7 +6,6 @@
 #include <limits>
 #include <vector>
 
-#include "common/thread_pool.h"
 #include "tests/compress/codec_test_util.h"
 
 namespace gcagent::compress {
@@ -27,21 +26,6 @@ float normOf(const std::vector<std::byte>& encoded, size_t bucket_index) {
 
 void setNorm(std::vector<std::byte>& encoded, size_t bucket_index, float f) {
   std::memcpy(encoded.data() + 4 * bucket_index, &f, sizeof f);
-}
-
-// The contract suite splits default-parameter codecs; this covers error feedback (and odd
-// bucket sizes) too.
-void expectPoolSplitMatches(const std::string& name, const Params& params) {
-  ThreadPool pool(3);
-  auto serial = mustMake(name, params);
-  auto split = mustMake(name, params, CodecEnv{&pool, 1000});
-  const size_t n = 50'003;
-  std::vector<float> s1, s2;
-  for (uint64_t step = 0; step < 3; ++step) {
-    auto g = gaussian(n, 60 + step);
-    ASSERT_EQ(encode(*serial, g, s1, {4, 1, step}), encode(*split, g, s2, {4, 1, step}));
-    ASSERT_EQ(s1, s2);
-  }
 }
 
 // Every decoded value is within one level (norm / s) of x, on the same side of zero, and
@@ -198,7 +182,7 @@ TEST(QsgdTest, StateOnlyWithErrorFeedback) {
 }
 
 TEST(QsgdTest, PoolSplitWithErrorFeedbackGivesTheSameBytes) {
-  expectPoolSplitMatches("qsgd",
+  testing::expectPoolSplitMatches("qsgd",
                          {{"error_feedback", "true"}, {"bucket", "1000"}, {"levels", "5"}});
 }
 

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "compress/random_math.h"
-#include "common/thread_pool.h"
 #include "tests/compress/codec_test_util.h"
 
 namespace gcagent::compress {
@@ -21,7 +20,6 @@ using testing::gaussian;
 using testing::kSizes;
 using testing::mustMake;
 using testing::scaleOf;
-using testing::setScale;
 
 // The scaler a slice should get: max |x| clipped at 2.5 * sqrt(mean(x^2)).
 double expectedScaler(const std::vector<float>& x, bool clip) {
@@ -31,20 +29,6 @@ double expectedScaler(const std::vector<float>& x, bool clip) {
     max = std::max(max, double{std::abs(v)});
   }
   return clip && !x.empty() ? std::min(max, 2.5 * std::sqrt(squares / x.size())) : max;
-}
-
-// The contract suite splits default-parameter codecs; this covers error feedback too.
-void expectPoolSplitMatches(const std::string& name, const Params& params) {
-  ThreadPool pool(3);
-  auto serial = mustMake(name, params);
-  auto split = mustMake(name, params, CodecEnv{&pool, 1000});
-  const size_t n = 50'003;
-  std::vector<float> s1, s2;
-  for (uint64_t step = 0; step < 3; ++step) {
-    auto g = gaussian(n, 60 + step);
-    ASSERT_EQ(encode(*serial, g, s1, {4, 1, step}), encode(*split, g, s2, {4, 1, step}));
-    ASSERT_EQ(s1, s2);
-  }
 }
 
 TEST(TerngradTest, RoundTripAtEverySize) {
@@ -178,11 +162,7 @@ TEST(TerngradTest, CorruptBuffersAreRejectedUntouched) {
   auto expectRejected = [&](const std::vector<std::byte>& bad, const char* what) {
     testing::expectRejectedUntouched(*codec, bad, acc, what);
   };
-  for (float s : {std::nanf(""), std::numeric_limits<float>::infinity(), -0.5f}) {
-    auto bad = good;
-    setScale(bad, s);
-    expectRejected(bad, "bad scaler");
-  }
+  testing::expectBadScalesRejected(*codec, good, acc);
   auto bad = good;
   bad[4] = std::byte{0x40};  // element 0 gets 0b01
   expectRejected(bad, "code 01");
@@ -212,7 +192,7 @@ TEST(TerngradTest, StateOnlyWithErrorFeedback) {
 }
 
 TEST(TerngradTest, PoolSplitWithErrorFeedbackGivesTheSameBytes) {
-  expectPoolSplitMatches("terngrad", {{"error_feedback", "true"}});
+  testing::expectPoolSplitMatches("terngrad", {{"error_feedback", "true"}});
 }
 
 }  // namespace
