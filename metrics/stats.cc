@@ -129,6 +129,7 @@ Stats::Stats() : registry_(std::make_shared<prometheus::Registry>()) {
     recovery_[i] = &counter(Id::recovery_events_total, {std::string(kRecoveryEvents[i])});
   stale_[0] = &counter(Id::stale_slices_total, {"contribution"});
   stale_[1] = &counter(Id::stale_slices_total, {"result"});
+  non_finite_ = &counter(Id::non_finite_slices_total, {});
   gauge(Id::stalled_jobs, {});
   gauge(Id::members, {});
   gauge(Id::membership_epoch, {});

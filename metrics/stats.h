@@ -126,6 +126,7 @@ class Stats {
   prometheus::Counter& recovery(RecoveryEvent event) { return *recovery_[event]; }
   // stale_slices_total: of contributions (false) or results (true).
   prometheus::Counter& staleSlices(bool results) { return *stale_[results ? 1 : 0]; }
+  prometheus::Counter& nonFiniteSlices() { return *non_finite_; }
   // Where an error is decided: counts it by kind and keeps it as the health endpoint's last error.
   void recordError(ErrorKind kind, std::string_view message);
   Health& health() { return health_; }
@@ -167,6 +168,7 @@ class Stats {
   prometheus::Counter* refusals_[kRefusalReasons.size()];
   prometheus::Counter* recovery_[kRecoveryEvents.size()];
   prometheus::Counter* stale_[2];  // contribution, result
+  prometheus::Counter* non_finite_;
   prometheus::Gauge* trainers_;
   prometheus::Gauge* peers_up_;
   Health health_;

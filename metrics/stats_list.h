@@ -52,6 +52,8 @@
     "recovery events: peer_lost, peer_shutdown (it said so), peer_rejoined, realigned (a job gave iterations up to go on with its peers), reduction_timeout, shrunk and grown (the membership lost or took back a node), trainer_reconnected (a trainer process connected again in place of its old connection), stalled (this agent did not run for longer than transport.peer_timeout; its steps in flight then waited for the peers' word)") \
   X(stale_slices_total, Counter, None, "message",                                                       \
     "slices of an iteration given up here (after a loss or a realignment), dropped: contribution or result") \
+  X(non_finite_slices_total, Counter, None, "",                                                     \
+    "slices of this node's gradients sent uncompressed, their residual untouched, because they held an inf or a NaN (fp16 mixed precision's overflow steps: every rank sees the non-finite sum, as under DDP)") \
   X(members, Gauge, None, "", "nodes the reductions run on now (transport.on_peer_loss = shrink changes it)") \
   X(membership_epoch, Gauge, None, "", "changes of the membership so far, as the nodes agree on them")  \
   X(stalled_jobs, Gauge, None, "", "jobs whose reductions all failed for a whole transport.reduction_timeout while trainers kept trying") \

@@ -26,8 +26,12 @@ class DeviceCodec {
   // u32 pair count, and take 4 + 8 * count bytes, readable once the work has run.
   // `seconds`, where the device can time the encoding (the host), gets its duration once
   // the work has run.
+  // `skip_if`, host memory (a device that can read it when the encode runs: the host), makes
+  // the encode write nothing, state included, when it then holds a nonzero value (a slice
+  // found non-finite by markNonFinite just before); others refuse it.
   virtual Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                                const compress::SliceId& id, double* seconds = nullptr) = 0;
+                                const compress::SliceId& id, double* seconds = nullptr,
+                                const uint32_t* skip_if = nullptr) = 0;
   // Enqueues out = scale * (the decoding of `in` added to -0.0), bit for bit what
   // Codec::decode writes. `seconds`, where the device times it (the host), as encode's.
   virtual Status decode(std::span<const std::byte> in, std::span<float> out, float scale,
@@ -69,6 +73,9 @@ class CoderDevice {
   virtual Status divide(float* p, size_t n, float divisor) = 0;               // p /= divisor
   virtual Status flush(float* dst, float* residual, size_t n) = 0;            // dst += residual; residual = 0
   virtual Status zero(void* p, size_t bytes) = 0;
+  // *flag = 1 if p[0, n) holds an infinity or a NaN, else unchanged; `flag` in allocateHost()
+  // memory, read once the work has run (or by a later encode's skip_if on the host).
+  virtual Status markNonFinite(const float* p, size_t n, uint32_t* flag) = 0;
   // Between any two of: device memory, allocateHost() memory.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
 
@@ -79,6 +86,12 @@ class CoderDevice {
   // Runs `done` on the engine's thread once everything enqueued before has run, with the
   // first failure among it (a codec's data error, a failed launch or copy).
   virtual void after(Done done) = 0;
+  // The current tag's work enqueued so far is given up: a device that can drops what has not
+  // started (the host); `done` runs once none of it will run any more. A GPU stream cannot
+  // drop launched work, so it waits for it, as after() does.
+  virtual void cancel(Done done) {
+    after([done = std::move(done)](const Status&) { done({}); });
+  }
 };
 
 }  // namespace gcagent::agent

@@ -35,11 +35,12 @@ class HostCodec : public DeviceCodec {
       : codec_(std::move(codec)), stream_(stream), target_(target) {}
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                        const compress::SliceId& id, double* seconds) override {
+                        const compress::SliceId& id, double* seconds, const uint32_t* skip_if) override {
     const size_t most = codec_->maxEncodedBytes(in.size());
     if (out.size() < most)
       return Status::invalidArgument(strCat("an encoding of ", in.size(), " elements needs ", most, " bytes"));
-    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, state, out, id, seconds] {
+    stream_.enqueue(target_.tag, target_.priority, [codec = codec_, in, state, out, id, seconds, skip_if] {
+      if (skip_if != nullptr && *skip_if != 0) return Status{};
       return timed(seconds, [&] { return codec->encode(in, state, out, id).status(); });
     });
     return most;  // fixed-size codecs write exactly that; sparse ones say their count in front
@@ -113,6 +114,12 @@ class HostCoderDevice : public CoderDevice {
       return {};
     });
   }
+  Status markNonFinite(const float* p, size_t n, uint32_t* flag) override {
+    return run([=]() -> Status {
+      if (!allFinite(p, n)) *flag = 1;
+      return {};
+    });
+  }
   Status zero(void* p, size_t bytes) override {
     return run([=]() -> Status {
       std::memset(p, 0, bytes);
@@ -129,6 +136,7 @@ class HostCoderDevice : public CoderDevice {
     if (pin) stream_->hold(target_.tag, target_.priority, std::move(pin));
   }
   void after(Done done) override { stream_->after(target_.tag, target_.priority, std::move(done)); }
+  void cancel(Done done) override { stream_->cancel(target_.tag, target_.priority, std::move(done)); }
 
  private:
   Status run(HostStream::Task task) {

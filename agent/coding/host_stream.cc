@@ -54,6 +54,18 @@ void HostStream::after(uint64_t tag, int64_t priority, Done done) {
   push({priority, 0, tag, nullptr, std::move(done), nullptr, guard()});
 }
 
+void HostStream::cancel(uint64_t tag, int64_t priority, Done done) {
+  outstanding_->fetch_add(1);
+  {
+    std::lock_guard lock(mu_);
+    Item item{priority, seq_++, tag, nullptr, std::move(done), nullptr, guard()};
+    item.ends_cancel = true;
+    cancelled_[tag] = item.seq;
+    queue_.push(std::move(item));
+  }
+  wake_.notify_one();
+}
+
 void HostStream::hold(uint64_t tag, int64_t priority, std::shared_ptr<const void> pin) {
   if (!pin) return;  // nothing to keep (an item without task, done or pin would be a report)
   push({priority, 0, tag, nullptr, nullptr, std::move(pin), guard()});
@@ -74,6 +86,16 @@ void HostStream::run() {
 }
 
 void HostStream::execute(Item item) {
+  if (item.task || item.ends_cancel) {
+    std::lock_guard lock(mu_);
+    auto c = cancelled_.find(item.tag);
+    if (c != cancelled_.end() && item.ends_cancel && item.seq == c->second) cancelled_.erase(c);
+    else if (c != cancelled_.end() && item.task && item.seq < c->second) {
+      outstanding_->fetch_sub(1);
+      return;
+    }
+  }
+  if (item.ends_cancel) failures_.erase(item.tag);  // the cancelled work's: moot
   if (item.task) {
     Status s = item.task();
     if (!s.ok()) failures_.try_emplace(item.tag, std::move(s));

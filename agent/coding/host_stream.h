@@ -47,6 +47,10 @@ class HostStream {
   // Queues a report: `done` runs on the io_context's thread after the tag's earlier work,
   // with the first failure among it (and clears it).
   void after(uint64_t tag, int64_t priority, Done done);
+  // Drops the tag's work queued so far (a failed reduction's: it must not write a trainer's
+  // memory after the failure is reported), then reports like after() once the task that may
+  // be running has ended, with no failure. Work enqueued after it runs as usual.
+  void cancel(uint64_t tag, int64_t priority, Done done);
   // Keeps `pin` (memory the tag's queued work reads or writes) alive until that work has
   // run; it is released on the io_context's thread.
   void hold(uint64_t tag, int64_t priority, std::shared_ptr<const void> pin);
@@ -65,6 +69,7 @@ class HostStream {
     std::shared_ptr<const void> pin;  // or memory to release
     // Reports and releases keep io.run() from returning until they are delivered.
     std::shared_ptr<void> guard;
+    bool ends_cancel = false;  // the report of a cancel()
     bool operator<(const Item& o) const {  // the top of the heap runs first
       return priority != o.priority ? priority < o.priority : seq > o.seq;
     }
@@ -79,6 +84,8 @@ class HostStream {
   std::condition_variable wake_;
   std::priority_queue<Item> queue_;
   std::map<uint64_t, Status> failures_;  // by tag, worker thread only
+  // Tags whose tasks queued before their cancel() (the seq given) are skipped.
+  std::map<uint64_t, uint64_t> cancelled_;  // under mu_
   uint64_t seq_ = 0;
   bool stop_ = false;
   // Shared with the reports in flight, which may run after the stream is gone.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/str_cat.h"
 #include "compress/registry.h"
@@ -48,6 +49,9 @@ struct LocalCoder::KeyCoding {
   void* encode_host = nullptr;
   void* decode_device = nullptr;
   void* decode_host = nullptr;
+  // Per slice, set where the slice's sum held an inf or a NaN (CoderDevice::markNonFinite).
+  uint32_t* non_finite = nullptr;
+  std::optional<uint64_t> abandoned;  // the iteration abandon() gave up, until the next encode
 };
 
 LocalCoder::LocalCoder(std::unique_ptr<CoderDevice> device, size_t residual_budget_bytes)
@@ -66,9 +70,10 @@ void LocalCoder::release(KeyCoding& k) {
   k.states.clear();
   for (void* p : {k.encode_device, k.decode_device})
     if (p != nullptr) device_->freeDevice(p);
-  for (void* p : {k.encode_host, k.decode_host})
+  for (void* p : {k.encode_host, k.decode_host, static_cast<void*>(k.non_finite)})
     if (p != nullptr) device_->freeHost(p);
   k.encode_device = k.decode_device = k.encode_host = k.decode_host = nullptr;
+  k.non_finite = nullptr;
 }
 
 void LocalCoder::forget(uint64_t job, uint64_t key) {
@@ -122,6 +127,8 @@ Result<LocalCoder::KeyCoding*> LocalCoder::prepare(const KeyWork& w, bool buffer
   // Kept in the map from here on, so forget() frees whatever was allocated if a step fails.
   KeyCoding& kc = *(keys_[{w.job, w.key}] = std::move(k));
   kc.priority = w.priority;
+  GC_ASSIGN_OR_RETURN(void* flags, device_->allocateHost(slices * sizeof(uint32_t)));
+  kc.non_finite = static_cast<uint32_t*>(flags);
   // On the host, encodings are written into buffers of their own and results are decoded
   // where the transport left them (decode_host is made only if a result must be staged).
   if (device_->hostAddressable() || !buffers) return &kc;
@@ -261,30 +268,57 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
     return device_->after([done = std::move(done), st = prepared.status()](const Status&) { done(st); });
   }
   KeyCoding& k = **prepared;
-  const bool on_host = device_->hostAddressable();
-  const uint64_t n_all = w.geometry.elements;
+  k.abandoned.reset();
+  const uint32_t slices = w.geometry.count();
   float* sum = w.buffers.at(0);
   Status st;
-  const uint32_t slices = w.geometry.count();
   // Times on the host: the encodes (one per slice), then the sum's adds.
   auto seconds = std::make_shared<std::vector<double>>(slices + w.buffers.size(), 0.0);
   for (size_t b = 1; b < w.buffers.size() && st.ok(); ++b)
-    st = device_->add(sum, w.buffers[b], n_all, &(*seconds)[slices + b]);
+    st = device_->add(sum, w.buffers[b], w.geometry.elements, &(*seconds)[slices + b]);
+  // none's encoding is the floats themselves: it leaves from the sum like an exact slice.
+  std::vector<bool> coded(slices, false);
+  for (uint32_t s = 0; s < slices; ++s)
+    coded[s] = compressed && k.push_spec.name != "none" && !(s < exact.size() && exact[s]);
+  // A coded slice holding an inf or a NaN (an fp16 overflow step) goes as it is, its residual
+  // untouched: the codecs would refuse it or keep it in the residual for good, and raw floats
+  // carry it to every node as DDP's sum does.
+  std::memset(k.non_finite, 0, slices * sizeof(uint32_t));
+  // On the host each slice is checked just before its encode (still in cache), which skips
+  // on the flag.
+  if (device_->hostAddressable() || !st.ok())
+    return encodeSlices(w, k, std::move(coded), st, std::move(seconds), std::move(done));
+  // A GPU's launches cannot be skipped: the flags come back first.
+  for (uint32_t s = 0; s < slices && st.ok(); ++s)
+    if (coded[s]) st = device_->markNonFinite(sum + w.geometry.begin(s), w.geometry.size(s), &k.non_finite[s]);
+  device_->after([this, w, &k, coded = std::move(coded), seconds, done = std::move(done)](const Status& ran) mutable {
+    auto it = keys_.find({w.job, w.key});
+    if (it == keys_.end() || it->second.get() != &k)
+      return done(Status::failedPrecondition(strCat("tensor ", w.key, " was declared again while it was being encoded")));
+    // Given up meanwhile: its trainers may already write the next step where the encodes read.
+    if (k.abandoned == w.iteration) return done(Status::failedPrecondition(strCat("tensor ", w.key, ": the step was given up")));
+    for (uint32_t s = 0; s < coded.size(); ++s) coded[s] = coded[s] && k.non_finite[s] == 0;
+    tag(w);
+    encodeSlices(w, k, std::move(coded), ran, std::move(seconds), std::move(done));
+  });
+}
+
+void LocalCoder::encodeSlices(const KeyWork& w, KeyCoding& k, std::vector<bool> coded, Status st,
+                              std::shared_ptr<std::vector<double>> seconds, Encoded done) {
+  const bool on_host = device_->hostAddressable();
+  float* sum = w.buffers.at(0);
+  const uint32_t slices = w.geometry.count();
   std::vector<size_t> returned(slices, 0);
   std::vector<bool> fixed(slices, true);  // sparse encodings say their size once they have run
-  // On the host: each compressed slice's own encoding buffer, and its encode time.
+  // On the host: each coded slice's own encoding buffer, and its encode time.
   std::vector<std::shared_ptr<ByteBuffer>> own(slices);
   for (uint32_t s = 0; s < slices && st.ok(); ++s) {
-    // none's encoding is the floats themselves: it leaves from the sum like an exact slice.
-    const bool compress_slice =
-        compressed && k.push_spec.name != "none" && !(s < exact.size() && exact[s]);
     const size_t n = w.geometry.size(s);
     const std::span<float> values(sum + w.geometry.begin(s), n);
-    const compress::SliceId id = idOf(w, s);
     const size_t state_n = k.push_layout->stateElements(n);
     Result<size_t> size = size_t{0};
     const std::byte* encoded = nullptr;
-    if (compress_slice) {
+    if (coded[s]) {
       fixed[s] = k.push_layout->isFixedSize();
       auto state = stateOf(k, w.key, s, state_n);
       if (!state.ok()) {
@@ -299,10 +333,12 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
         out = {at(k.encode_device, k.device_encode_offsets[s]), k.push_layout->maxEncodedBytes(n)};
       }
       encoded = out.data();
-      size = k.push->encode(values, *state, out, id, &(*seconds)[s]);
+      if (on_host) st = device_->markNonFinite(values.data(), n, &k.non_finite[s]);
+      size = k.push->encode(values, *state, out, idOf(w, s), &(*seconds)[s], on_host ? &k.non_finite[s] : nullptr);
     } else {
-      if (k.states[s] != nullptr) {
-        // Sent uncompressed after compressed rounds: the error still owed goes along, exactly.
+      // Sent uncompressed after compressed rounds: the error still owed goes along, exactly
+      // (not with a non-finite slice: its residual stays as it was).
+      if (k.states[s] != nullptr && k.non_finite[s] == 0) {
         const std::span<const float> r = k.push_layout->residual({k.states[s], state_n}, n);
         if (!r.empty()) st = device_->flush(values.data(), k.states[s] + (r.data() - k.states[s]), n);
         if (st.ok()) st = device_->zero(k.states[s], state_n * sizeof(float));
@@ -317,8 +353,9 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
     // Only the encoding crosses PCIe: its size, or the most a sparse one can take.
     if (st.ok() && !on_host) st = device_->copy(at(k.encode_host, k.encode_offsets[s]), encoded, *size);
   }
-  device_->after([this, w, &k, st, on_host, fixed = std::move(fixed), returned = std::move(returned),
-                  own = std::move(own), seconds, done = std::move(done)](const Status& ran) {
+  device_->after([this, w, &k, st, on_host, coded = std::move(coded), fixed = std::move(fixed),
+                  returned = std::move(returned), own = std::move(own), seconds,
+                  done = std::move(done)](const Status& ran) {
     Status first = st.ok() ? ran : st;
     if (!first.ok()) return done(Status(first.code(), strCat("encoding on ", device_->describe(), ": ", first.message())));
     // The key may have been forgotten meanwhile (re-declared): its memory is gone.
@@ -328,24 +365,27 @@ void LocalCoder::encode(const KeyWork& w, bool compressed, const std::vector<boo
     KeyEncodings encodings;
     for (size_t b = returned.size(); b < seconds->size(); ++b) encodings.sum_seconds += (*seconds)[b];
     for (uint32_t s = 0; s < returned.size(); ++s) {
-      if (on_host && own[s]) {
+      // Marked for coding, but found non-finite: sent as it is.
+      const bool raw = k.non_finite[s] != 0;
+      if (on_host && own[s] && !raw) {
         auto size = encodedSize(fixed[s], returned[s], own[s]->data(), own[s]->size());
         if (!size.ok()) return done(size.status());
         own[s]->resize(*size);
         encodings.slices.push_back({own[s], *own[s], (*seconds)[s]});
       } else if (on_host) {
         const float* values = w.buffers[0] + w.geometry.begin(s);
-        encodings.slices.push_back({w.keepalive, std::as_bytes(std::span<const float>(values, w.geometry.size(s))), 0});
+        const size_t bytes = w.geometry.size(s) * sizeof(float);
+        encodings.slices.push_back({w.keepalive, {reinterpret_cast<const std::byte*>(values), bytes}, 0, raw});
       } else {
         const std::byte* bytes = at(k.encode_host, k.encode_offsets[s]);
         const size_t capacity =
             (s + 1 < returned.size() ? k.encode_offsets[s + 1] : k.encode_bytes) - k.encode_offsets[s];
-        auto size = encodedSize(fixed[s], returned[s], bytes, capacity);
+        auto size = encodedSize(fixed[s] || !coded[s], returned[s], bytes, capacity);
         if (!size.ok()) return done(size.status());
         // Sized, then copied: a ByteBuffer built from a range copies byte by byte (default_init.h).
         auto payload = std::make_shared<ByteBuffer>(*size);
         std::memcpy(payload->data(), bytes, *size);
-        encodings.slices.push_back({payload, *payload, 0});
+        encodings.slices.push_back({payload, *payload, 0, raw});
       }
     }
     done(std::move(encodings));
@@ -453,9 +493,11 @@ void LocalCoder::defer(const KeyWork& w, uint32_t slice, const Status& st) {
   deferred_.emplace(std::pair{w.job, w.key}, Status(st.code(), strCat("slice ", slice, ": ", st.message())));
 }
 
-void LocalCoder::abandon(const KeyWork& w) {
+void LocalCoder::abandon(const KeyWork& w, Done done) {
+  deferred_.erase({w.job, w.key});
+  if (auto it = keys_.find({w.job, w.key}); it != keys_.end()) it->second->abandoned = w.iteration;
   tag(w);
-  device_->hold(w.keepalive);
+  device_->cancel([pin = w.keepalive, done = std::move(done)](const Status&) { done({}); });
 }
 
 void LocalCoder::sum(const KeyWork& w, float divisor, Done done) {

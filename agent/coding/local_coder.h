@@ -53,6 +53,9 @@ struct SliceEncoding {
   std::shared_ptr<const void> pin;
   std::span<const std::byte> bytes;
   double seconds = 0;  // the encoding's duration where the device times it (the host), else 0
+  // Meant to be coded, but it held an inf or a NaN: its floats as they are, its residual as
+  // it was (the receivers then sum it exactly, as DDP would).
+  bool raw = false;
 };
 
 // A key's encodings, one per slice, and how long the local sum took (timed on the host).
@@ -74,8 +77,9 @@ class LocalCoder {
   // Sums the buffers into buffers[0] and encodes every slice of the sum: with the push codec
   // and the slice's residual when `compressed`, else uncompressed with whatever residual the
   // slice still owes added in (and cleared). Slices marked in `exact` (those this node owns,
-  // whose sum it adds itself, as the host path does) always go uncompressed. `done` gets one
-  // encoding per slice.
+  // whose sum it adds itself, as the host path does) always go uncompressed, and so does a
+  // slice holding an inf or a NaN, its residual untouched (SliceEncoding::raw). `done` gets
+  // one encoding per slice.
   void encode(const KeyWork& work, bool compressed, const std::vector<bool>& exact, Encoded done);
   // Writes the decoding of an owner's result for `slice`, divided by `divisor` (1: the sum),
   // into every buffer; `compressed`: encoded with the pull codec, else uncompressed. An empty
@@ -97,9 +101,11 @@ class LocalCoder {
   // reports once it has run, with the codec's error for bytes it cannot decode.
   void merge(const KeyWork& work, uint32_t slice, bool compressed, std::span<const std::byte> bytes, bool first,
              double* seconds, Done done, std::shared_ptr<const void> bytes_owner);
-  // The reduction `work` ends before its coder reported (it failed): the buffers' memory stays
-  // until the work already queued on it has run.
-  void abandon(const KeyWork& work);
+  // The reduction `work` ends before its coder reported (it failed). Its work not yet run is
+  // dropped where the device can, and `done` runs once nothing of it will touch the buffers
+  // again: only then may the trainers hear of the failure (they write their next step
+  // there). The buffers' memory stays mapped until then.
+  void abandon(const KeyWork& work, Done done);
   // A node on its own: every buffer gets the sum of the buffers divided by `divisor` (1: the sum).
   void sum(const KeyWork& work, float divisor, Done done);
 
@@ -135,6 +141,9 @@ class LocalCoder {
   // and counted against the budget.
   Result<std::span<float>> stateOf(KeyCoding& k, uint64_t key, uint32_t slice, size_t elements);
   void release(KeyCoding& k);
+  // encode()'s second half: the slices' encodes (`coded`) or raw copies, then the report.
+  void encodeSlices(const KeyWork& work, KeyCoding& k, std::vector<bool> coded, Status st,
+                    std::shared_ptr<std::vector<double>> seconds, Encoded done);
   // Keeps the first failure of a decode enqueued without a report, for the key's next report.
   void defer(const KeyWork& w, uint32_t slice, const Status& st);
 

@@ -16,6 +16,8 @@ void addInto(float* acc, const float* in, uint64_t n);
 void addAndDivide(float* out, const float* in, uint64_t n, float divisor);
 // p[i] /= divisor
 void divideBy(float* p, uint64_t n, float divisor);
+// No p[i] is an infinity or a NaN (an fp16 overflow step's gradient).
+bool allFinite(const float* p, uint64_t n);
 
 // Whether x * (1 / divisor) is x / divisor bit for bit for every float x: a positive power of
 // two whose reciprocal is a normal float (both are then the one rounding of the same value).

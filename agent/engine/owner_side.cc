@@ -206,6 +206,7 @@ void OwnerSide::onEncoded(const Slice& s, bool compressed, uint32_t contributors
   if (encoded->slices.size() != 1)
     return ready_(s, Status::internal("the owner's coder returned no result"), compressed, contributors, final);
   SliceEncoding& e = encoded->slices[0];
+  compressed = compressed && !e.raw;  // the sum held an inf or a NaN: it goes as it is
   if (compressed) {
     const uint64_t n = route->geometry.size(s.slice);
     metrics::CodecStats& stats = final ? *route->pull_stats : *route->push_stats;

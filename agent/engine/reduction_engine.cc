@@ -337,6 +337,8 @@ void ReductionEngine::onResult(const OwnerSide::Slice& s, Result<SliceEncoding> 
     if (k->active && k->iteration == s.iteration) completeKey(s.job, *k, result.status());
     return;
   }
+  // Meant to be coded, but the sum held an inf or a NaN (LocalCoder::encode): raw.
+  if (!compressed && (final ? k->pullCompressed() : k->pushCompressed())) stats_->nonFiniteSlices().Increment();
   const uint64_t n = k->geometry.size(s.slice);
   const Payload payload{std::move(result->pin), result->bytes};
   const SliceKind kind = final ? SliceKind::kResult : SliceKind::kContribution;
@@ -407,8 +409,16 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
       reload_root = view.root().value_or(view.members.empty() ? 0 : view.members.front());
     }
   }
-  // A failed reduction may still have work queued on its coder: it keeps the buffers' memory.
-  if (!status.ok() && k.coder) k.coder->abandon(k.work);
+  // A failed reduction may still have work queued on its coder (decodes of results that came
+  // before the failure): the trainers hear of the failure only once none of it will write
+  // their buffers, where they put their next step's gradients.
+  if (!status.ok() && k.coder) {
+    auto engine = std::weak_ptr<ReductionEngine*>(alive_);
+    k.coder->abandon(k.work, [engine, job, iteration = k.trainer_iteration, key = k.spec.key, status](const Status&) {
+      if (auto e = engine.lock(); e && *e && (*e)->on_complete_) (*e)->on_complete_(job, iteration, key, status, {});
+    });
+  }
+  const bool fenced = !status.ok() && k.coder;
   k.outputs.clear();
   k.work.buffers.clear();
   k.work.keepalive.reset();  // the coder's queued work and the sends in flight hold their own
@@ -422,7 +432,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
     // Partial sums of the failed iteration must never mix into a later one.
     owner_->dropSums(job, k.spec.key, k.iteration);
   }
-  if (on_complete_) on_complete_(job, k.trainer_iteration, k.spec.key, status, reload_root);
+  if (on_complete_ && !fenced) on_complete_(job, k.trainer_iteration, k.spec.key, status, reload_root);
 }
 
 void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, bool compressed,
@@ -442,18 +452,21 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
   }
   if (on_host && k->outputs.size() > 1) stats_->merge().Observe(encoded->sum_seconds);
   if (compressed && on_host) gauges_.encoded(*k, iteration, encodings);
-  metrics::CodecStats& cs = compressed ? *k->push_stats : *k->raw_stats;
-  const uint32_t fp = compressed ? k->push_fp : rawContributionFingerprint();
   const uint32_t self = transport_.rank();
   std::vector<bool> touched(transport_.size(), false);
   for (uint32_t s = 0; s < k->slice_count && k->active && k->iteration == iteration; ++s) {
     SliceEncoding& e = encodings[s];
     const SliceFlow flow = flowOf(*k, s, compressed && k->mxnet());
+    // A slice that held an inf or a NaN travels raw, as an uncompressed one (LocalCoder::encode).
+    if (e.raw) stats_->nonFiniteSlices().Increment();
+    const bool slice_compressed = compressed && !e.raw;
+    metrics::CodecStats& cs = slice_compressed ? *k->push_stats : *k->raw_stats;
+    const uint32_t fp = slice_compressed ? k->push_fp : rawContributionFingerprint();
     // A share both sent and added here (allgather) would point, uncompressed, into the
     // trainers' buffers, which this node's result overwrites while its sends may still wait
     // in the lanes: it travels as a copy. So does one of a tensor reduced to another node:
     // this node completes before it has left, and its trainers write the next step there.
-    if (!compressed && (flow.share_merged_here || k->toOwner()) && !flow.share_to.empty()) {
+    if (!slice_compressed && (flow.share_merged_here || k->toOwner()) && !flow.share_to.empty()) {
       auto copy = std::make_shared<ByteBuffer>(e.bytes.begin(), e.bytes.end());
       e.bytes = *copy;
       e.pin = std::move(copy);
@@ -471,7 +484,7 @@ void ReductionEngine::onEncoded(uint64_t job, uint64_t key, uint64_t iteration, 
     }
     if (flow.share_merged_here)
       owner_->add({job, key, s, iteration}, self,
-                  {std::move(e.pin), e.bytes, compressed && !flow.share_exact, k->contributors}, flow.sum);
+                  {std::move(e.pin), e.bytes, slice_compressed && !flow.share_exact, k->contributors}, flow.sum);
   }
   for (transport::Rank r = 0; r < transport_.size(); ++r)
     if (touched[r]) lanes_->send(r);

@@ -47,6 +47,14 @@ __global__ void flushKernel(float* __restrict__ dst, float* __restrict__ residua
   }
 }
 
+// *flag = 1 where an element is an infinity or a NaN; `flag` is pinned host memory, which
+// the GPU writes through unified addressing.
+__global__ void markNonFiniteKernel(const float* __restrict__ p, size_t n, uint32_t* flag) {
+  bool found = false;
+  for (size_t i = firstIndex(); i < n; i += gridStride()) found |= !isfinite(p[i]);
+  if (found) *flag = 1;
+}
+
 // Keeps the first failure. The cast: nvcc warns of the [[nodiscard]] Status& an assignment returns.
 void keepFirst(Status& first, Status s) {
   if (first.ok() && !s.ok()) static_cast<void>(first = std::move(s));
@@ -160,7 +168,10 @@ class CudaCodec : public DeviceCodec {
       : queue_(std::move(queue)), cell_(std::move(cell)) {}
 
   Result<size_t> encode(std::span<const float> in, std::span<float> state, std::span<std::byte> out,
-                        const compress::SliceId& id, double* /*seconds: not timed per slice*/) override {
+                        const compress::SliceId& id, double* /*seconds: not timed per slice*/,
+                        const uint32_t* skip_if) override {
+    // The stream cannot skip a launch on a flag the host reads: LocalCoder decides first.
+    if (skip_if != nullptr) return Status::invalidArgument("a GPU encode cannot be skipped on a flag");
     GC_RETURN_IF_ERROR(queue_->use());
     queue_->touch(cell_);
     return cell_->codec->encode(in, state, out, id, queue_->stream);
@@ -260,6 +271,12 @@ class CudaCoderDevice : public CoderDevice {
     GC_RETURN_IF_ERROR(q_->use());
     flushKernel<<<blocksFor(n), kThreads, 0, q_->stream>>>(dst, residual, n);
     return q_->launched("flush");
+  }
+  Status markNonFinite(const float* p, size_t n, uint32_t* flag) override {
+    if (n == 0) return {};
+    GC_RETURN_IF_ERROR(q_->use());
+    markNonFiniteKernel<<<blocksFor(n), kThreads, 0, q_->stream>>>(p, n, flag);
+    return q_->launched("markNonFinite");
   }
   Status zero(void* p, size_t bytes) override {
     if (bytes == 0) return {};

@@ -2,10 +2,12 @@
 the synchronous "average (or sum, or broadcast) these arrays over every trainer" that the
 shims share."""
 
+import contextlib
 import ctypes
 import mmap
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -94,7 +96,10 @@ def gpu_uuid(device_ordinal: int) -> bytes:
 class Client:
     """One connection. Defaults come from the environment: GCAGENT_SOCKET, GCAGENT_JOB,
     GCAGENT_LOCAL_RANK (or LOCAL_RANK) and GCAGENT_LOCAL_SIZE (or LOCAL_WORLD_SIZE).
-    Not thread-safe, like the C client: callers serialise.
+    Not thread-safe, like the C client: callers serialise, with two exceptions the shims rely
+    on: close() may come from any thread, at most once in effect (a second one, or __del__,
+    does nothing), and one that comes while another thread blocks in wait(), wait_any() or
+    submit() frees the connection only once that call returned.
 
     A socket that does not exist is an error at once, naming it, unless wait_for_agent (or
     GCAGENT_WAIT_FOR_AGENT=1) asks to wait: then one "waiting for the agent" line goes to
@@ -113,6 +118,9 @@ class Client:
         if wait and not os.path.exists(self.socket):
             limit = "no time limit" if timeout_ms < 0 else f"up to {timeout_ms / 1000:g} s"
             print(f"gcagent: waiting for the agent at {self.socket} ({limit})", file=sys.stderr, flush=True)
+        self._guard = threading.Lock()  # close() against the calls that may block meanwhile
+        self._busy = 0                  # such calls under way
+        self._doomed = None             # a handle close() left for the last of them to free
         handle = ctypes.c_void_p()
         args = (self.socket.encode(), self.job.encode(), self.local_rank, self.local_size, timeout_ms)
         connect = _connect_flags(self._lib)
@@ -288,12 +296,13 @@ class Client:
             return self._poll_any(steps, timeout_ms, wake_fd)
         arr = (_library.Step * len(steps))(*steps)
         index = ctypes.c_size_t()
-        rc = self._lib.gcagent_wait_any(self._handle, arr, len(steps), timeout_ms, wake_fd, ctypes.byref(index))
-        if rc == OK:
-            return index.value, None
-        if rc == ERR_TIMEOUT:
-            return None, None
-        error = GcagentError(rc, f"gcagent: wait: {self._lib.gcagent_last_error(self._handle).decode()}")
+        with self._using() as handle:
+            rc = self._lib.gcagent_wait_any(handle, arr, len(steps), timeout_ms, wake_fd, ctypes.byref(index))
+            if rc == OK:
+                return index.value, None
+            if rc == ERR_TIMEOUT:
+                return None, None
+            error = GcagentError(rc, f"gcagent: wait: {self._lib.gcagent_last_error(handle).decode()}")
         if rc == ERR_AGENT and index.value < len(steps):
             return index.value, error
         raise error
@@ -366,24 +375,56 @@ class Client:
 
     def submit(self, iteration: int, keys: Iterable[int]):
         arr, n = self._keys(keys)
-        self._check(self._lib.gcagent_submit(self._handle, iteration, arr, n), f"submit iteration {iteration}")
+        with self._using() as handle:
+            self._check(self._lib.gcagent_submit(handle, iteration, arr, n), f"submit iteration {iteration}")
 
     def wait(self, iteration: int, keys: Iterable[int], timeout_ms: int = -1) -> bool:
         """True when done, False on timeout; raises on an error."""
         arr, n = self._keys(keys)
-        rc = self._lib.gcagent_wait(self._handle, iteration, arr, n, timeout_ms)
-        if rc == ERR_TIMEOUT:
-            return False
-        self._check(rc, f"wait for iteration {iteration}")
+        with self._using() as handle:
+            rc = self._lib.gcagent_wait(handle, iteration, arr, n, timeout_ms)
+            if rc == ERR_TIMEOUT:
+                return False
+            self._check(rc, f"wait for iteration {iteration}")
         return True
 
     def poll(self, iteration: int, keys: Iterable[int]) -> bool:
         return self.wait(iteration, keys, 0)
 
+    @contextlib.contextmanager
+    def _using(self):
+        """The handle for a call that may block while another thread closes the client."""
+        with self._guard:
+            if not self._handle:
+                raise GcagentError(ERR_INVALID_ARGUMENT, "gcagent: the client is closed")
+            self._busy += 1
+            handle = self._handle
+        try:
+            yield handle
+        finally:
+            with self._guard:
+                self._busy -= 1
+                doomed = self._doomed if self._busy == 0 else None
+                if doomed is not None:
+                    self._doomed = None
+            if doomed is not None:
+                self._lib.gcagent_close(doomed)
+
     def close(self):
-        if getattr(self, "_handle", None):
-            self._lib.gcagent_close(self._handle)
-            self._handle = None
+        # Taken under the lock before it is freed: two closes (one may be __del__, run by the
+        # thread that dropped the last reference) once freed it twice, aborting the process
+        # with glibc's "double free or corruption".
+        guard = getattr(self, "_guard", None)
+        if guard is None:  # __init__ failed before connecting
+            return
+        with guard:
+            handle, self._handle = getattr(self, "_handle", None), None
+            if not handle:
+                return
+            if self._busy > 0:  # the last call under way frees it
+                self._doomed = handle
+                return
+        self._lib.gcagent_close(handle)
 
     def __enter__(self):
         return self

@@ -13,7 +13,8 @@
 namespace gcagent::agent {
 
 // The host device seen as a GPU: its memory is not the transport's, so a LocalCoder on it
-// stages every encoding and result through host buffers as it does for a GPU.
+// stages every encoding and result through host buffers as it does for a GPU; like a GPU
+// stream it cannot drop queued work (CoderDevice::cancel waits for it).
 class StagedDevice : public CoderDevice {
  public:
   explicit StagedDevice(std::unique_ptr<CoderDevice> inner) : inner_(std::move(inner)) {}
@@ -32,6 +33,7 @@ class StagedDevice : public CoderDevice {
   Status divide(float* p, size_t n, float divisor) override { return inner_->divide(p, n, divisor); }
   Status flush(float* dst, float* residual, size_t n) override { return inner_->flush(dst, residual, n); }
   Status zero(void* p, size_t bytes) override { return inner_->zero(p, bytes); }
+  Status markNonFinite(const float* p, size_t n, uint32_t* flag) override { return inner_->markNonFinite(p, n, flag); }
   Status copy(void* dst, const void* src, size_t bytes) override { return inner_->copy(dst, src, bytes); }
   void hold(std::shared_ptr<const void> pin) override { inner_->hold(std::move(pin)); }
   void after(Done done) override { inner_->after(std::move(done)); }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,30 @@ TEST(HostStreamTest, AReportCarriesItsTagsFirstFailureOnly) {
   EXPECT_EQ(reports[1].code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reports[1].message(), "first of 1");
   EXPECT_TRUE(reports[2].ok());
+  EXPECT_TRUE(stream.idle());
+}
+
+TEST(HostStreamTest, ACancelDropsItsTagsQueuedWorkAndReportsAfterIt) {
+  asio::io_context io;
+  HostStream stream(io, HostStream::Mode::kManual);
+  std::vector<std::string> ran;
+  stream.enqueue(1, 0, [&] { return ok(ran, "1: before"); });
+  stream.enqueue(1, 0, [] { return Status::dataLoss("a failure of the given-up work"); });
+  stream.enqueue(2, 0, [&] { return ok(ran, "2: other tag"); });
+  std::optional<Status> cancelled;
+  stream.cancel(1, 0, [&](const Status& s) {
+    ran.push_back("cancel reported");
+    cancelled = s;
+  });
+  stream.enqueue(1, 0, [&] { return ok(ran, "1: after"); });  // the next step's: runs
+  std::optional<Status> later;
+  stream.after(1, 0, [&](const Status& s) { later = s; });
+  stream.drain();
+  io.run();
+  EXPECT_EQ(ran, (std::vector<std::string>{"2: other tag", "1: after", "cancel reported"}));
+  ASSERT_TRUE(cancelled && later);
+  EXPECT_TRUE(cancelled->ok()) << cancelled->toString();
+  EXPECT_TRUE(later->ok()) << later->toString();
   EXPECT_TRUE(stream.idle());
 }
 

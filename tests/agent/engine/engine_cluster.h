@@ -103,6 +103,12 @@ class Cluster {
     }
   }
 
+  // Delivers what has reached node r, and nothing else: the coders' work it queues waits.
+  void deliver(uint32_t r) {
+    while (transports_[r]->progress()) {
+    }
+  }
+
   // A frozen node's transport is not run (a stopped process): what is sent to it waits.
   void freeze(uint32_t r, bool frozen) { frozen_[r] = frozen; }
 

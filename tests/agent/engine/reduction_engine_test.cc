@@ -271,22 +271,23 @@ TEST(ReductionEngineTest, ErrorFeedbackConvergesWithResidualsInTheCoder) { error
 
 TEST(ReductionEngineTest, ACoderThatRejectsTheGradientFailsTheKeyAndTheNextIterationWorks) {
   EngineOptions o = smallSlices();
-  o.default_codec = {"onebit", {}};
+  o.default_codec = {"qsgd", {}};
   Cluster c(2, o, {true, false});
-  const uint64_t job = jobIdOf("nan");
+  const uint64_t job = jobIdOf("overflowing-norm");
   for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{3, 2000, 0, {}, {}}}).ok());
   std::vector<float> a(2000, 0.5f), b(2000, 0.25f);
   // In a slice node 0 sends: the ones it owns go exact, and their owner's codec rejects them.
   const uint32_t sent_slice = c.engine(0).membership().ownerOf(3, 0) == 1 ? 0 : 1;
   ASSERT_EQ(c.engine(0).membership().ownerOf(3, sent_slice), 1u);
-  a[sent_slice * 1000 + 500] = std::nanf("");
+  // Finite, but their bucket's norm is past fp32's range, which qsgd's header cannot hold.
+  a[sent_slice * 1000 + 500] = a[sent_slice * 1000 + 501] = 3e38f;
   ASSERT_TRUE(c.engine(0).reduce(job, 1, 3, {a.data()}, c.coder(0)).ok());
   ASSERT_TRUE(c.engine(1).reduce(job, 1, 3, {b.data()}, c.coder(1)).ok());
   c.pump();
   ASSERT_EQ(c.done(0).size(), 1u);
   EXPECT_FALSE(c.done(0)[0].status.ok());
   EXPECT_NE(c.done(0)[0].status.message().find("encoding on staged host: "), std::string::npos) << c.done(0)[0].status.toString();
-  EXPECT_NE(c.done(0)[0].status.message().find("onebit"), std::string::npos) << c.done(0)[0].status.toString();
+  EXPECT_NE(c.done(0)[0].status.message().find("qsgd"), std::string::npos) << c.done(0)[0].status.toString();
   // The other node's reduction cannot finish without node 0; it is failed as the agent would
   // on the job's loss, and both go on with the next iteration.
   c.engine(1).failJob(job, Status::unavailable("node 0 failed iteration 1"));
@@ -362,6 +363,7 @@ TEST(ReductionEngineTest, IterationsAreCheckedAndPeerLossFailsInFlightWork) {
   EXPECT_EQ(again.message(), "tensor 5 is still reducing iteration 3");
   EXPECT_EQ(c.engine(0).reduce(job, 1, 77, {a.data()}).message(), "tensor 77 is not declared");
   c.engine(0).onPeerDown(1, Status::unavailable("gone"));
+  c.settleCoders();  // a failure is reported once the coder holds nothing of it
   ASSERT_EQ(c.done(0).size(), 1u);
   EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
   EXPECT_EQ(c.engine(0).reduce(job, 3, 5, {a.data()}).message(), "tensor 5: iteration 3 is not after iteration 3");
@@ -374,6 +376,7 @@ TEST(ReductionEngineTest, PeerLossWhileTheCoderEncodesFailsOnceAndTheLateReportI
   std::vector<float> a(4000, 1.0f);
   ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}, c.coder(0)).ok());
   c.engine(0).onPeerDown(1, Status::unavailable("gone"));  // before the coder has reported
+  c.settleCoders();  // the failure is reported once the encode is dropped
   ASSERT_EQ(c.done(0).size(), 1u);
   EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
   c.pump();  // the encodings arrive for a reduction that has ended
@@ -389,6 +392,42 @@ TEST(ReductionEngineTest, PeerLossWhileTheCoderEncodesFailsOnceAndTheLateReportI
   EXPECT_TRUE(c.done(0)[1].status.ok()) << c.done(0)[1].status.toString();
   EXPECT_EQ(a, std::vector<float>(4000, 2.0f));
   EXPECT_EQ(b, a);
+}
+
+// The decodes of results that reached a node before its step failed are still queued on the
+// coder: the trainers hear of the failure only once none of them will write their buffers,
+// where they put the next step's gradients as soon as they hear.
+void failedStepLeavesTheBuffersAlone(std::vector<bool> coded, const char* codec) {
+  EngineOptions o = smallSlices();
+  o.default_codec = {codec, {}};
+  o.min_elements = 0;
+  Cluster c(2, o, coded);
+  const uint64_t job = jobIdOf("fenced");
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{5, 4000, 0, {}, {}}}).ok());
+  std::vector<float> a(4000, 1.0f), b(4000, 3.0f);
+  c.freeze(0, true);  // node 1 encodes, merges its slices and sends node 0 their results
+  ASSERT_TRUE(c.engine(0).reduce(job, 3, 5, {a.data()}, c.coder(0)).ok());
+  ASSERT_TRUE(c.engine(1).reduce(job, 3, 5, {b.data()}, c.coder(1)).ok());
+  c.pump();
+  c.freeze(0, false);
+  c.deliver(0);  // node 0 queues the decodes of those results, and nothing runs them yet
+  c.engine(0).onPeerDown(1, Status::unavailable("gone"));
+  for (int round = 0; round < 100 && c.done(0).empty(); ++round) c.settleCoders();
+  ASSERT_EQ(c.done(0).size(), 1u);
+  EXPECT_EQ(c.done(0)[0].status.message(), "peer rank 1 lost: gone");
+  const float sentinel = -7.5f;  // the trainer's next step, written the moment it heard
+  std::fill(a.begin(), a.end(), sentinel);
+  c.pump();
+  EXPECT_EQ(std::count(a.begin(), a.end(), sentinel), 4000) << "the failed step wrote the trainer's buffer";
+}
+
+TEST(ReductionEngineTest, AFailedStepWritesNothingIntoTheBuffersAfterItIsReported) {
+  failedStepLeavesTheBuffersAlone({}, "2bit");
+  failedStepLeavesTheBuffersAlone({}, "none");
+}
+
+TEST(ReductionEngineTest, AFailedStepOnACoderThatCannotDropItsWorkWaitsForIt) {
+  failedStepLeavesTheBuffersAlone({true, true}, "2bit");
 }
 
 TEST(ReductionEngineTest, NodesMayDisagreeOnCompressingAndStillSumCorrectly) {
