@@ -77,6 +77,22 @@ def test_hsdp_with_compressed_shards_converges_as_uncompressed(tmp_path):
         assert losses[mode, codec] <= 1.02 * losses["train", "none"], losses
 
 
+def test_hsdp_overflow_steps_skip_and_scale_as_fsdp2s_own(tmp_path):
+    """torch.amp.GradScaler through gcagent's HSDP and FSDP2's own over gloo, rank 0's loss
+    overflowing at one step: the same scale sequence (the step skipped, the scale halved),
+    whatever the codec, and no NaN left in the parameters."""
+    codecs = ["none", "2bit:threshold=0.002", "fp8"]
+    with Cluster(tmp_path, 2, AGENT_ARGS) as c:
+        rep = reports(run_trainers(c, 2, "torch_fsdp.py", ["overflow", *codecs]), c)
+    for r in rep:
+        for codec in codecs:
+            got = r[codec]
+            assert got["ref_scales"][4] == got["ref_scales"][3] / 2, got  # FSDP2's own: skipped, halved
+            assert got["scales"] == got["ref_scales"], (codec, got)
+            assert got["finite"], (codec, got)
+        assert r["none"]["equal_to_fsdp2"], r["none"]
+
+
 def test_a_killed_agent_fails_the_step_instead_of_hanging(tmp_path):
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
         procs = start_trainers(c, 2, "torch_fsdp.py", ["agent-dies"])

@@ -1,7 +1,7 @@
 """A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
 shim_cluster.py.
 
-    torch_fsdp.py suite | agent-dies | diverged | train[-bf16] CODEC [PARAMS]
+    torch_fsdp.py suite | agent-dies | diverged | overflow CODEC[:PARAMS]... | train[-bf16] CODEC [PARAMS]
                 | checkpoint PHASE CODEC PARAMS DIR | world CODEC PARAMS STEPS
 
 suite runs, each as its own job on the agents:
@@ -17,6 +17,7 @@ suite runs, each as its own job on the agents:
   training  PyTorch's test_train_parity_hsdp (test_fully_shard_training.py), its 24 subtests,
           gcagent across nodes against DDP over gloo.
 agent-dies trains until backward() raises (the test kills an agent).
+overflow runs fp16 overflow steps under GradScaler beside FSDP2's own HSDP (overflow()).
 diverged moves node 1's replica apart while node 0 gives a step up, then reloads (diverged()).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
 with HSDP through the agent and reports the validation loss; train-bf16 computes and reduces in
@@ -521,6 +522,48 @@ def checkpointed(phase, codec, params, directory):
     return report
 
 
+def overflow(codecs):
+    """fp16 overflow steps under torch.amp.GradScaler: gcagent's HSDP beside FSDP2's own over
+    gloo, the same model, data and scaler settings; rank 0's loss overflows at step OVERFLOW_STEP
+    (every gradient it computes inf or NaN). Both must skip the same steps with the same scale
+    sequence, and no NaN may stay."""
+    report = {}
+    for codec in codecs:
+        name, _, spec = codec.partition(":")
+        params = dict(kv.split("=") for kv in spec.split(",")) if spec else {}
+        torch.manual_seed(0)
+        base = TinyLM()
+        ref = shard(copy.deepcopy(base), init_device_mesh("cpu", (WORLD // LOCAL, LOCAL),
+                                                           mesh_dim_names=("replicate", "shard")))
+        model = shard(base, gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
+        state = gcagent.torch.fsdp.hsdp(model, client=client(f"overflow-{name}"), codec=name, params=params)
+        runs = {}
+        for label, m in (("agent", model), ("fsdp2", ref)):
+            runs[label] = (m, torch.optim.SGD(m.parameters(), lr=0.05),
+                           torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=3), [])
+        probs = chain()
+        for step in range(1, 11):
+            x, y = sample(probs, 8, 1000 * step + RANK)
+            for label, (m, opt, scaler, scales) in runs.items():
+                loss = loss_of(m, x, y)
+                if RANK == 0 and step == OVERFLOW_STEP:
+                    loss = loss * 1e38
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+                scales.append(scaler.get_scale())
+        finite = all(bool(torch.isfinite(p.to_local()).all()) for p in model.parameters())
+        equal = all(torch.equal(p.to_local(), q.to_local()) for p, q in zip(model.parameters(), ref.parameters()))
+        report[codec] = {"scales": runs["agent"][3], "ref_scales": runs["fsdp2"][3], "finite": finite,
+                         "equal_to_fsdp2": equal}
+        state.close()
+    return report
+
+
+OVERFLOW_STEP = 5
+
+
 def main():
     torch.set_num_threads(1)  # four trainers and two agents share the host's cores
     dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
@@ -532,6 +575,8 @@ def main():
         os._exit(0)  # the node's process group may still wait on a trainer that failed apart
     elif sys.argv[1] == "diverged":
         report = diverged()
+    elif sys.argv[1] == "overflow":
+        report = overflow(sys.argv[2:])
     elif sys.argv[1] == "world":
         params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if sys.argv[3] else {}
         report = world_parity(sys.argv[2], params, int(sys.argv[4]))
