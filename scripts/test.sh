@@ -171,6 +171,26 @@ for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaul
     "$CACHE_DIR/venv-$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "${files[@]}"
 done
 
+# The torch shims' trainers on the sanitizer tree's client library, AddressSanitizer's runtime
+# loaded first (the trainers are Python processes): a double free or an overflow in the client
+# under a real framework's threads aborts the trainer and fails the stage. The agents are the
+# release tree's; leaks are not looked for (the interpreter keeps its objects at exit). The C++
+# runtime is preloaded too: ASan finds the __cxa_throw it wraps only if it is there at start, and
+# torch throws (and catches) C++ exceptions in FSDP's normal course.
+asan_built=0
+for flavor in "${built[@]}"; do [ "$flavor" = asan ] && asan_built=1; done
+if [ "$release_built" -eq 1 ] && [ "$asan_built" -eq 1 ]; then
+  stage "torch shims (asan client)" pytest env "$(ucx_hooks release)" GCAGENT_BUILD_DIR="$REPO_DIR/build/release" \
+    TEST_CLIENT_LIB="$REPO_DIR/build/asan/clients/libgcagent_client.so.1" \
+    TEST_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)" \
+    ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+    "$CACHE_DIR/venv-torch/bin/python" -m pytest -q -p no:cacheprovider --durations=5 \
+    "$shims/test_client_threads.py" "$shims/test_torch.py::test_ddp_hook_and_distributed_optimizer" \
+    "$shims/test_torch_fsdp.py::test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp"
+else
+  skipped "torch shims (asan client)" "a build failed"
+fi
+
 # The image: docker/Dockerfile built by podman from the wheel, the compose demo run; beside it
 # the fuzzers (one core, no network).
 if [ "$release_built" -eq 1 ]; then

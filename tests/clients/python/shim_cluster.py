@@ -22,7 +22,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINERS = Path(__file__).parent / "trainers"
-LIBRARY = BUILD / "clients" / "libgcagent_client.so.1"
+# TEST_CLIENT_LIB: another tree's client library for the trainers (the sanitizer tree's,
+# with TEST_PRELOAD naming the runtime it needs loaded first: scripts/test.sh).
+LIBRARY = Path(os.environ.get("TEST_CLIENT_LIB", BUILD / "clients" / "libgcagent_client.so.1"))
 
 
 class Cluster(cluster.Cluster):
@@ -45,6 +47,8 @@ def shim_env(extra=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "clients" / "python"), str(TRAINERS)])
     env["GCAGENT_CLIENT_LIB"] = str(LIBRARY)
+    if os.environ.get("TEST_PRELOAD"):
+        env["LD_PRELOAD"] = os.environ["TEST_PRELOAD"]
     env.update(extra or {})
     return env
 
@@ -57,7 +61,9 @@ TORCH_PRELOAD = ["numpy", "torch", "torch.distributed", "torch.nn.parallel", "to
 
 def spawn(argv, env):
     """A trainer process running `python argv...`, its stderr merged into its stdout."""
-    if os.environ.get("TRAINER_ZYGOTE", "1") != "0" and importlib.util.find_spec("torch") is not None:
+    # A preloaded runtime must be there when the interpreter starts: no forks of the zygote then.
+    zygote = os.environ.get("TRAINER_ZYGOTE", "1") != "0" and not os.environ.get("TEST_PRELOAD")
+    if zygote and importlib.util.find_spec("torch") is not None:
         return Zygote.of(sys.executable, TORCH_PRELOAD).start(argv, env)
     return subprocess.Popen([sys.executable, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
