@@ -43,38 +43,26 @@ def test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp(tmp_path):
         assert r["unused"]["error"] is not None and "set_reduce_scatter_unused_params(True)" in r["unused"]["error"], r
 
 
-# 2bit as MXNet's kvstore applies it: one quantization (the sum travels back raw). With the
-# default bidirectional aggregation the sum is quantized again, and at this threshold the run
-# ends about 2.6% above the uncompressed one.
-CODECS = [("none", ""), ("2bit", "threshold=0.002,reduce.aggregation=mxnet"), ("onebit", ""),
-          ("dgc", "ratio=0.01,momentum=0")]
-# The same model computing and reducing in bfloat16 (fp32 weights): the agent's slots hold bfloat16,
-# averaged in fp32 and rounded once. (Uncompressed bfloat16 is FSDP2's own HSDP bit for bit, in
-# test_hsdp_through_the_agent_equals_fsdp2s_own_hsdp.)
-# fp8 of bfloat16 shards: what an HSDP job of 2026 would send over its slow link (validation
-# loss 0.75% above fp32 uncompressed, bfloat16 2bit's 1.3%; int4 rotated, tried once in fp32,
-# ended equal to uncompressed to 4 digits).
-BF16_CODECS = [("2bit", "threshold=0.002,reduce.aggregation=mxnet"), ("fp8", "")]
+# The codecs' convergence against uncompressed HSDP (600 steps each, 7 minutes here) is a
+# benchmark: bench/hsdp_convergence.py. Here each compressed path trains a few steps.
+SHORT = [("train", "2bit", "threshold=0.002,reduce.aggregation=mxnet"), ("train", "dgc", "ratio=0.01,momentum=0"),
+         ("train-bf16", "fp8", "")]
 
 
-def test_hsdp_with_compressed_shards_converges_as_uncompressed(tmp_path):
-    """A small transformer language model on a synthetic Markov language, 2 nodes x 2 trainers,
-    600 SGD steps: each codec's validation loss within 2% of the uncompressed run's."""
-    losses = {}
+def test_hsdp_with_compressed_shards_trains_alike_on_every_trainer(tmp_path):
+    """Compressed shards (fp32 2bit and dgc, bfloat16 fp8), 40 SGD steps, 2 nodes x 2 trainers:
+    every trainer ends with the same model, its loss below the untrained one."""
+    steps = 40
     with Cluster(tmp_path, 2, AGENT_ARGS) as c:
-        for mode, codecs in (("train", CODECS), ("train-bf16", BF16_CODECS)):
-            for codec, params in codecs:
-                rep = reports(run_trainers(c, 2, "torch_fsdp.py", [mode, codec, params]), c)
-                assert all(r["shards"] == 600 * 3 for r in rep), rep
-                assert {d for r in rep for d in r["slot_dtypes"]} == {"torch.bfloat16" if mode == "train-bf16"
-                                                                      else "torch.float32"}, rep
-                # Every trainer of a node holds other shards, yet all apply the same averages: the
-                # validation loss of the whole model is one value.
-                assert len({round(r["val_loss"], 6) for r in rep}) == 1, rep
-                losses[mode, codec] = rep[0]["val_loss"]
-    print("validation loss:", losses)
-    for mode, codec in losses:
-        assert losses[mode, codec] <= 1.02 * losses["train", "none"], losses
+        for mode, codec, params in SHORT:
+            rep = reports(run_trainers(c, 2, "torch_fsdp.py", [mode, codec, params, str(steps)]), c)
+            assert all(r["shards"] == steps * 3 for r in rep), rep
+            assert {d for r in rep for d in r["slot_dtypes"]} == {"torch.bfloat16" if mode == "train-bf16"
+                                                                  else "torch.float32"}, rep
+            # Every trainer of a node holds other shards, yet all apply the same averages: the
+            # validation loss of the whole model is one value.
+            assert len({round(r["val_loss"], 6) for r in rep}) == 1, rep
+            assert rep[0]["val_loss"] < 0.9 * rep[0]["initial_val_loss"], (codec, rep[0])
 
 
 def test_hsdp_overflow_steps_skip_and_scale_as_fsdp2s_own(tmp_path):

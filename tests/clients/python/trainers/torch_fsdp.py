@@ -1,7 +1,7 @@
 """A PyTorch FSDP2 trainer for the shim tests (2 nodes x 2 trainers); the environment comes from
 shim_cluster.py.
 
-    torch_fsdp.py suite | agent-dies | diverged | overflow CODEC[:PARAMS]... | train[-bf16] CODEC [PARAMS]
+    torch_fsdp.py suite | agent-dies | diverged | overflow CODEC[:PARAMS]... | train[-bf16] CODEC [PARAMS [STEPS]]
                 | checkpoint PHASE CODEC PARAMS DIR | world CODEC PARAMS STEPS
 
 suite runs, each as its own job on the agents:
@@ -49,7 +49,7 @@ RANK, WORLD = int(os.environ["WORLD_RANK"]), int(os.environ["WORLD_SIZE"])
 LOCAL = int(os.environ["GCAGENT_LOCAL_SIZE"])
 JOB = os.environ.get("GCAGENT_JOB", "job")
 VOCAB, SEQ = 16, 24
-STEPS = 600  # train's: enough for every codec of the test to level out near the language's entropy
+STEPS = 600  # train's default: enough for every codec to level out near the language's entropy
 CHECKPOINT_STEPS = 12
 
 
@@ -447,7 +447,7 @@ def diverged():
     return {"failed": failed, "loaded": loaded, "digests": digests, "resyncs": state.resyncs}
 
 
-def train(codec, params, bf16=False):
+def train(codec, params, bf16=False, steps=STEPS):
     """bf16: computes and reduces in bfloat16 (MixedPrecisionPolicy), fp32 weights: the
     agent's slots then hold bfloat16."""
     torch.manual_seed(0)
@@ -459,19 +459,21 @@ def train(codec, params, bf16=False):
     # turns 2bit's sparse +-threshold updates into full steps, and it diverges here)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     probs = chain()
+    vx, vy = sample(probs, 256, 99)
+    with torch.no_grad():
+        initial = loss_of(model, vx, vy).item()
     started = time.monotonic()
-    for step in range(STEPS):
+    for step in range(steps):
         x, y = sample(probs, 32, 1000 * step + RANK)
         loss_of(model, x, y).backward()
         opt.step()
         opt.zero_grad()
-    vx, vy = sample(probs, 256, 99)
     with torch.no_grad():
         val = loss_of(model, vx, vy).item()
     state.close()
     slot_dtypes = sorted({str(t.dtype) for t in state._slots.values()})
-    return {"val_loss": val, "shards": state.shards, "seconds_per_step": (time.monotonic() - started) / STEPS,
-            "slot_dtypes": slot_dtypes}
+    return {"val_loss": val, "initial_val_loss": initial, "shards": state.shards,
+            "seconds_per_step": (time.monotonic() - started) / steps, "slot_dtypes": slot_dtypes}
 
 
 def parameters_digest(model):
@@ -585,7 +587,8 @@ def main():
         report = checkpointed(sys.argv[2], sys.argv[3], params, sys.argv[5])
     else:
         params = dict(kv.split("=") for kv in sys.argv[3].split(",")) if len(sys.argv) > 3 and sys.argv[3] else {}
-        report = train(sys.argv[2], params, bf16=sys.argv[1] == "train-bf16")
+        steps = int(sys.argv[4]) if len(sys.argv) > 4 else STEPS
+        report = train(sys.argv[2], params, bf16=sys.argv[1] == "train-bf16", steps=steps)
     dist.destroy_process_group()
     print("report: " + json.dumps(report), flush=True)
 
