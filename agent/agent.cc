@@ -6,8 +6,10 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "agent/control/control_server.h"
 #include "agent/coding/gpu_coders.h"
@@ -17,6 +19,7 @@
 #include "agent/privileges.h"
 #include "agent/engine/progress_line.h"
 #include "agent/engine/reduction_engine.h"
+#include "agent/membership/vote_store.h"
 #include "common/build_config.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -102,6 +105,22 @@ class TransportPump {
   bool stopped_ = false;
 };
 
+// testing.stop_after_promise: keeps the votes, then stops this process once it kept a promise
+// to another node's proposal (before the promise is sent), so a test can kill it right there.
+std::function<Status(const VoteRecord&)> stopAfterFirstPromise(std::function<Status(const VoteRecord&)> keep,
+                                                               uint32_t self) {
+  return [keep = std::move(keep), self, stopped = std::make_shared<bool>(false)](const VoteRecord& record) {
+    Status kept = keep(record);
+    const bool promise = record.promised != Ballot{} && record.promised.node != self &&
+                         !(record.accepted && record.accepted->first == record.promised);
+    if (kept.ok() && promise && !std::exchange(*stopped, true)) {
+      GC_LOG(kWarn, "agent", "testing.stop_after_promise: stopping with ", describeVotes(record), " kept");
+      ::raise(SIGSTOP);
+    }
+    return kept;
+  };
+}
+
 }  // namespace
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -151,6 +170,15 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   o.shrink_grace = config.transport_shrink_grace;
   o.min_nodes = static_cast<uint32_t>(config.transport_min_nodes);
   o.quorum = config.transport_quorum == "none" ? Quorum::kNone : Quorum::kMajority;
+  if (config.testing_stop_after_promise && config.agent_state_dir.empty())
+    return Status::invalidArgument("testing.stop_after_promise stops the agent once a promise is kept in "
+                                   "agent.state_dir, which is empty");
+  if (config.agent_state_dir.empty() && o.on_peer_loss == OnPeerLoss::kShrink && o.quorum == Quorum::kMajority &&
+      peers.size() > 1)
+    GC_LOG(kWarn, "agent", "agent.state_dir is empty: this agent keeps its membership votes in memory only. Restarted "
+           "during a membership change, it would vote again as if it had never promised or accepted, and two "
+           "memberships of one epoch could form (a Paxos voter's promises must outlive it); set agent.state_dir to "
+           "a directory of its own on a disk the restart keeps");
   o.default_codec = {config.compress_codec, std::move(params)};
   o.min_elements = static_cast<uint64_t>(config.compress_min_elements);
   GC_ASSIGN_OR_RETURN(o.selection, scheduler::parseSelection(config.compress_selection));
@@ -255,9 +283,22 @@ Status Agent::run() {
            impl_->user->gid, ") from now on; the control socket's directory must let it create and remove the socket");
   }
 
+  // Votes kept before a restart are read once the agent is who it stays, so it can write them.
+  VoteKeeping votes;
+  if (!c.agent_state_dir.empty()) {
+    GC_ASSIGN_OR_RETURN(VoteStore store, VoteStore::open(c.agent_state_dir, transport->rank(), transport->size()));
+    const std::optional<VoteRecord>& kept = store.kept();
+    if (kept && (kept->installed.epoch > 0 || kept->promised != Ballot{}))
+      GC_LOG(kWarn, "agent", "membership votes kept in ", store.path(), " before this agent restarted: ",
+             describeVotes(*kept));
+    votes = store.keeping();
+    if (c.testing_stop_after_promise) votes.keep = stopAfterFirstPromise(std::move(votes.keep), transport->rank());
+  }
+
   ControlServer* server_ptr = nullptr;
   // Host gradients' codec work runs on a thread of its own, in priority order, never here.
   EngineOptions engine_options = impl_->engine_options;
+  engine_options.votes = std::move(votes);
   engine_options.host_stream = std::make_shared<HostStream>(io);
   engine_options.on_membership = [&server_ptr](const MembershipView& view) {
     if (server_ptr != nullptr)
@@ -273,6 +314,8 @@ Status Agent::run() {
   server_options.shm_prefix = c.agent_shm_prefix;
   server_options.node_rank = transport->rank();
   server_options.node_count = transport->size();
+  server_options.reduction_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(c.transport_reduction_timeout * 1000));
   if (impl_->group) {
     server_options.group = impl_->group;
     server_options.mode = 0660;

@@ -53,7 +53,7 @@
   X(stale_slices_total, Counter, None, "message",                                                       \
     "slices of an iteration given up here (after a loss or a realignment), dropped: contribution or result") \
   X(non_finite_slices_total, Counter, None, "",                                                     \
-    "slices of this node's gradients sent uncompressed, their residual untouched, because they held an inf or a NaN (fp16 mixed precision's overflow steps: every rank sees the non-finite sum, as under DDP)") \
+    "slices meant to be coded that went uncompressed, their residual untouched, because they held an inf or a NaN (a node's share or an owner's sum; fp16 mixed precision's overflow steps: every rank sees the non-finite sum, as under DDP)") \
   X(members, Gauge, None, "", "nodes the reductions run on now (transport.on_peer_loss = shrink changes it)") \
   X(membership_epoch, Gauge, None, "", "changes of the membership so far, as the nodes agree on them")  \
   X(stalled_jobs, Gauge, None, "", "jobs whose reductions all failed for a whole transport.reduction_timeout while trainers kept trying") \

@@ -51,6 +51,7 @@ struct BodyWriter {
     w.put(m.trainer_id);
     w.put(m.node_rank);
     w.put(m.node_count);
+    w.put(m.reduction_timeout_ms);
   }
   void operator()(const Declare& m) { putTensors(w, m.tensors); }
   void operator()(const DeclareDevice& m) {
@@ -225,6 +226,7 @@ Welcome parseWelcome(BodyParser& p) {
   m.node_count = p.get<uint32_t>();
   if (p.ok() && m.node_rank >= m.node_count)
     p.invalid(strCat("node rank ", m.node_rank, " is not below the node count ", m.node_count));
+  if (p.ok() && p.remaining() >= sizeof(uint32_t)) m.reduction_timeout_ms = p.get<uint32_t>();  // an older agent sends none
   return m;
 }
 

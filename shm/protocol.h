@@ -103,6 +103,10 @@ struct Welcome {
   uint32_t trainer_id = 0;
   uint32_t node_rank = 0;
   uint32_t node_count = 0;
+  // The agent's transport.reduction_timeout in ms, by which it fails a step it cannot
+  // complete (0: none, or an older agent, which sends nothing). Shims wait at least that long
+  // before they give a step up themselves: the agent may still complete it into their slots.
+  uint32_t reduction_timeout_ms = 0;
   bool operator==(const Welcome&) const = default;
 };
 

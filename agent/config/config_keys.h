@@ -27,6 +27,8 @@
     "seconds a control message has to arrive whole once its header did")                        \
   X(agent, codec_threads, Integer, "0", 0, 256, "",                                            \
     "threads that encode and decode large slices; 0 uses every core")                          \
+  X(agent, state_dir, Text, "", 0, 0, "",                                                       \
+    "directory (made if missing) where the agent keeps what must outlive its restart: its membership votes (file membership-votes, transport.quorum = majority), written to disk before each vote leaves; one per agent, on a disk the restart keeps; empty: votes live in memory only, and an agent restarted during a membership change may let two memberships of one epoch form") \
   X(transport, backend, Text, "ucx", 0, 0, "ucx|loopback",                                        \
     "how agents reach each other: ucx, or loopback (a node on its own; agents of one process in tests)") \
   X(transport, listen, Text, "0.0.0.0:18515", 0, 0, "", "address:port this agent accepts peers on (its own authenticated handshake; UCX connects only after it)") \
@@ -85,4 +87,6 @@
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
     "address:port of the Prometheus /metrics endpoint; port 0 picks one (logged); empty disables it") \
   X(security, token_file, Text, "", 0, 0, "",                                                   \
-    "file holding the cluster token; empty disables peer authentication")
+    "file holding the cluster token; empty disables peer authentication")                      \
+  X(testing, stop_after_promise, Flag, "false", 0, 0, "",                                       \
+    "tests only: the agent stops itself (SIGSTOP) once it has kept its first promise to another node's membership proposal in agent.state_dir, before the promise is sent, so a test can kill it between its promise and the install")

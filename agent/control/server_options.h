@@ -24,6 +24,8 @@ struct ServerOptions {
   std::optional<gid_t> group;  // group of the socket and the segments (with mode 0660)
   uint32_t node_rank = 0;
   uint32_t node_count = 1;
+  // transport.reduction_timeout, told to trainers (protocol::Welcome); 0: none.
+  std::chrono::milliseconds reduction_timeout{0};
   // A trainer left a job (exited or was killed): the job's nodes must hear of it. Gets the
   // job's last iteration this node completed and the reason.
   std::function<void(uint64_t job, uint64_t last_completed, const Status& why)> on_trainer_left;

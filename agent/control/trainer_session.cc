@@ -78,7 +78,9 @@ Status TrainerSession::onHello(uint32_t request, const protocol::Hello& h) {
     GC_LOG(kInfo, "control", "trainer ", id(), " (pid ", h.pid, ") joined job '", h.job, "' as local rank ",
            h.local_rank, " of ", h.local_size);
   }
-  send({request, protocol::Welcome{id(), host_.options().node_rank, host_.options().node_count}});
+  const auto timeout_ms = std::min<int64_t>(host_.options().reduction_timeout.count(), UINT32_MAX);
+  send({request, protocol::Welcome{id(), host_.options().node_rank, host_.options().node_count,
+                                   static_cast<uint32_t>(timeout_ms)}});
   if (host_.membership().epoch != 0) send({0, host_.membership()});  // the nodes changed since the start
   return {};
 }

@@ -15,7 +15,7 @@ MembershipNode::MembershipNode(transport::Transport& transport, MembershipNodeOp
       stats_(stats),
       installed_(std::move(installed)),
       state_(transport.size(), transport.rank(), options_.on_peer_loss, options_.shrink_grace, options_.min_nodes,
-             options_.quorum),
+             options_.quorum, std::exchange(options_.votes, {})),
       view_told_(transport.size()),
       down_why_(transport.size()),
       shut_down_(transport.size()) {
@@ -55,11 +55,22 @@ void MembershipNode::send(const std::vector<Membership::Outgoing>& notices) {
 }
 
 void MembershipNode::react(Membership::Reaction reaction, const std::string& why) {
+  reportKeepFailure();
   send(reaction.send);
   if (reaction.install) adopt(*reaction.install, why);
 }
 
+void MembershipNode::reportKeepFailure() {
+  const Status failure = state_.takeKeepFailure();
+  uint64_t held = 0;
+  if (failure.ok() || !keep_failures_.allow(options_.now(), &held)) return;
+  GC_LOG(kError, "agent", "membership: ", failure.message(), "; this node gives no promise or acceptance (and "
+         "leads no change) until its votes can be kept", held ? strCat(" (", held, " more such failures)") : "");
+}
+
 void MembershipNode::review() {
+  if (auto resumed = state_.resumable())
+    adopt(*resumed, "installed here before this agent restarted, kept in agent.state_dir");
   send(state_.rejoinNotices());  // until the leader takes this node in anew
   react(state_.review(options_.now()), "agreed by a majority of the nodes, proposed here as the lowest member up");
 }
@@ -72,7 +83,9 @@ void MembershipNode::onNotice(transport::Rank from, const MembershipNotice& noti
 
 void MembershipNode::adopt(const MembershipView& view, const std::string& why) {
   const MembershipView before = state_.view();
-  if (!state_.install(view)) return;
+  const bool installed = state_.install(view);
+  reportKeepFailure();
+  if (!installed) return;
   // Passed on before any slice sent under it, to every peer that can hear it.
   for (transport::Rank r = 0; r < transport_.size(); ++r) tellView(r);
   const bool shrunk = view.members.size() < before.members.size();

@@ -12,6 +12,7 @@
 
 #include "agent/membership/membership.h"
 #include "common/clock.h"
+#include "common/log_throttle.h"
 #include "common/status.h"
 #include "metrics/health.h"
 #include "metrics/stats.h"
@@ -26,6 +27,8 @@ struct MembershipNodeOptions {
   Quorum quorum = Quorum::kMajority;            // transport.quorum
   double reduction_timeout = 60;                // transport.reduction_timeout; 0: none
   SteadyNow now = steadyNow;
+  // Where this node's votes outlive a restart (agent.state_dir; vote_store.h); none: in memory.
+  VoteKeeping votes = {};
 };
 
 // A member whose link is down: as /healthz reports it.
@@ -53,6 +56,7 @@ class MembershipNode {
   void onNotice(transport::Rank from, const MembershipNotice& notice);
   // The leader proposes a change once a member stayed away past the grace period or a node
   // outside the view is back; a node left out asks to be taken in anew. Every second or so.
+  // The first installs the view this node had before it restarted (Membership::resumable).
   void review();
   // Sends `to` the installed view, unless it heard it from here already (a peer that sent a
   // slice under an older one).
@@ -75,6 +79,8 @@ class MembershipNode {
   void send(const std::vector<Membership::Outgoing>& notices);
   void react(Membership::Reaction reaction, const std::string& why);
   void adopt(const MembershipView& view, const std::string& why);
+  // Logs a vote that could not be kept (Membership::takeKeepFailure).
+  void reportKeepFailure();
 
   transport::Transport& transport_;
   MembershipNodeOptions options_;
@@ -84,6 +90,7 @@ class MembershipNode {
   std::vector<std::optional<ViewId>> view_told_;  // by rank: the view it last heard of from here
   std::vector<std::string> down_why_;             // by rank: why a peer that is down went
   std::vector<bool> shut_down_;                   // by rank: it said goodbye when it went
+  LogThrottle keep_failures_{std::chrono::seconds(10)};
 };
 
 }  // namespace gcagent::agent

@@ -37,7 +37,7 @@ ReductionEngine::ReductionEngine(transport::Transport& transport, EngineOptions 
       stats_(options_.stats ? options_.stats : std::make_shared<metrics::Stats>()),
       membership_(transport_,
                   {options_.on_peer_loss, options_.shrink_grace, options_.min_nodes, options_.quorum,
-                   options_.reduction_timeout, options_.now},
+                   options_.reduction_timeout, options_.now, options_.votes},
                   *stats_,
                   [this](const MembershipView& before, const MembershipView& view, const std::string&) {
                     onViewInstalled(before, view);

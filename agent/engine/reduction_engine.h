@@ -108,6 +108,8 @@ struct EngineOptions {
   uint32_t min_nodes = 1;  // a shrink leaves at least this many (transport.min_nodes)
   // Who must vote for a new view (transport.quorum): a majority of the installed one, or none.
   Quorum quorum = Quorum::kMajority;
+  // Where this node's membership votes outlive a restart (agent.state_dir); none: in memory.
+  VoteKeeping votes = {};
   // Told each membership change this node adopts (the trainers hear the new node count).
   std::function<void(const MembershipView&)> on_membership;
   // Codecs whose gradients on a GPU are staged through host memory for the CPU codecs even

@@ -10,10 +10,35 @@ namespace gcagent::agent {
 using Kind = MembershipNotice::Kind;
 
 Membership::Membership(uint32_t world, uint32_t self, OnPeerLoss policy, double grace_seconds, uint32_t min_nodes,
-                       Quorum quorum)
+                       Quorum quorum, VoteKeeping votes)
     : world_(world), self_(self), min_nodes_(min_nodes), policy_(policy), quorum_(quorum),
-      grace_(steadySeconds(grace_seconds)), up_(world, false), down_since_(world) {
+      grace_(steadySeconds(grace_seconds)), up_(world, false), down_since_(world), keeping_(std::move(votes)) {
   for (uint32_t r = 0; r < world; ++r) view_.members.push_back(r);
+  resume_ = std::move(keeping_.kept);
+  keeping_.kept.reset();
+  if (resume_ && resume_->installed == view_) {  // votes on the first view's successor
+    promised_ = resume_->promised;
+    accepted_ = resume_->accepted;
+    resume_.reset();
+  }
+}
+
+std::optional<MembershipView> Membership::resumable() const {
+  if (!behind()) return std::nullopt;
+  return resume_->installed;
+}
+
+bool Membership::keep(Ballot promised, std::optional<std::pair<Ballot, MembershipView>> accepted) {
+  if (keeping_.keep) {
+    Status kept = keeping_.keep(VoteRecord{view_, promised, accepted});
+    if (!kept.ok()) {
+      keep_failure_ = std::move(kept);
+      return false;
+    }
+  }
+  promised_ = promised;
+  accepted_ = std::move(accepted);
+  return true;
 }
 
 uint32_t Membership::ownerOf(uint64_t key, uint32_t slice) const {
@@ -103,6 +128,10 @@ Membership::Reaction Membership::review(SteadyTime now) {
     return {};
   }
   if (quorum_ == Quorum::kNone) return {{}, std::move(next)};
+  if (behind()) {  // resumable() first
+    attempt_.reset();
+    return {};
+  }
   if (attempt_ && now - attempt_->started < steadySeconds(kRetrySeconds)) return {};
   std::set<uint32_t> reached;
   for (uint32_t r : view_.members)
@@ -113,8 +142,11 @@ Membership::Reaction Membership::review(SteadyTime now) {
   }
   const Ballot ballot{std::max(highest_round_, promised_.round) + 1, self_};
   highest_round_ = ballot.round;
+  if (!keep(ballot, accepted_)) {  // its own promise
+    attempt_.reset();
+    return {};
+  }
   attempt_ = Attempt{ballot, now, false, {self_}, accepted_, std::move(*next)};
-  promised_ = ballot;  // its own promise
   if (majorityOf(attempt_->votes)) return startAccept();
   MembershipNotice prepare = notice(Kind::kPrepare);
   prepare.ballot = ballot;
@@ -123,11 +155,18 @@ Membership::Reaction Membership::review(SteadyTime now) {
 
 Membership::Reaction Membership::startAccept() {
   Attempt& a = *attempt_;
+  if (promised_ != a.ballot) {  // it promised a greater ballot meanwhile: it may not accept its own
+    attempt_.reset();
+    return {};
+  }
   a.accepting = true;
   a.votes = {self_};
   // A view a voter accepted before may have been installed somewhere: it is the one proposed.
   if (a.prior) a.value = a.prior->second;
-  accepted_ = {a.ballot, a.value};
+  if (!keep(promised_, std::make_pair(a.ballot, a.value))) {  // its own acceptance
+    attempt_.reset();
+    return {};
+  }
   if (majorityOf(a.votes)) return {{}, a.value};
   MembershipNotice accept = notice(Kind::kAccept);
   accept.ballot = a.ballot;
@@ -160,9 +199,10 @@ Membership::Reaction Membership::onNotice(uint32_t from, const MembershipNotice&
     }
     case Kind::kPrepare: {
       highest_round_ = std::max(highest_round_, n.ballot.round);
+      if (behind()) break;  // its promises on this view's successor are gone: no answer
       MembershipNotice answer = notice(n.ballot > promised_ ? Kind::kPromise : Kind::kRefuse);
       if (n.ballot > promised_) {
-        promised_ = n.ballot;
+        if (!keep(n.ballot, accepted_)) break;  // a promise not kept is not given
         answer.ballot = n.ballot;
         if (accepted_) {
           answer.accepted = accepted_->first;
@@ -183,11 +223,10 @@ Membership::Reaction Membership::onNotice(uint32_t from, const MembershipNotice&
       break;
     case Kind::kAccept: {
       const bool follows = n.view->parentId() == view_.id() && n.view->epoch == view_.epoch + 1;
-      if (!follows) break;
+      if (!follows || behind()) break;
       MembershipNotice answer = notice(n.ballot >= promised_ ? Kind::kAccepted : Kind::kRefuse);
       if (n.ballot >= promised_) {
-        promised_ = n.ballot;
-        accepted_ = {n.ballot, *n.view};
+        if (!keep(n.ballot, std::make_pair(n.ballot, *n.view))) break;
         answer.ballot = n.ballot;
       } else {
         answer.ballot = promised_;
@@ -239,9 +278,18 @@ bool Membership::install(const MembershipView& v) {
   }
   view_ = v;
   completed_ = false;
-  promised_ = {};
-  accepted_.reset();
   attempt_.reset();
+  if (resume_ && resume_->installed == v) {  // the view it had before it restarted: and its votes
+    promised_ = resume_->promised;
+    accepted_ = resume_->accepted;
+    resume_.reset();
+  } else {
+    if (resume_ && v.epoch >= resume_->installed.epoch) resume_.reset();
+    promised_ = {};
+    accepted_.reset();
+    // A restart resumes from here (where this fails: from an older view, and hears this one).
+    if (!behind()) (void)keep({}, std::nullopt);
+  }
   std::erase_if(rejoining_, [&](uint32_t r) { return !v.contains(r) || v.joins(r); });
   return true;
 }

@@ -18,9 +18,15 @@
 // views of one epoch may then differ, the greater wins (MembershipView::newerThan), and a
 // node that trained under the one that lost asks to be taken in anew (Rejoin), its trainers
 // then loading the others' weights.
+//
+// A node's promise and acceptance must outlive its restart, or a node killed between its
+// promise and the install votes again as if it never had, and two views of one epoch can
+// form: with VoteKeeping (vote_store.h, agent.state_dir) every vote is kept on disk before its
+// answer leaves, and a restarted node resumes with the view it had installed and its votes.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,6 +43,23 @@ enum class OnPeerLoss { kFail, kShrink };
 // Who must vote for a new view: a majority of the installed one, or only its leader.
 enum class Quorum { kMajority, kNone };
 
+// What a node holds of the agreement: the view installed here, and its votes on the one
+// after it (the greatest ballot promised; the ballot and view accepted, if any).
+struct VoteRecord {
+  MembershipView installed;
+  Ballot promised;
+  std::optional<std::pair<Ballot, MembershipView>> accepted;
+  bool operator==(const VoteRecord&) const = default;
+};
+
+// Where a node's votes outlive it (vote_store.h): the record kept before a restart, and how
+// each new one is kept before the answer it backs leaves. Without `keep` votes live in memory
+// only.
+struct VoteKeeping {
+  std::optional<VoteRecord> kept;
+  std::function<Status(const VoteRecord&)> keep;
+};
+
 class Membership {
  public:
   struct Outgoing {
@@ -50,9 +73,10 @@ class Membership {
     std::optional<MembershipView> install;
   };
 
-  // `min_nodes`: a shrink never leaves fewer members, whatever the quorum.
+  // `min_nodes`: a shrink never leaves fewer members, whatever the quorum. `votes.kept`: the
+  // votes of this node before it restarted, about the view it had installed then (resumable()).
   Membership(uint32_t world, uint32_t self, OnPeerLoss policy, double grace_seconds, uint32_t min_nodes = 1,
-             Quorum quorum = Quorum::kMajority);
+             Quorum quorum = Quorum::kMajority, VoteKeeping votes = {});
 
   const MembershipView& view() const { return view_; }
   bool isMember(uint32_t rank) const { return view_.contains(rank); }
@@ -90,6 +114,13 @@ class Membership {
   std::vector<Outgoing> rejoinNotices() const;
   // A step completed under the installed view: joiners have the others' weights from now on.
   void stepCompleted() { completed_ = true; }
+  // The view this node had installed before it restarted, while a view before it is installed
+  // here: the engine installs it (install()), which restores the votes kept with it. Until
+  // then this node neither votes nor leads: its votes on the views in between are gone.
+  std::optional<MembershipView> resumable() const;
+  // Why the last vote could not be kept (VoteKeeping::keep failed; the answer it would have
+  // backed was not sent, and a leader's attempt stopped), cleared by the call; OK when none.
+  Status takeKeepFailure() { return std::exchange(keep_failure_, Status{}); }
 
   static constexpr double kRetrySeconds = 2.0;
 
@@ -102,6 +133,10 @@ class Membership {
   MembershipNotice notice(MembershipNotice::Kind kind) const;
   Reaction toEveryone(MembershipNotice n) const;
   Reaction startAccept();
+  // Keeps these votes (VoteKeeping::keep), then holds them here; false, holding the old ones,
+  // when they could not be kept.
+  bool keep(Ballot promised, std::optional<std::pair<Ballot, MembershipView>> accepted);
+  bool behind() const { return resume_ && resume_->installed.epoch > view_.epoch; }
 
   uint32_t world_, self_, min_nodes_;
   OnPeerLoss policy_;
@@ -128,6 +163,9 @@ class Membership {
     MembershipView value;
   };
   std::optional<Attempt> attempt_;
+  VoteKeeping keeping_;
+  std::optional<VoteRecord> resume_;  // kept before a restart, its view not installed again yet
+  Status keep_failure_;
 };
 
 }  // namespace gcagent::agent

@@ -336,6 +336,10 @@ GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client) {
   return client == nullptr ? 0 : client->impl->welcome().node_count;
 }
 
+GCAGENT_API uint32_t gcagent_reduction_timeout_ms(const gcagent_client* client) {
+  return client == nullptr ? 0 : client->impl->welcome().reduction_timeout_ms;
+}
+
 GCAGENT_API uint32_t gcagent_result_nodes(const gcagent_client* client, uint32_t* ranks, uint32_t capacity) {
   if (client == nullptr) return 0;
   const std::vector<uint32_t> nodes = client->impl->resultNodes();

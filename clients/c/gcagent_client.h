@@ -27,7 +27,8 @@
  * version 4 added gcagent_result_nodes and gcagent_resync_root) and GCAGENT_CLIENT_5 (ABI
  * version 5 added gcagent_wait_any and gcagent_buffer_fd) and GCAGENT_CLIENT_6 (ABI version 6
  * added gcagent_state_get, gcagent_state_free, gcagent_state_put and gcagent_declare_dtypes)
- * and GCAGENT_CLIENT_7 (ABI version 7 added gcagent_job_iteration).
+ * and GCAGENT_CLIENT_7 (ABI version 7 added gcagent_job_iteration) and GCAGENT_CLIENT_8 (ABI
+ * version 8 added gcagent_reduction_timeout_ms).
  * A shim compiled against
  * this header can compare GCAGENT_CLIENT_ABI_VERSION with gcagent_abi_version() at load time:
  * a library of a higher ABI version has every older call, which behaves as before.
@@ -46,7 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GCAGENT_CLIENT_ABI_VERSION 7
+#define GCAGENT_CLIENT_ABI_VERSION 8
 
 #if defined(__GNUC__) || defined(__clang__)
 #define GCAGENT_API __attribute__((visibility("default")))
@@ -169,6 +170,11 @@ GCAGENT_API const char* gcagent_last_error(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_trainer_id(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_rank(const gcagent_client* client);
 GCAGENT_API uint32_t gcagent_node_count(const gcagent_client* client);
+/* (ABI version 8) The agent's transport.reduction_timeout in milliseconds: by then it fails a
+ * step it cannot complete, and until then it may still complete one into the slots. A shim
+ * that gives a step up on a timeout of its own waits at least this long. 0: the agent has
+ * none, or is older and did not say (or a null client). */
+GCAGENT_API uint32_t gcagent_reduction_timeout_ms(const gcagent_client* client);
 
 /* (ABI version 4) The node ranks, ascending, whose trainers the latest completed result was
  * averaged over: the job's membership it was made under (every node until a change under

@@ -167,6 +167,7 @@ class Cluster:
         self.sockets = [str(self.dir / f"agent{r}.sock") for r in range(n)]
         self.logs = [self.dir / f"agent{r}.log" for r in range(n)]
         self.extra = list(extra)
+        self.rank_extra = {}  # rank -> flags for that agent only (after `extra`)
         self.procs = []
 
     def agent_command(self, rank):
@@ -177,7 +178,7 @@ class Cluster:
             host = self.peers[rank].rsplit(":", 1)[0]
             cmd += ["--transport.peers", ",".join(self.peers), "--agent.node_rank", str(rank),
                     "--transport.listen", f"{host}:0"]
-        cmd += self.extra
+        cmd += self.extra + self.rank_extra.get(rank, [])
         return (self.namespaces.prefix(rank) if self.namespaces else []) + cmd
 
     def start(self):

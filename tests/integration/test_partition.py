@@ -11,19 +11,24 @@ and healed. With the default transport.quorum = majority:
   weights after the same step);
 - a partition in the middle of a membership change (the node left behind comes back while
   the others split 2 | 2): at most one side ever completes a step;
-- a partition healed before transport.shrink_grace: nothing changes.
+- a partition healed before transport.shrink_grace: nothing changes;
+- an agent killed between its promise and the install (it stops itself right after keeping
+  the promise, testing.stop_after_promise) and restarted with its agent.state_dir: it keeps
+  that promise, and one view of the epoch forms.
 
 In every case no trainer sees a wrong value. Each test prints the steps completed per half
 while partitioned and the errors the minority saw (pytest -s shows them)."""
 
 import re
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, Namespaces
+from cluster import Cluster, Namespaces, wait_for
 from test_dataplane import stop_clean
-from test_faults import FLAGS, Trainers
+from test_faults import FLAGS, Trainers, restart_agent
 from test_recovery import AGAIN, assert_no_bad_messages, assert_steps_complete_again, metric, wait_steps_on
 
 RESILIENT = ["--keep-going", "--timeout-ms", "60000"]
@@ -200,3 +205,56 @@ def test_a_partition_healed_within_the_grace_period_changes_nothing(tmp_path, na
         wait_until_all_say(trainers, [0], "peer rank 3")
         ns.partition([0, 1, 2], [3], cut=False)
         assert_whole_again_unchanged(c, trainers, ns)
+
+
+def process_state(pid):
+    """The state letter of /proc/PID/stat (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for_log(c, rank, text, timeout=60, start=0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in c.log(rank)[start:]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"agent {rank} never logged {text!r}:\n{c.log(rank)[-2500:]}")
+
+
+def test_an_agent_killed_between_its_promise_and_the_install_keeps_its_promise(tmp_path, namespaces):
+    """Node 3 is cut off; past the grace period node 0 asks the others to promise its ballot for
+    {0, 1, 2}. Node 2 keeps its promise in its agent.state_dir and stops itself before sending
+    it (testing.stop_after_promise); it is killed there (kill -9) and restarted with the same
+    directory, without the hook. It reads the promise back, and node 0's next ballot is above
+    it: one view of epoch 1 forms, the same on every agent, and after the heal all four go on
+    with no wrong value."""
+    ns = namespaces
+    c = Cluster(tmp_path, 4, SHRINK, namespaces=ns)
+    for r in range(4):
+        c.rank_extra[r] = ["--agent.state_dir", str(tmp_path / f"state{r}")]
+    c.rank_extra[2] += ["--testing.stop_after_promise", "true"]
+    with c:
+        trainers = Trainers(c, 1, "pvotes", extra=RESILIENT)
+        trainers.wait_iterations(3)
+        ns.partition([0, 1, 2], [3])
+        wait_for_log(c, 2, "testing.stop_after_promise: stopping with installed epoch 0 (nodes 0, 1, 2, 3); "
+                           "promised ballot ")
+        promised = re.search(r"stopping with .*; (promised ballot \d+\.0)", c.log(2)).group(1)
+        wait_for(lambda: process_state(c.procs[2].pid) == "T", what="agent 2 to stop")
+        c.procs[2].send_signal(signal.SIGKILL)
+        c.procs[2].wait()
+        c.rank_extra[2] = c.rank_extra[2][:2]  # the same state directory, no hook
+        restarted_at = len(c.log(2))
+        restart_agent(c, 2)
+        wait_for_log(c, 2, f"before this agent restarted: installed epoch 0 (nodes 0, 1, 2, 3); {promised}",
+                     start=restarted_at)
+        for r in range(3):
+            wait_for_log(c, r, "-> epoch 1 (nodes 0, 1, 2)")
+        # The restarted agent serves its trainer once every peer is up: node 3 too.
+        ns.partition([0, 1, 2], [3], cut=False)
+        assert_all_four_go_on(c, trainers, ns, stop=False)
+        for r in range(4):
+            installed = set(re.findall(r"-> (epoch 1 \(nodes [\d, ]+\))", c.log(r)))
+            assert installed <= {"epoch 1 (nodes 0, 1, 2)"}, c.log(r)[-2500:]
+            assert metric(c, r, "gcagent_membership_epoch", "", ns) >= 2
+        stop_all(c, trainers)

@@ -52,7 +52,7 @@ std::vector<Message> samples() {
   TensorDecl b{8, 1, DType::kBFloat16, 0, "", {}};
   return {
       {1, Hello{"resnet50", 1, 4, 4242}},
-      {2, Welcome{3, 0, 2}},
+      {2, Welcome{3, 0, 2, 60000}},
       {3, Declare{{a, b}}},
       {4, Declared{"gcagent-0-3", 1 << 20, {0, 4096}}},
       {5, Submit{17, {7, 8}}},
@@ -122,6 +122,7 @@ TEST(ProtocolTest, EveryTruncationIsRejected) {
     ASSERT_TRUE(header.ok());
     auto body = std::span(frame).subspan(kHeaderBytes);
     for (size_t len = 0; len < body.size(); ++len) {
+      if (std::holds_alternative<Welcome>(m.body) && len == 12) continue;  // an older agent's welcome
       Header h = *header;
       h.body_bytes = static_cast<uint32_t>(len);
       auto decoded = decode(h, body.first(len));
@@ -228,6 +229,22 @@ TEST(ProtocolTest, PingAndPongAreBareHeaders) {
     EXPECT_EQ(decoded->body, m.body);
     EXPECT_EQ(decoded->request_id, 5u);
   }
+}
+
+TEST(ProtocolTest, WelcomeCarriesTheReductionTimeoutAndAnOlderAgentsWelcomeParses) {
+  // Type 2: u32 trainer id, u32 node rank, u32 node count, then (added later, absent from an
+  // older agent's) u32 transport.reduction_timeout in ms.
+  const auto frame = encode({0, Welcome{3, 1, 2, 60000}});
+  ASSERT_EQ(frame.size(), kHeaderBytes + 16);
+  auto old_form = frame;
+  old_form.resize(kHeaderBytes + 12);
+  old_form[8] = std::byte{12};  // the body length, little-endian
+  auto back = roundTrip(old_form);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(back->body, (Body{Welcome{3, 1, 2, 0}})) << "0: the agent did not say";
+  back = roundTrip(frame);
+  ASSERT_TRUE(back.ok()) << back.status().toString();
+  EXPECT_EQ(std::get<Welcome>(back->body).reduction_timeout_ms, 60000u);
 }
 
 TEST(ProtocolTest, MembershipCarriesEpochNodeCountMembersAndJoiners) {

@@ -13,6 +13,7 @@ MEMBERSHIP_ABI_VERSION = 4  # gcagent_result_nodes and gcagent_resync_root
 WAIT_ANY_ABI_VERSION = 5  # gcagent_wait_any and gcagent_buffer_fd
 STATE_ABI_VERSION = 6  # gcagent_state_get, _free, _put and gcagent_declare_dtypes
 JOB_ITERATION_ABI_VERSION = 7  # gcagent_job_iteration
+REDUCTION_TIMEOUT_ABI_VERSION = 8  # gcagent_reduction_timeout_ms
 
 
 class Tensor(ctypes.Structure):
@@ -104,6 +105,8 @@ def _declare(lib, version):
         })
     if version >= JOB_ITERATION_ABI_VERSION:
         sigs["gcagent_job_iteration"] = (ctypes.c_int, [client_p, u64, ctypes.POINTER(u64)])
+    if version >= REDUCTION_TIMEOUT_ABI_VERSION:
+        sigs["gcagent_reduction_timeout_ms"] = (u32, [client_p])
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args

@@ -140,6 +140,16 @@ class Client:
         self._dtypes = {}  # key -> the numpy dtype of its slot, from the last declare
 
     @property
+    def reduction_timeout_s(self) -> Optional[float]:
+        """The agent's transport.reduction_timeout: by then it fails a step it cannot complete,
+        and until then it may still complete one into the slots. None when it has none or did
+        not say (an older agent or library)."""
+        if getattr(self._lib, "abi_version", 1) < _library.REDUCTION_TIMEOUT_ABI_VERSION:
+            return None
+        ms = self._lib.gcagent_reduction_timeout_ms(self._handle)
+        return ms / 1000 if ms else None
+
+    @property
     def node_count(self) -> int:
         """The nodes the job's reductions run on now: under transport.on_peer_loss = "shrink"
         it falls when a node is left behind and rises when it is taken back."""
@@ -436,6 +446,30 @@ class Client:
         self.close()
 
 
+# How long past the agent's reduction timeout a shim still waits: the agent checks deadlines
+# once a second, and reports a failure once its coder holds nothing of the step.
+AGENT_DECIDES_GRACE_S = 5.0
+_warned_short_timeouts = set()
+
+
+def step_timeout_s(client: "Client", seconds: float) -> float:
+    """How long a shim waits for a step before it gives the step up itself: `seconds`, but no
+    less than the agent's reduction timeout (plus a grace): a step the trainer gave up earlier
+    could still complete into the gradients it writes next, so the agent decides, and its
+    error says why. Warns once per value raised."""
+    agent = client.reduction_timeout_s
+    if agent is None or seconds >= agent + AGENT_DECIDES_GRACE_S:
+        return seconds
+    waited = agent + AGENT_DECIDES_GRACE_S
+    if seconds not in _warned_short_timeouts:
+        _warned_short_timeouts.add(seconds)
+        warnings.warn(f"gcagent: a step timeout of {seconds:g} s is shorter than the agent's "
+                      f"transport.reduction_timeout ({agent:g} s): waiting {waited:g} s, for until then the agent "
+                      "may still complete the step into the gradients; lower transport.reduction_timeout to fail "
+                      "steps sooner", stacklevel=3)
+    return waited
+
+
 # Where Reducer.broadcast keys live: far above any key a shim numbers from 0, so a value's
 # broadcast and its gradient never share a key (nor a codec, nor a residual).
 BROADCAST_KEY_BASE = 1 << 48
@@ -455,7 +489,8 @@ class Reducer:
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
         self.params = dict(params) if params is not None else env_params
-        self.timeout_ms = timeout_ms
+        # No sooner than the agent decides (step_timeout_s); a negative timeout waits for ever.
+        self.timeout_ms = timeout_ms if timeout_ms < 0 else int(step_timeout_s(self.client, timeout_ms / 1000) * 1000)
         # key -> (elements, priority, codec or _REDUCER_CODEC, params, reduce.* entries)
         self._specs: Dict[int, tuple] = {}
         self._stale = False

@@ -87,7 +87,7 @@ TEST(ConfigTest, ErrorsNameFileLineAndColumn) {
             "inflight_per_peer, inflight_bytes, priority, topology, link_gbps, refit_interval)");
   EXPECT_EQ(errorOf(fromText("[sched]\nx = 1\n")),
             "gcagent.toml:1:1: unknown section [sched] (known: agent, transport, scheduler, compress, metrics, "
-            "security)");
+            "security, testing)");
   EXPECT_EQ(errorOf(fromText("[transport]\nbackend = \"tcp\"\n")),
             "gcagent.toml:2:11: transport.backend: \"tcp\" is not one of ucx|loopback");
   EXPECT_EQ(errorOf(fromText("[transport]\npeers = [\"a:1\", 2]\n")),

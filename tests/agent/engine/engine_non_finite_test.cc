@@ -22,12 +22,14 @@ struct Case {
   const char* codec;
   Topology topology;
   float bad;
+  bool coded = false;  // every node's side on a coder that stages as a GPU's (two-phase encode)
 };
 
 std::string nameOf(const testing::TestParamInfo<Case>& info) {
   std::string codec = info.param.codec;
   for (char& ch : codec) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return codec + "_" + std::string(topologyName(info.param.topology)) + (std::isnan(info.param.bad) ? "_nan" : "_inf");
+  return codec + "_" + std::string(topologyName(info.param.topology)) + (std::isnan(info.param.bad) ? "_nan" : "_inf") +
+         (info.param.coded ? "_coded" : "");
 }
 
 class NonFiniteTest : public testing::TestWithParam<Case> {};
@@ -53,7 +55,7 @@ TEST_P(NonFiniteTest, AnOverflowStepReachesEveryNodeAndNoResidualKeepsIt) {
   o.default_codec = {p.codec, {}};
   o.min_elements = 0;
   o.topology = p.topology;
-  Cluster c(3, o);
+  Cluster c(3, o, std::vector<bool>(3, p.coded));
   const uint64_t job = jobIdOf("overflow");
   for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(c.engine(r).declareJob(job, {{kKey, kElements, 0, {}, {}}}).ok());
   auto gradient = [](uint32_t r, uint64_t step) {
@@ -64,7 +66,7 @@ TEST_P(NonFiniteTest, AnOverflowStepReachesEveryNodeAndNoResidualKeepsIt) {
   std::vector<std::vector<float>> g(3);
   for (uint32_t r = 0; r < 3; ++r) g[r] = gradient(r, 1);
   g[0][kBad] = p.bad;
-  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, kKey, {g[r].data()}).ok());
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(c.engine(r).reduce(job, 1, kKey, {g[r].data()}, c.coder(r)).ok());
   c.pump();
   for (uint32_t r = 0; r < 3; ++r) {
     ASSERT_EQ(c.done(r).size(), 1u) << "node " << r;
@@ -97,7 +99,7 @@ TEST_P(NonFiniteTest, AnOverflowStepReachesEveryNodeAndNoResidualKeepsIt) {
   // The next step is finite everywhere.
   for (uint32_t r = 0; r < 3; ++r) {
     g[r] = gradient(r, 2);
-    ASSERT_TRUE(c.engine(r).reduce(job, 2, kKey, {g[r].data()}).ok());
+    ASSERT_TRUE(c.engine(r).reduce(job, 2, kKey, {g[r].data()}, c.coder(r)).ok());
   }
   c.pump();
   for (uint32_t r = 0; r < 3; ++r) {
@@ -117,7 +119,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"int4", Topology::kPs, kNaN}, Case{"dgc", Topology::kPs, kInf},
                     Case{"onebit", Topology::kPs, kInf}, Case{"terngrad", Topology::kPs, kNaN},
                     Case{"2bit", Topology::kRing, kInf}, Case{"fp8", Topology::kRing, kNaN},
-                    Case{"2bit", Topology::kAllgather, kInf}, Case{"dgc", Topology::kAllgather, kNaN}),
+                    Case{"2bit", Topology::kAllgather, kInf}, Case{"dgc", Topology::kAllgather, kNaN},
+                    Case{"2bit", Topology::kPs, kInf, true}, Case{"fp8", Topology::kRing, kNaN, true},
+                    Case{"dgc", Topology::kPs, kNaN, true}),
     nameOf);
 
 }  // namespace

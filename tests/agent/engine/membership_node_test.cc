@@ -117,5 +117,30 @@ TEST_F(MembershipNodeTest, ALeaderAloneInstallsItsViewAndTellsThePeersThatCanHea
   EXPECT_EQ(heard_[1].size(), 1u);
 }
 
+TEST_F(MembershipNodeTest, TheFirstReviewInstallsTheViewThisNodeHadBeforeItRestarted) {
+  MembershipNodeOptions o;
+  o.on_peer_loss = OnPeerLoss::kShrink;
+  o.now = clock_.now();
+  const MembershipView had{2, 0, 1, {0, 1}, {}};
+  o.votes.kept = VoteRecord{had, {3, 1}, std::nullopt};
+  std::vector<std::string> why;
+  MembershipNode n(*transports_[0], o, stats_,
+                   [&](const MembershipView& before, const MembershipView& view, const std::string& reason) {
+                     installed_.push_back({before, view});
+                     why.push_back(reason);
+                   });
+  for (uint32_t p : {1u, 2u}) n.peerUp(p);
+  EXPECT_EQ(n.view().epoch, 0u) << "the engine hears of it through the install, as of any view";
+  n.review();
+  ASSERT_EQ(installed_.size(), 1u);
+  EXPECT_EQ(installed_[0].first.epoch, 0u);
+  EXPECT_EQ(installed_[0].second, had);
+  EXPECT_EQ(why, std::vector<std::string>{"installed here before this agent restarted, kept in agent.state_dir"});
+  pump();
+  ASSERT_FALSE(heard_[1].empty());
+  EXPECT_EQ(heard_[1].front().kind, MembershipNotice::Kind::kInstall) << "and tells the peers";
+  EXPECT_EQ(heard_[1].front().view, had);
+}
+
 }  // namespace
 }  // namespace gcagent::agent

@@ -2,15 +2,21 @@
 // period out, nodes back in, joiners), how nodes agree (a majority of the installed view
 // votes, single-decree Paxos per view) and what a partition does to each part (the notices'
 // wire format: peer_frame_test.cc). The agreement runs between Membership objects over a small in-test network
-// whose links the tests cut and heal.
+// whose links the tests cut and heal, and whose nodes restart, keeping their votes in a
+// VoteStore (vote_store_test.cc) or in memory only.
 #include "agent/membership/membership.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <functional>
 #include <set>
 
+#include "agent/membership/vote_store.h"
+#include "common/str_cat.h"
 #include "scheduler/slicing.h"
 #include "tests/common/epoch_clock.h"
 
@@ -28,14 +34,30 @@ MembershipView view(uint32_t epoch, uint32_t proposer, uint32_t parent, std::vec
 
 class MembershipTest : public ::testing::Test {
  protected:
+  ~MembershipTest() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
   // Node `self` of `world`, every peer seen up once (as at the start).
-  Membership make(uint32_t self, uint32_t world = 3, OnPeerLoss policy = OnPeerLoss::kShrink, uint32_t min_nodes = 1) {
-    Membership m(world, self, policy, 10, min_nodes);
+  Membership make(uint32_t self, uint32_t world = 3, OnPeerLoss policy = OnPeerLoss::kShrink, uint32_t min_nodes = 1,
+                  VoteKeeping votes = {}) {
+    Membership m(world, self, policy, 10, min_nodes, Quorum::kMajority, std::move(votes));
     for (uint32_t r = 0; r < world; ++r)
       if (r != self) m.peerUp(r);
     return m;
   }
+  // Node `self`'s votes as its agent keeps them in agent.state_dir: what it kept before this
+  // (re)start, and how it keeps each new vote.
+  VoteKeeping stored(uint32_t self, uint32_t world) {
+    if (dir_.empty()) {
+      std::string pattern = ::testing::TempDir() + "/gcagent-membership-XXXXXX";
+      dir_ = ::mkdtemp(pattern.data());
+    }
+    auto store = VoteStore::open(strCat(dir_, "/node", self), self, world);
+    EXPECT_TRUE(store.ok()) << store.status().toString();
+    return store.ok() ? store->keeping() : VoteKeeping{};
+  }
   testing::EpochClock clock_;
+  std::string dir_;
 };
 
 TEST_F(MembershipTest, StartsWithEveryNodeAndOwnsAsTheSchedulerDoes) {
@@ -133,9 +155,12 @@ TEST_F(MembershipTest, InstalledViewsFollowInEpochOrder) {
 // does with a Reaction (send; install, then tell every node it reaches).
 class Net {
  public:
-  Net(uint32_t n, testing::EpochClock& clock, Quorum quorum = Quorum::kMajority) : clock_(clock), cut_(n) {
+  // `votes`: where node r keeps its votes; none: in memory only.
+  Net(uint32_t n, testing::EpochClock& clock, Quorum quorum = Quorum::kMajority,
+      std::function<VoteKeeping(uint32_t)> votes = nullptr)
+      : clock_(clock), quorum_(quorum), cut_(n) {
     for (uint32_t r = 0; r < n; ++r) {
-      nodes_.emplace_back(n, r, OnPeerLoss::kShrink, 10, 1, quorum);
+      nodes_.emplace_back(n, r, OnPeerLoss::kShrink, 10, 1, quorum, votes ? votes(r) : VoteKeeping{});
       cut_[r].assign(n, false);
     }
     for (uint32_t r = 0; r < n; ++r)
@@ -163,10 +188,23 @@ class Net {
     deliver();
   }
   void heal(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) { partition(a, b, false); }
+  // Node r is killed, with the notices to and from it in flight, and starts again with what
+  // `votes` kept; every link it has comes up once.
+  void restart(uint32_t r, VoteKeeping votes) {
+    std::erase_if(queue_, [&](const auto& item) { return std::get<0>(item) == r || std::get<1>(item) == r; });
+    const auto n = static_cast<uint32_t>(nodes_.size());
+    nodes_[r] = Membership(n, r, OnPeerLoss::kShrink, 10, 1, quorum_, std::move(votes));
+    for (uint32_t p = 0; p < n; ++p)
+      if (p != r && !cut_[r][p]) nodes_[r].peerUp(p);
+  }
 
-  // Every node reviews, then notices flow until none is left.
+  // Every node reviews (first installing the view it had before a restart, as
+  // MembershipNode does), then notices flow until none is left.
   void review() {
-    for (uint32_t r = 0; r < nodes_.size(); ++r) react(r, nodes_[r].review(clock_()));
+    for (uint32_t r = 0; r < nodes_.size(); ++r) {
+      if (auto resumed = nodes_[r].resumable()) react(r, {{}, *resumed});
+      react(r, nodes_[r].review(clock_()));
+    }
     deliver();
   }
   void deliver(size_t limit = 100000) {
@@ -217,6 +255,7 @@ class Net {
   }
 
   testing::EpochClock& clock_;
+  Quorum quorum_;
   std::vector<Membership> nodes_;
   std::vector<std::vector<bool>> cut_;
   std::deque<std::tuple<uint32_t, uint32_t, MembershipNotice>> queue_;
@@ -381,6 +420,165 @@ TEST_F(MembershipTest, QuorumNoneAMemberThatTrainedApartAsksToBeTakenInAnew) {
   ASSERT_TRUE(m.install(*anew.install));
   EXPECT_TRUE(m.takesPart());
   EXPECT_TRUE(m.problem().ok());
+}
+
+// Node 0 leads a shrink that leaves out node 2 (cut off from it): node 1 promises and accepts
+// {0, 1}, node 0 installs it, and node 1 is killed before the install reaches it. Node 1
+// restarts with what `restarted()` read back, node 0 is cut off from everyone before the
+// restarted node hears from it, and node 1 leads 2 and itself in the agreement on the same epoch.
+void voteInstallAtTheLeaderOnlyThenRestartNode1(Net& net, testing::EpochClock& clock,
+                                                const std::function<VoteKeeping()>& restarted) {
+  net.partition({0}, {2});
+  clock.jump(seconds(11));
+  Membership::Reaction prepare = net[0].review(clock());
+  ASSERT_EQ(prepare.send.size(), 1u);  // to node 1, the only one it reaches
+  auto promise = net[1].onNotice(0, prepare.send[0].notice);
+  auto accept = net[0].onNotice(1, promise.send.at(0).notice);
+  auto accepted = net[1].onNotice(0, accept.send.at(0).notice);
+  auto installed = net[0].onNotice(1, accepted.send.at(0).notice);
+  ASSERT_TRUE(installed.install.has_value());
+  ASSERT_TRUE(net[0].install(*installed.install));
+  ASSERT_EQ(net[0].view(), view(1, 0, 0, {0, 1}));
+  net.restart(1, restarted());
+  net.partition({0}, {1});
+  clock.jump(seconds(11));
+  net.review();
+}
+
+TEST_F(MembershipTest, ANodeRestartedBetweenItsVoteAndTheInstallProposesTheViewItAccepted) {
+  Net net(3, clock_, Quorum::kMajority, [this](uint32_t r) { return stored(r, 3); });
+  ASSERT_NO_FATAL_FAILURE(voteInstallAtTheLeaderOnlyThenRestartNode1(net, clock_, [this] { return stored(1, 3); }));
+  // Node 1 would propose {1, 2}, a majority of epoch 0 as well; having kept its acceptance of
+  // {0, 1}, it must propose that one: one view of epoch 1, whatever each node heard.
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(net[r].view(), view(1, 0, 0, {0, 1})) << r;
+}
+
+TEST_F(MembershipTest, VotesInMemoryOnlyLetThatRestartFormTwoViewsOfOneEpoch) {
+  // What agent.state_dir prevents (the agent warns at start without it): the same run, node 1
+  // restarted without its votes.
+  Net net(3, clock_);
+  ASSERT_NO_FATAL_FAILURE(voteInstallAtTheLeaderOnlyThenRestartNode1(net, clock_, [] { return VoteKeeping{}; }));
+  EXPECT_EQ(net[0].view(), view(1, 0, 0, {0, 1}));
+  EXPECT_EQ(net[1].view(), view(1, 1, 0, {1, 2}));
+  EXPECT_EQ(net[2].view(), view(1, 1, 0, {1, 2}));
+}
+
+TEST_F(MembershipTest, ARestartedNodeRefusesALowerBallotAndReportsTheViewItAccepted) {
+  const MembershipView proposed = view(1, 1, 0, {1, 2});
+  auto from = [](Kind kind, Ballot ballot, std::optional<MembershipView> v = std::nullopt) {
+    return MembershipNotice{kind, ViewId{0, 0}, ballot, {}, std::move(v)};
+  };
+  {
+    Membership before = make(2, 3, OnPeerLoss::kShrink, 1, stored(2, 3));
+    auto promise = before.onNotice(1, from(Kind::kPrepare, {5, 1}));
+    ASSERT_EQ(promise.send.size(), 1u);
+    EXPECT_EQ(promise.send[0].notice.kind, Kind::kPromise);
+    auto accepted = before.onNotice(1, from(Kind::kAccept, {5, 1}, proposed));
+    ASSERT_EQ(accepted.send.size(), 1u);
+    EXPECT_EQ(accepted.send[0].notice.kind, Kind::kAccepted);
+  }  // killed before the install
+  Membership after = make(2, 3, OnPeerLoss::kShrink, 1, stored(2, 3));
+  for (const MembershipNotice& lower :
+       {from(Kind::kPrepare, {4, 0}), from(Kind::kAccept, {4, 0}, view(1, 0, 0, {0, 2}))}) {
+    auto refused = after.onNotice(0, lower);
+    ASSERT_EQ(refused.send.size(), 1u) << noticeKindName(lower.kind);
+    EXPECT_EQ(refused.send[0].notice.kind, Kind::kRefuse) << noticeKindName(lower.kind);
+    EXPECT_EQ(refused.send[0].notice.ballot, (Ballot{5, 1})) << "names the ballot it promised before the restart";
+  }
+  auto promise = after.onNotice(0, from(Kind::kPrepare, {6, 0}));
+  ASSERT_EQ(promise.send.size(), 1u);
+  const MembershipNotice& p = promise.send[0].notice;
+  EXPECT_EQ(p.kind, Kind::kPromise);
+  EXPECT_EQ(p.accepted, (Ballot{5, 1}));
+  EXPECT_EQ(p.view, proposed) << "the view it accepted before the restart, which the new leader must propose";
+}
+
+// Votes kept in memory, the way a disk would, or failing as a full one does.
+struct Disk {
+  std::optional<VoteRecord> record;
+  Status failure;
+  std::vector<VoteRecord> writes;
+  VoteKeeping keeping() {
+    return {record, [this](const VoteRecord& r) {
+              if (!failure.ok()) return failure;
+              writes.push_back(r);
+              record = r;
+              return Status{};
+            }};
+  }
+};
+
+TEST_F(MembershipTest, AVoteThatCannotBeKeptIsNeitherGivenNorUsed) {
+  const Status no_space =
+      Status::unavailable("cannot keep this node's membership votes: write /x: No space left on device");
+  Disk disk;
+  disk.failure = no_space;
+  Membership voter = make(2, 3, OnPeerLoss::kShrink, 1, disk.keeping());
+  MembershipNotice prepare{Kind::kPrepare, ViewId{0, 0}, {1, 0}, {}, std::nullopt};
+  EXPECT_TRUE(voter.onNotice(0, prepare).send.empty()) << "no promise, and no refusal either";
+  EXPECT_EQ(voter.takeKeepFailure().message(), no_space.message());
+  EXPECT_TRUE(voter.takeKeepFailure().ok()) << "told once";
+  disk.failure = {};
+  auto promise = voter.onNotice(0, prepare);
+  ASSERT_EQ(promise.send.size(), 1u) << "the same ballot, once it can be kept";
+  EXPECT_EQ(promise.send[0].notice.kind, Kind::kPromise);
+  ASSERT_EQ(disk.writes.size(), 1u);
+  EXPECT_EQ(disk.writes[0], (VoteRecord{view(0, 0, 0, {0, 1, 2}), {1, 0}, std::nullopt}));
+
+  // A leader whose own promise cannot be kept sends no prepare.
+  Disk full;
+  full.failure = no_space;
+  Membership leader = make(0, 3, OnPeerLoss::kShrink, 1, full.keeping());
+  leader.peerDown(2, clock_());
+  EXPECT_TRUE(leader.review(clock_() + seconds(11)).send.empty());
+  EXPECT_EQ(leader.takeKeepFailure().message(), no_space.message());
+  full.failure = {};
+  EXPECT_EQ(leader.review(clock_() + seconds(11)).send.size(), 1u) << "tried again at the next review";
+}
+
+TEST_F(MembershipTest, ARestartedNodeResumesTheViewItHadAndVotesOnlyFromThere) {
+  // Installed epoch 2 and promised on its successor before the restart: a node that starts at
+  // epoch 0 knows nothing of the votes on epochs 1 and 2, which were decided, and takes no
+  // part in them.
+  const MembershipView installed = view(2, 0, 0, {0, 1, 2});
+  Disk disk;
+  disk.record = VoteRecord{installed, {7, 0}, std::make_pair(Ballot{7, 0}, view(3, 0, 0, {0, 1}))};
+  Membership m = make(1, 3, OnPeerLoss::kShrink, 1, disk.keeping());
+  EXPECT_EQ(m.view().epoch, 0u);
+  EXPECT_EQ(m.resumable(), installed);
+  EXPECT_TRUE(m.onNotice(2, MembershipNotice{Kind::kPrepare, ViewId{0, 0}, {1, 2}, {}, std::nullopt}).send.empty());
+  m.peerDown(0, clock_());  // it would lead a change without node 0
+  EXPECT_TRUE(m.review(clock_() + seconds(11)).send.empty());
+  ASSERT_TRUE(m.install(view(1, 0, 0, {0, 1, 2})));  // an older view, from a peer behind
+  EXPECT_EQ(m.resumable(), installed) << "still behind what it had";
+  EXPECT_TRUE(disk.writes.empty()) << "the kept record stays until the node is back where it was";
+  ASSERT_TRUE(m.install(*m.resumable()));
+  EXPECT_FALSE(m.resumable());
+  EXPECT_TRUE(disk.writes.empty()) << "its record says the same";
+  auto refused = m.onNotice(2, MembershipNotice{Kind::kPrepare, installed.id(), {6, 2}, {}, std::nullopt});
+  ASSERT_EQ(refused.send.size(), 1u);
+  EXPECT_EQ(refused.send[0].notice.kind, Kind::kRefuse);
+  auto promise = m.onNotice(2, MembershipNotice{Kind::kPrepare, installed.id(), {8, 2}, {}, std::nullopt});
+  ASSERT_EQ(promise.send.size(), 1u);
+  EXPECT_EQ(promise.send[0].notice.view, view(3, 0, 0, {0, 1}));
+  // The next view installed starts a record of its own, with no votes.
+  ASSERT_TRUE(m.install(view(3, 0, 0, {0, 1})));
+  EXPECT_EQ(disk.record, (VoteRecord{view(3, 0, 0, {0, 1}), {}, std::nullopt}));
+}
+
+TEST_F(MembershipTest, ALeaderThatPromisedAGreaterBallotMeanwhileDoesNotAcceptItsOwn) {
+  Membership leader = make(0, 3);
+  leader.peerDown(2, clock_());
+  auto prepare = leader.review(clock_() + seconds(11));
+  ASSERT_EQ(prepare.send.size(), 1u);
+  const Ballot mine = prepare.send[0].notice.ballot;
+  auto promise =
+      leader.onNotice(1, MembershipNotice{Kind::kPrepare, ViewId{0, 0}, {mine.round + 1, 1}, {}, std::nullopt});
+  ASSERT_EQ(promise.send.at(0).notice.kind, Kind::kPromise);
+  // Node 1's promise of the leader's own ballot arrives late: a majority, but not to be used.
+  auto late = leader.onNotice(1, MembershipNotice{Kind::kPromise, ViewId{0, 0}, mine, {}, std::nullopt});
+  EXPECT_TRUE(late.send.empty());
+  EXPECT_FALSE(late.install.has_value());
 }
 
 }  // namespace

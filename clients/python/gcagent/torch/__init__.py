@@ -49,7 +49,8 @@ import torch
 import torch.distributed as dist
 
 from gcagent.client import (BROADCAST_KEY_BASE, ERR_IO, Client, GcagentError, Reducer, TensorSpec,  # noqa: F401
-                            codec_from_env, default_reducer, local_rank, local_size, rank, size, warn_dgc_momentum)
+                            codec_from_env, default_reducer, local_rank, local_size, rank, size, step_timeout_s,
+                            warn_dgc_momentum)
 
 RECONNECT_TIMEOUT_MS = 2000  # a step waits no longer for an agent that is coming back
 _MODEL_KEY = BROADCAST_KEY_BASE - 1  # State.sync_parameters' key: apart from buckets and broadcasts
@@ -143,7 +144,7 @@ class State(_Reconnecting):
         if optimizer is not None:
             warn_dgc_momentum(self.codec, self.params, _momentum(optimizer), type(optimizer).__name__)
         self.process_group = process_group
-        self.timeout_s = timeout_s
+        self.timeout_s = step_timeout_s(self.client, timeout_s)  # no sooner than the agent decides
         self.step = 1
         self.declared = {}          # bucket index -> elements, once learned
         self.shapes = {}            # bucket index -> its parameters' shapes in order, seen while learning

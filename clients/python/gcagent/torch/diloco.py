@@ -55,7 +55,7 @@ import time
 import torch
 
 from gcagent.client import (BROADCAST_KEY_BASE, ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec,
-                            codec_from_env)
+                            codec_from_env, step_timeout_s)
 from gcagent.torch import _Reconnecting
 
 _log = logging.getLogger("gcagent.diloco")
@@ -202,6 +202,7 @@ class DiLoCo(_Reconnecting):
         self._own_client = client is None
         self._state_elements = 0  # of _STATE_KEY, once declared
         self.client = client or Client()
+        self.timeout_s = step_timeout_s(self.client, timeout_s)  # no sooner than the agent decides
         self._slots = self._declare_on(self.client)
         self._lost = None       # the error that lost the connection, until it is made anew
         self.reconnects = 0

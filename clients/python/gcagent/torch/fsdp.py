@@ -42,7 +42,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from gcagent.client import (BROADCAST_KEY_BASE, ERR_INVALID_ARGUMENT, ERR_TIMEOUT, Client, GcagentError, TensorSpec,
-                            codec_from_env)
+                            codec_from_env, step_timeout_s)
 from gcagent.torch import _Reconnecting, _optimizer_state
 
 
@@ -150,7 +150,7 @@ class HSDPState(_Reconnecting):
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
         self.params = dict(params) if params is not None else env_params
-        self.timeout_s = timeout_s
+        self.timeout_s = step_timeout_s(self.client, timeout_s)  # no sooner than the agent decides
         modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
         if not modules:
             raise ValueError("gcagent: hsdp() needs a model with fully_shard applied (no FSDPModule found)")

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -287,6 +288,26 @@ TEST_F(CudaCoderDeviceTest, ElementWorkMatchesTheHostBitForBit) {
     ASSERT_TRUE(gpu_->zero(gpu_b, n * sizeof(float)).ok());
     EXPECT_EQ(download(gpu_b, n), std::vector<float>(n, 0.0f));
   }
+}
+
+TEST_F(CudaCoderDeviceTest, NonFiniteSlicesAreMarkedAsOnTheHost) {
+  // The flags live in pinned host memory the kernel writes; an infinity or a NaN anywhere in
+  // the range sets its flag, a finite range leaves it as it was.
+  const size_t n = 40000;
+  auto flags = gpu_->allocateHost(4 * sizeof(uint32_t));
+  ASSERT_TRUE(flags.ok()) << flags.status().toString();
+  uint32_t* flag = static_cast<uint32_t*>(*flags);
+  const float bad[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> values = gaussian(n, 40 + i);
+    values[n - 1 - static_cast<size_t>(i) * 7919] = bad[i];
+    ASSERT_TRUE(gpu_->markNonFinite(upload(values), n, &flag[i]).ok());
+  }
+  ASSERT_TRUE(gpu_->markNonFinite(upload(gaussian(n, 50, 1e30f)), n, &flag[3]).ok());  // large, finite
+  ASSERT_TRUE(settle(*gpu_).ok());
+  EXPECT_EQ(std::vector<uint32_t>(flag, flag + 4), (std::vector<uint32_t>{1, 1, 1, 0}));
+  gpu_->freeHost(*flags);
 }
 
 TEST_F(CudaCoderDeviceTest, NewMemoryIsZeroed) {
