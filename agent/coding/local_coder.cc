@@ -50,6 +50,7 @@ struct LocalCoder::KeyCoding {
   void* decode_device = nullptr;
   void* decode_host = nullptr;
   // Per slice, set where the slice's sum held an inf or a NaN (CoderDevice::markNonFinite).
+  // Like the staging buffers above, it serves one encode of the key at a time.
   uint32_t* non_finite = nullptr;
   std::optional<uint64_t> abandoned;  // the iteration abandon() gave up, until the next encode
 };
