@@ -61,6 +61,7 @@ void HostStream::cancel(uint64_t tag, int64_t priority, Done done) {
     Item item{priority, seq_++, tag, nullptr, std::move(done), nullptr, guard()};
     item.ends_cancel = true;
     cancelled_[tag] = item.seq;
+    ++cancels_;
     queue_.push(std::move(item));
   }
   wake_.notify_one();
@@ -86,8 +87,10 @@ void HostStream::run() {
 }
 
 void HostStream::execute(Item item) {
-  if (item.task || item.ends_cancel) {
+  // The lock only while a cancel is pending: every slice's task passes here.
+  if ((item.task || item.ends_cancel) && cancels_.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(mu_);
+    if (item.ends_cancel) --cancels_;
     auto c = cancelled_.find(item.tag);
     if (c != cancelled_.end() && item.ends_cancel && item.seq == c->second) cancelled_.erase(c);
     else if (c != cancelled_.end() && item.task && item.seq < c->second) {

@@ -86,6 +86,7 @@ class HostStream {
   std::map<uint64_t, Status> failures_;  // by tag, worker thread only
   // Tags whose tasks queued before their cancel() (the seq given) are skipped.
   std::map<uint64_t, uint64_t> cancelled_;  // under mu_
+  std::atomic<uint64_t> cancels_{0};        // cancel() reports not yet run (changed under mu_)
   uint64_t seq_ = 0;
   bool stop_ = false;
   // Shared with the reports in flight, which may run after the stream is gone.

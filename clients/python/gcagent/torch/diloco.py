@@ -198,7 +198,6 @@ class DiLoCo(_Reconnecting):
         env_codec, env_params = codec_from_env()
         self.codec = codec if codec is not None else env_codec
         self.params = dict(params) if params is not None else env_params
-        self.timeout_s = timeout_s
         self._own_client = client is None
         self._state_elements = 0  # of _STATE_KEY, once declared
         self.client = client or Client()
