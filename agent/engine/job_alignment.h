@@ -25,22 +25,37 @@ class JobAlignment {
     if (!started_ && iteration + offset_ < floor_) offset_ = floor_ - iteration;
     const uint64_t wire = iteration + offset_;
     started_ = true;
+    if (iteration > newest_) newest_failed_ = false;
     newest_ = std::max(newest_, iteration);
-    if (wire < floor_)
+    if (wire < floor_) {
+      failed(iteration);
       return Status::unavailable(strCat("iteration ", iteration, " was given up to realign with the other nodes; the job "
                                         "goes on from this node's iteration ", floor_ - offset_));
+    }
     return wire;
+  }
+  // A tensor of the trainers' `iteration` failed (or was refused) here.
+  void failed(uint64_t iteration) {
+    if (iteration == newest_) newest_failed_ = true;
   }
 
   // Another node continues at wire iteration `next`: nothing below it completes any more.
   // True when that is news (the floor rose). The trainers' next step (after the newest one
-  // started, or their first) then maps onto `next` at the earliest.
-  bool adopt(uint64_t next) {
+  // started, or their first) then maps onto `next` at the earliest. With `fail_next_step`
+  // (their newest step completed here, so they know of no failure yet) the step after the
+  // newest is one the other nodes gave up: it fails at once, as it did there, and the one
+  // after it maps onto `next`.
+  bool adopt(uint64_t next, bool fail_next_step = false) {
     if (next <= floor_) return false;
     floor_ = next;
-    if (started_ && newest_ + 1 + offset_ < next) offset_ = next - (newest_ + 1);
+    const uint64_t first_kept = newest_ + (fail_next_step ? 2 : 1);
+    if (started_ && first_kept + offset_ < next) offset_ = next - first_kept;
     return true;
   }
+  // Whether a tensor of the newest trainer iteration started failed here.
+  bool newestFailed() const { return newest_failed_; }
+  // Whether the trainers' next step (after the newest one started) is given up already.
+  bool nextGivenUp() const { return started_ && newest_ + 1 + offset_ < floor_; }
 
   // The wire iteration start(iteration) would give now, without starting it (0: given up).
   // A trainer that picks what it sends by the job's iteration (DiLoCo's fragment turns) asks
@@ -60,6 +75,7 @@ class JobAlignment {
   uint64_t offset_ = 0;
   uint64_t floor_ = 0;   // wire iterations below it are given up
   uint64_t newest_ = 0;  // the newest trainer iteration started
+  bool newest_failed_ = false;
   bool started_ = false;
 };
 

@@ -44,9 +44,15 @@ void JobRealigner::peerUp(uint64_t job, JobState& js, transport::Rank peer) {
 
 bool JobRealigner::realign(uint64_t job, JobState& js, uint64_t next, const std::string& why) {
   const uint64_t offset = js.align.offset();
-  if (!js.align.adopt(next)) return false;
-  // A node ahead of `next` gives nothing up; one behind fails what it has in flight below it.
-  bool gave_up = js.align.offset() != offset;
+  // Unless the trainers' newest step failed here or is in flight (it fails below), their next
+  // one is a step the other nodes gave up: it fails here too (a given-up step fails on every
+  // node, whether its notice or its submit comes first).
+  bool newest_failed = js.align.newestFailed();
+  for (const auto& [key, k] : js.keys) newest_failed |= k.active;
+  if (!js.align.adopt(next, /*fail_next_step=*/!newest_failed)) return false;
+  // A node ahead of `next` gives nothing up; one behind fails what it has in flight below it,
+  // or its trainers' next step.
+  bool gave_up = js.align.offset() != offset || js.align.nextGivenUp();
   const Status given_up = Status::unavailable(strCat("iteration given up to realign with the other nodes: ", why));
   for (auto& [key, k] : js.keys) {
     if (k.active && k.iteration < next) {

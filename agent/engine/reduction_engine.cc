@@ -186,6 +186,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   GC_ASSIGN_OR_RETURN(const uint64_t wire, js.align.start(iteration));
   if (Status unreachable = membership_.unreachable(); !unreachable.ok()) {
     js.recordOutcome(false, options_.now());
+    js.align.failed(iteration);
     js.recordGivenUp(wire);
     // Failed like one that started: a late slice of it from a peer is stale here.
     k.completed_once = true;
@@ -195,6 +196,7 @@ Status ReductionEngine::reduce(uint64_t job, uint64_t iteration, uint64_t key, s
   }
   if (k.toOwner() && !membership_.view().contains(*k.spec.policy.owner)) {
     js.recordOutcome(false, options_.now());
+    js.align.failed(iteration);
     js.recordGivenUp(wire);
     k.completed_once = true;
     k.last_iteration = wire;
@@ -402,6 +404,7 @@ void ReductionEngine::completeKey(uint64_t job, KeyState& k, const Status& statu
   if (js != nullptr) {
     js->recordOutcome(status.ok(), options_.now());
     if (!status.ok()) {
+      js->align.failed(k.trainer_iteration);
       js->recordGivenUp(k.iteration);  // calls a reload: other nodes may have completed it
       realigner_->announceToAll(job, *js);
     } else if (js->reload.completes(k.iteration)) {

@@ -37,6 +37,39 @@ TEST(JobAlignmentTest, KeysOfTheStepInFlightFailSoTheNextStepStaysWhole) {
   EXPECT_EQ(*a.start(95), 700u);
 }
 
+TEST(JobAlignmentTest, AStepTheOthersGaveUpFailsHereTooWhenItsNoticeComesBeforeItsSubmit) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(3).ok());  // completed here
+  // A peer gave step 4 up (it goes on at 5) before this node's trainers submitted it.
+  EXPECT_TRUE(a.adopt(5, /*fail_next_step=*/true));
+  EXPECT_TRUE(a.nextGivenUp());
+  EXPECT_EQ(a.peek(4), 0u);
+  auto late = a.start(4);
+  ASSERT_FALSE(late.ok()) << "fails here as it did there, at once";
+  EXPECT_EQ(late.status().message(),
+            "iteration 4 was given up to realign with the other nodes; the job goes on from this node's iteration 5");
+  EXPECT_EQ(*a.start(5), 5u) << "and the step after it is the peers' next";
+}
+
+TEST(JobAlignmentTest, AfterAFailedStepTheNextOneMapsOntoThePeersNext) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(3).ok());
+  a.failed(3);  // the trainers know: their step 3 failed here
+  EXPECT_TRUE(a.newestFailed());
+  EXPECT_TRUE(a.adopt(6, /*fail_next_step=*/!a.newestFailed()));
+  EXPECT_FALSE(a.nextGivenUp());
+  EXPECT_EQ(*a.start(4), 6u);
+  EXPECT_FALSE(a.newestFailed()) << "a new step";
+}
+
+TEST(JobAlignmentTest, AGapOfSeveralGivenUpStepsCostsTheLateNodeOneStep) {
+  JobAlignment a;
+  ASSERT_TRUE(a.start(3).ok());
+  EXPECT_TRUE(a.adopt(9, /*fail_next_step=*/true));  // the peers gave up 4 to 8
+  EXPECT_FALSE(a.start(4).ok());
+  EXPECT_EQ(*a.start(5), 9u);
+}
+
 TEST(JobAlignmentTest, ANodeAheadKeepsItsNumbering) {
   JobAlignment a;
   ASSERT_TRUE(a.start(700).ok());

@@ -116,6 +116,27 @@ TEST_F(JobRealignerTest, ALaterFrontierFailsWhatIsInFlightBelowItAndMapsTheNextS
   EXPECT_EQ(realigner_.realignments(), 1u);
 }
 
+TEST_F(JobRealignerTest, ANoticeBeforeTheSubmitOfAGivenUpStepFailsThatStepHereToo) {
+  ASSERT_EQ(*job_.align.start(3), 3u);  // completed: nothing in flight, nothing failed
+  key(1).completed_once = true;
+  key(1).last_iteration = 3;
+  EXPECT_TRUE(realigner_.realign(7, job_, 5, "rank 2 goes on at iteration 5"));
+  EXPECT_TRUE(failed_.empty()) << "nothing was in flight";
+  EXPECT_EQ(realigner_.realignments(), 1u);
+  EXPECT_FALSE(job_.align.start(4).ok()) << "rank 2 gave step 4 up: it fails here as soon as it is submitted";
+  EXPECT_EQ(*job_.align.start(5), 5u);
+}
+
+TEST_F(JobRealignerTest, ANoticeOfTheStepInFlightChangesNothingElse) {
+  ASSERT_EQ(*job_.align.start(4), 4u);
+  key(1).active = true;  // key 1 of step 4 in flight, key 2 not submitted yet
+  key(1).iteration = 4;
+  EXPECT_TRUE(realigner_.realign(7, job_, 5, "rank 2 goes on at iteration 5"));
+  ASSERT_EQ(failed_.size(), 1u);
+  EXPECT_FALSE(job_.align.start(4).ok()) << "key 2 of the failed step";
+  EXPECT_EQ(*job_.align.start(5), 5u) << "the next step is the peers' next";
+}
+
 TEST_F(JobRealignerTest, GivingUpInFlightMovesPastTheNewestIterationAndTellsEveryPeer) {
   EXPECT_FALSE(realigner_.giveUpInFlight(7, job_, "a trainer connected again")) << "nothing in flight";
   ASSERT_TRUE(job_.align.start(4).ok());

@@ -95,14 +95,18 @@ def test_a_killed_agent_fails_the_step_instead_of_hanging(tmp_path):
 
 
 def test_replicas_apart_after_a_step_given_up_reload_node_0s_shards_and_optimizer_state(tmp_path):
-    """Node 1's replica moved apart (shards, AdamW's moments and step count) while it sat out a
-    step that node 0 then gave up at the reduction timeout: the agents call a reload, and after
-    the next step that completes every trainer loads node 0's shard of its local rank and that
-    shard's optimizer state through sync_parameters(optimizer). From there on both nodes hold
-    the same replica, bit for bit, at every step."""
+    """Node 1's replica moved apart (shards, AdamW's moments and step count) while node 0 gave
+    step 4 up at the reduction timeout; node 1's trainers submit step 4 only after that, and it
+    fails there too, at once (a given-up step fails on every node, the notice before the submit
+    or after). The agents call a reload, and after the next step that completes every trainer
+    loads node 0's shard of its local rank and that shard's optimizer state through
+    sync_parameters(optimizer). From there on both nodes hold the same replica, bit for bit, at
+    every step."""
     with Cluster(tmp_path, 2, AGENT_ARGS + ["--transport.reduction_timeout", "2"]) as c:
         rep = reports(run_trainers(c, 2, "torch_fsdp.py", ["diverged"]))
-    assert [r["failed"] for r in rep] == [1, 1, 0, 0], rep  # node 0's step 4; node 1 sat it out
+    assert [r["failed"] for r in rep] == [1, 1, 1, 1], rep  # step 4, on both nodes
+    for r in rep[2:]:
+        assert "given up to realign with the other nodes" in r["errors"][0], r["errors"]
     assert rep[0]["loaded"] and all(r["loaded"] == rep[0]["loaded"] for r in rep), rep
     assert all(r["resyncs"] == len(r["loaded"]) for r in rep), rep
     last = rep[0]["loaded"][-1]

@@ -18,7 +18,8 @@ suite runs, each as its own job on the agents:
           gcagent across nodes against DDP over gloo.
 agent-dies trains until backward() raises (the test kills an agent).
 overflow runs fp16 overflow steps under GradScaler beside FSDP2's own HSDP (overflow()).
-diverged moves node 1's replica apart while node 0 gives a step up, then reloads (diverged()).
+diverged moves node 1's replica apart while node 0 gives a step up that node 1 submits late, then
+reloads (diverged()).
 train trains the transformer on a synthetic language (a fixed random Markov chain)
 with HSDP through the agent and reports the validation loss; train-bf16 computes and reduces in
 bfloat16 (the agent's slots hold bfloat16).
@@ -415,36 +416,39 @@ def replica_digest(model, opt):
 
 def diverged():
     """Node 1's replica made to differ (its shards and AdamW's moments and step count moved, as
-    a step completed there alone would leave them) while it sits out step 4, which node 0 gives
-    up at the reduction timeout. Every trainer calls sync_parameters(opt) after every step."""
+    a step completed there alone would leave them) while node 0 gives step 4 up at the reduction
+    timeout; node 1 submits its step 4 only then, and it must fail there too. Every trainer calls
+    sync_parameters(opt) after every step."""
     torch.manual_seed(0)
     model = shard(TinyLM(), gcagent.torch.fsdp.node_mesh(local_size=LOCAL))
     state = gcagent.torch.fsdp.hsdp(model, client=client("diverged"), codec="none")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     probs = chain()
-    failed, loaded, digests = 0, [], []
+    failed, errors, loaded, digests = 0, [], [], []
     for step in range(1, 9):
-        if step == 4 and RANK >= LOCAL:
+        late = step == 4 and RANK >= LOCAL
+        if late:
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(0.01)
                     for t in opt.state[p].values():
                         t.mul_(1.5)
-        else:
-            x, y = sample(probs, 8, 1000 * step + RANK)
-            try:
-                loss_of(model, x, y).backward()
-                opt.step()
-            except gcagent.GcagentError:
-                failed += 1
-            opt.zero_grad()
-        if step == 4:
-            dist.barrier()  # node 1 goes on once node 0's step 4 failed
+            dist.barrier()  # node 1 submits step 4 once node 0's step 4 failed
+        x, y = sample(probs, 8, 1000 * step + RANK)
+        try:
+            loss_of(model, x, y).backward()
+            opt.step()
+        except gcagent.GcagentError as e:
+            failed += 1
+            errors.append(str(e))
+        opt.zero_grad()
+        if step == 4 and not late:
+            dist.barrier()
         if state.sync_parameters(opt):
             loaded.append(step)
         digests.append(replica_digest(model, opt))
     state.close()
-    return {"failed": failed, "loaded": loaded, "digests": digests, "resyncs": state.resyncs}
+    return {"failed": failed, "errors": errors, "loaded": loaded, "digests": digests, "resyncs": state.resyncs}
 
 
 def train(codec, params, bf16=False, steps=STEPS):
