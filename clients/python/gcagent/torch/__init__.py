@@ -677,3 +677,9 @@ def broadcast_parameters(params, reducer: Reducer = None, root: int = 0):
 
 
 from gcagent.torch import fsdp  # noqa: E402,F401 - gcagent.torch.fsdp.hsdp(...) after `import gcagent.torch`
+
+
+if dist.is_available():  # a torch built without torch.distributed has no backends to join
+    from gcagent.torch import backend as _backend  # noqa: E402 - registers the "gcagent" backend
+
+    _backend.register()

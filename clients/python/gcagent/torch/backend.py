@@ -1,0 +1,330 @@
+"""gcagent as a torch.distributed backend. `import gcagent.torch` registers it:
+
+    import gcagent.torch
+    torch.distributed.init_process_group("gcagent")   # under plain torchrun
+    model = DistributedDataParallel(model)              # no comm hook: DDP's allreduce is the agent's
+
+The backend takes what it needs from the Store init_process_group hands it (_store_agent.py):
+each node's agent is found (GCAGENT_SOCKET) or started, with a per-job token. A process group
+whose ranks fill every node alike (the world) reduces through the agents; every other group,
+and every operation the agents do not do, runs on a gloo process group the backend creates
+beside it, said once per operation in the "gcagent.torch.backend" log and counted in
+`gloo_calls`.
+
+Through the agents, exactly (codec none, summed in the agent's documented order):
+- allreduce and allreduce_coalesced of float32, bfloat16 and float16 CPU tensors with SUM or
+  AVG (AVG: the sum divided once by the number of trainers; gloo has no AVG at all).
+
+On gloo, exactly as gloo does them (its errors included): MIN, MAX, PRODUCT, PREMUL_SUM and the
+bitwise ops, integer and other dtypes, broadcast, allgather, reduce-scatter, barrier,
+all-to-all, send and receive, gather and scatter, and groups that are not the world.
+
+Each agent tensor is one key per (elements, dtype, result): the n-th allreduce of that shape is
+the key's n-th iteration on every rank (the order torch.distributed requires), and it waits for
+the (n-1)-th to end here before its input is written. Submits and completions run on one thread
+per group, which sleeps in gcagent_wait_any; a Work's future completes with the result written
+back into the caller's tensors. An agent error or a timeout fails that Work's future with the
+gcagent.GcagentError."""
+
+import collections
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import _create_work_from_future
+
+from gcagent.client import GcagentError, TensorSpec, step_timeout_s
+from gcagent.torch._store_agent import NodeAgentLink, Placement
+
+NAME = "gcagent"
+log = logging.getLogger("gcagent.torch.backend")
+
+_SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_node: Optional[NodeAgentLink] = None  # this process's agent, found or started by the world group
+
+
+def _wakeup():
+    from gcagent.torch import _Wakeup
+    return _Wakeup()
+
+
+class _Pending:
+    __slots__ = ("iteration", "key", "fut", "tensors", "slot", "started")
+
+    def __init__(self, iteration, key, fut, tensors, slot):
+        self.iteration, self.key, self.fut, self.tensors, self.slot = iteration, key, fut, tensors, slot
+        self.started = time.monotonic()
+
+
+class GcagentBackend(_C10dBackend):
+    """One process group's backend on this rank (see the module's doc)."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str = ""):
+        super().__init__(rank, size)
+        self.group_name = group_name or "default"
+        self.gloo = dist.ProcessGroupGloo(dist.PrefixStore("gcagent-gloo/", store), rank, size, timeout)
+        self.gloo_calls: Dict[str, int] = collections.Counter()
+        self.agent_calls = 0
+        self.client = None
+        global _node
+        if _node is None:  # the first group is init_process_group's: the world
+            _node = NodeAgentLink(store, Placement.from_environment(rank, size), timeout)
+        if size == _node.placement.world:  # the world: every node's trainers, alike
+            p = _node.placement
+            self.client = _node.connect(f"{_node.job}-{self.group_name}", p.local_rank, p.local_size)
+            self.timeout_s = step_timeout_s(self.client, timeout.total_seconds())
+            self._keys: Dict[Tuple[int, str, str], int] = {}
+            self._specs: List[TensorSpec] = []
+            self._slots: Dict[int, torch.Tensor] = {}
+            self._iteration: Dict[int, int] = {}
+            self._last: Dict[int, torch.futures.Future] = {}
+            self._queue: collections.deque = collections.deque()
+            self._pending: List[_Pending] = []
+            self._lock = threading.Lock()
+            self._wakeup = _wakeup()
+            self._closed = False
+            self._thread = threading.Thread(target=self._complete_loop, name=f"gcagent-{self.group_name}", daemon=True)
+            self._thread.start()
+        else:
+            log.info("gcagent backend: group %s (%d of %d ranks) runs on gloo: the agents serve the world group",
+                     self.group_name, size, _node.placement.world)
+
+    def getBackendName(self) -> str:
+        return NAME
+
+    # ---- Collectives ----
+
+    def allreduce(self, tensors, opts):
+        why = self._not_for_agent(tensors, opts.reduceOp)
+        if why:
+            return self._on_gloo("allreduce", why, self.gloo.allreduce, tensors, opts)
+        return self._reduce(tensors, opts.reduceOp.op)
+
+    def allreduce_coalesced(self, tensors, opts):
+        why = self._not_for_agent(tensors, opts.reduceOp)
+        if why:
+            return self._on_gloo("allreduce_coalesced", why, self.gloo.allreduce_coalesced, tensors, opts)
+        return self._reduce(tensors, opts.reduceOp.op)
+
+    def _not_for_agent(self, tensors, op) -> Optional[str]:
+        """Why an allreduce goes to gloo; None: through the agents."""
+        op = op.op  # the RedOpType (a ReduceOp compares equal to one only from its own side)
+        if self.client is None:
+            return f"group {self.group_name} is not the world"
+        if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            return f"the agents sum or average, {_op_name(op)} is exact on gloo"
+        for t in tensors:
+            if t.device.type != "cpu":
+                return f"{t.device.type} tensors go through gloo for now"
+            if t.dtype not in _SLOT_DTYPES:
+                return f"the agents reduce float32, bfloat16 and float16, not {t.dtype}"
+        return None
+
+    def _on_gloo(self, what, why, call, *args):
+        if what not in self.gloo_calls:
+            log.info("gcagent backend: %s runs on the gloo sub-backend (%s)", what, why)
+        self.gloo_calls[what] += 1
+        return call(*args)
+
+    def broadcast(self, tensors, opts):
+        return self._on_gloo("broadcast", "the agents have no broadcast yet", self.gloo.broadcast, tensors, opts)
+
+    def allgather(self, outputs, inputs, opts):
+        return self._on_gloo("allgather", "the agents have no allgather yet", self.gloo.allgather, outputs, inputs,
+                             opts)
+
+    def _allgather_base(self, output, input, opts):
+        return self._on_gloo("allgather_into_tensor", "the agents have no allgather yet", self.gloo._allgather_base,
+                             output, input, opts)
+
+    def allgather_coalesced(self, outputs, inputs, opts):
+        return self._on_gloo("allgather_coalesced", "the agents have no allgather yet", self.gloo.allgather_coalesced,
+                             outputs, inputs, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+        return self._on_gloo("allgather_into_tensor_coalesced", "the agents have no allgather yet",
+                             self.gloo.allgather_into_tensor_coalesced, outputs, inputs, opts)
+
+    def reduce_scatter(self, outputs, inputs, opts):
+        return self._on_gloo("reduce_scatter", "not through the agents yet", self.gloo.reduce_scatter, outputs,
+                             inputs, opts)
+
+    def _reduce_scatter_base(self, output, input, opts):
+        return self._on_gloo("reduce_scatter_tensor", "not through the agents yet", self.gloo._reduce_scatter_base,
+                             output, input, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        return self._on_gloo("reduce_scatter_tensor_coalesced", "not through the agents yet",
+                             self.gloo.reduce_scatter_tensor_coalesced, outputs, inputs, opts)
+
+    def reduce(self, tensors, opts):
+        return self._on_gloo("reduce", "the agents reduce to every rank", self.gloo.reduce, tensors, opts)
+
+    def gather(self, outputs, inputs, opts):
+        return self._on_gloo("gather", "not an agent operation", self.gloo.gather, outputs, inputs, opts)
+
+    def scatter(self, outputs, inputs, opts):
+        return self._on_gloo("scatter", "not an agent operation", self.gloo.scatter, outputs, inputs, opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._on_gloo("alltoall_base", "not an agent operation", self.gloo.alltoall_base, output, input,
+                             output_split_sizes, input_split_sizes, opts)
+
+    def alltoall(self, outputs, inputs, opts):
+        return self._on_gloo("alltoall", "not an agent operation", self.gloo.alltoall, outputs, inputs, opts)
+
+    def send(self, tensors, dst, tag):
+        return self._on_gloo("send", "not an agent operation", self.gloo.send, tensors, dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._on_gloo("recv", "not an agent operation", self.gloo.recv, tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        return self._on_gloo("recv_anysource", "not an agent operation", self.gloo.recv_anysource, tensors, tag)
+
+    def barrier(self, opts):
+        return self._on_gloo("barrier", "the agents have no barrier yet", self.gloo.barrier, opts)
+
+    # ---- Through the agent ----
+
+    def _reduce(self, tensors, op) -> "torch.distributed.Work":
+        result = "average" if op == dist.ReduceOp.AVG else "sum"
+        futures = []
+        for t in tensors:
+            futures.append(self._reduce_one(t, result))
+        self.agent_calls += 1
+        if len(futures) == 1:
+            fut = futures[0]
+        else:
+            fut = torch.futures.collect_all(futures).then(lambda _: list(tensors))
+        return _create_work_from_future(fut)
+
+    def _reduce_one(self, tensor, result) -> torch.futures.Future:
+        key = self._key(tensor.numel(), tensor.dtype, result)
+        previous = self._last.get(key)
+        if previous is not None and not previous.done():
+            try:
+                previous.wait()  # its caller hears of its failure
+            except Exception:  # noqa: BLE001
+                pass
+        slot = self._slots[key]
+        slot.copy_(tensor.reshape(-1))
+        iteration = self._iteration.get(key, 0) + 1
+        self._iteration[key] = iteration
+        fut = torch.futures.Future()
+        self._last[key] = fut
+        self._queue.append(_Pending(iteration, key, fut, [tensor], slot))
+        self._wakeup.set()
+        return fut
+
+    def _key(self, elements: int, dtype, result: str) -> int:
+        shape = (elements, _SLOT_DTYPES[dtype], result)
+        key = self._keys.get(shape)
+        if key is not None:
+            return key
+        # A new key: the node's trainers declare every key again (the same calls in the same
+        # order on every rank), once nothing is in flight.
+        for fut in list(self._last.values()):
+            if not fut.done():
+                try:
+                    fut.wait()
+                except Exception:  # noqa: BLE001
+                    pass
+        key = len(self._keys) + 1
+        params = {"reduce.result": "sum"} if result == "sum" else {}
+        self._specs.append(TensorSpec(key, elements, 0, "none", params, shape[1]))
+        with self._lock:
+            self.client.declare(self._specs)
+            from gcagent.torch import _slot_tensor
+            self._slots = {s.key: _slot_tensor(self.client.slot(s.key), dtype_of(s.dtype)) for s in self._specs}
+        self._keys[shape] = key
+        return key
+
+    # Runs in the group's completion thread: every submit and wait of the agent tensors.
+    def _complete_loop(self):
+        while not self._closed:
+            self._wakeup.clear()
+            while self._queue:
+                self._submit(self._queue[0])
+                self._queue.popleft()
+            if not self._pending:
+                self._wakeup.wait()
+                continue
+            due = min(p.started for p in self._pending) + self.timeout_s
+            timeout_ms = max(0, int((due - time.monotonic()) * 1000) + 1)
+            try:
+                with self._lock:
+                    index, error = self.client.wait_any([(p.iteration, p.key) for p in self._pending], timeout_ms,
+                                                        self._wakeup.fd)
+            except Exception as e:  # noqa: BLE001 - the connection failed: everything in flight fails
+                failed, self._pending = self._pending, []
+                for p in failed:
+                    p.fut.set_exception(e)
+                continue
+            if index is None:
+                self._expire()
+            else:
+                self._finish(self._pending.pop(index), error)
+
+    def _submit(self, p: _Pending):
+        try:
+            with self._lock:
+                self.client.submit(p.iteration, [p.key])
+            self._pending.append(p)
+        except Exception as e:  # noqa: BLE001 - every failure must reach the future
+            p.fut.set_exception(e)
+
+    def _finish(self, p: _Pending, error):
+        if error is not None:
+            p.fut.set_exception(error)
+            return
+        for t in p.tensors:
+            t.copy_(p.slot.view(t.shape))
+        p.fut.set_result(p.tensors)
+
+    def _expire(self):
+        now, still = time.monotonic(), []
+        for p in self._pending:
+            if now - p.started > self.timeout_s:
+                p.fut.set_exception(GcagentError(3, f"gcagent backend: allreduce of {p.slot.numel()} elements "
+                                                    f"(key {p.key}, iteration {p.iteration}) not done within "
+                                                    f"{self.timeout_s:g} s"))
+            else:
+                still.append(p)
+        self._pending = still
+
+    def shutdown(self):
+        if self.client is not None and not self._closed:
+            self._closed = True
+            self._wakeup.set()
+            self._thread.join(5)
+            self.client.close()
+
+
+def _op_name(op) -> str:
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        if op == getattr(dist.ReduceOp, name):
+            return name
+    return str(op)
+
+
+def dtype_of(name: str):
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _create(dist_options, backend_options):
+    """init_process_group's and new_group's creator (the extended API: the group's name)."""
+    return GcagentBackend(dist_options.store, dist_options.group_rank, dist_options.group_size, dist_options.timeout,
+                          str(dist_options.group_id or ""))
+
+
+def register():
+    """Registers the backend under the name "gcagent" (idempotent)."""
+    if NAME.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])

@@ -1,0 +1,102 @@
+"""gcagent as a torch.distributed backend (gcagent/torch/backend.py), on the user's path: plain
+torchrun, one per node (two nodes on this host, two trainers each), `import gcagent.torch` and
+init_process_group("gcagent"); each node's agent is started by the backend through torchrun's
+store. Expected values are PyTorch's (its collective tests' inputs and results) or gloo's, run
+in the same test."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shim_cluster import BUILD, TRAINERS, free_ports, shim_env
+
+NODES, LOCAL = 2, 2
+SCRIPT = str(TRAINERS / "torch_backend.py")
+
+
+def torchrun(tmp_path, args, rdzv="c10d", env=None, timeout=300):
+    """Runs the trainers under one torchrun per node; returns (the reports by rank, each node's output)."""
+    reports = tmp_path / "reports"
+    reports.mkdir(exist_ok=True)
+    port = free_ports(1)[0]
+    e = shim_env({"REPORT_DIR": str(reports), "GCAGENT_BINARY": str(BUILD / "agent" / "gcagent"),
+                  "TMPDIR": str(tmp_path), **(env or {})})
+    common = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--nproc-per-node", str(LOCAL)]
+    procs = []
+    for node in range(NODES):
+        if rdzv == "c10d":
+            launch = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "backend-test"]
+        else:
+            launch = ["--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        procs.append(subprocess.Popen(common + launch + [SCRIPT, *args], env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-6000:]
+    found = sorted(reports.glob("rank*.json"), key=lambda f: int(f.stem[4:]))
+    assert len(found) == NODES * LOCAL, outs
+    return [json.loads(f.read_text()) for f in found], outs
+
+
+def test_collectives_give_pytorchs_expected_values_through_the_agents_or_gloo(tmp_path):
+    """distributed_test's all_reduce cases (SUM through the agents; MIN, MAX, PRODUCT on gloo)
+    and test_c10d_gloo's simple sum, AVG, bfloat16 and float16 sums, all_reduce_coalesced,
+    int64 (gloo), broadcast, all_gather and barrier (gloo), and a group that is not the world
+    (gloo), under a static torchrun rendezvous."""
+    reps, outs = torchrun(tmp_path, ["collectives"], rdzv="static")
+    for rank, r in enumerate(reps):
+        checks = {k: v for k, v in r.items() if isinstance(v, bool)}
+        assert all(checks.values()), (rank, checks)
+        assert r["backend"] == "gcagent"
+        assert r["agent_calls"] == 4 + 1 + 1 + 2 + 1, r  # sum from each source, simple sum, avg, bf16, fp16, coalesced
+        assert r["gloo_calls"] == {"allreduce": 3 * 4 + 1 + 1, "broadcast": 1, "allgather": 1, "barrier": 2}, r
+        assert "can't be cast" in r["avg_int"], r  # gloo's own error
+        assert ("subgroup" in r) == (rank % 2 == 0)
+    log = "".join(outs)
+    assert "gcagent backend: node 0 started its agent" in log and "gcagent backend: node 1 started its agent" in log
+    assert "gcagent backend: broadcast runs on the gloo sub-backend (the agents have no broadcast yet)" in log
+    assert "gcagent backend: group 1 (2 of 4 ranks) runs on gloo" in log
+
+
+def test_ddp_without_a_hook_ends_where_ddp_over_gloo_does(tmp_path):
+    """DDP, no comm hook, several buckets, 30 SGD steps under torchrun --rdzv-backend c10d: on the
+    gcagent backend (every bucket through the agents, uncompressed) the parameters equal those
+    of the same run on gloo within fp32 summation order, and every rank holds the same model."""
+    (tmp_path / "gcagent").mkdir()
+    (tmp_path / "gloo").mkdir()
+    ours, _ = torchrun(tmp_path / "gcagent", ["ddp", "gcagent", "30"])
+    gloo, _ = torchrun(tmp_path / "gloo", ["ddp", "gloo", "30"])
+    assert all(r["params"] == ours[0]["params"] for r in ours), "one model on every rank"
+    assert ours[0]["agent_calls"] >= 30 and "allreduce" not in ours[0]["gloo_calls"], ours[0]
+    worst = max(abs(a - b) for pa, pb in zip(ours[0]["params"], gloo[0]["params"]) for a, b in zip(pa, pb))
+    assert worst < 1e-6, worst
+    assert ours[0]["params"] != [[0.0]], "trained"
+    for a, b in zip(ours[0]["losses"], gloo[0]["losses"]):
+        assert abs(a - b) < 1e-5, (ours[0]["losses"], gloo[0]["losses"])
+
+
+def test_a_node_without_its_agent_fails_init_process_group_naming_the_socket(tmp_path):
+    """GCAGENT_SOCKET names an agent that is not there: init_process_group raises on every rank,
+    naming the socket, instead of waiting."""
+    missing = tmp_path / "no-agent.sock"
+    procs = []
+    port = free_ports(1)[0]
+    for node in range(NODES):
+        e = shim_env({"GCAGENT_SOCKET": str(missing), "REPORT_DIR": str(tmp_path), "TMPDIR": str(tmp_path)})
+        procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES),
+                                       "--nproc-per-node", "1", "--node-rank", str(node), "--master-addr",
+                                       "127.0.0.1", "--master-port", str(port), SCRIPT, "collectives"],
+                                      env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out = p.communicate(timeout=120)[0]
+        assert p.returncode != 0, out[-3000:]
+        assert f"gcagent: connect to {missing}" in out, out[-3000:]

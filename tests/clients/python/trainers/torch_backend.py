@@ -1,0 +1,126 @@
+"""Trainers on the gcagent torch.distributed backend, started by plain torchrun (the test
+starts one torchrun per node):
+
+    torch_backend.py collectives          the collectives' results against values PyTorch's
+                                          own tests expect (test_c10d_gloo, distributed_test)
+    torch_backend.py ddp BACKEND STEPS    a model trained with DDP and no comm hook on BACKEND
+                                          (gcagent or gloo); reports every parameter
+
+Each rank writes its report to $REPORT_DIR/rank<RANK>.json."""
+
+import json
+import logging
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import gcagent.torch  # noqa: F401 - registers the backend
+from gcagent.torch import backend as gcagent_backend
+
+
+def collectives():
+    dist.init_process_group("gcagent")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {}
+    # distributed_test's _test_all_reduce_helper: the source rank holds 2, every other 10.
+    for op, name, master, worker, expect in [(dist.ReduceOp.SUM, "sum", 2, 10, 2 + 10 * (world - 1)),
+                                             (dist.ReduceOp.MIN, "min", 1010, 2, 2),
+                                             (dist.ReduceOp.MAX, "max", -1, 10, 10),
+                                             (dist.ReduceOp.PRODUCT, "product", 2, 2, 2 ** world)]:
+        ok = True
+        for src in range(world):
+            t = torch.full((src + 1,) * 3, float(master if rank == src else worker))
+            work = dist.all_reduce(t, op, async_op=src % 2 == 1)
+            if work is not None:
+                work.wait()
+            ok &= bool(torch.equal(t, torch.full_like(t, float(expect))))
+        out[name] = ok
+    # test_c10d_gloo's simple_reduce_tests: each rank holds rank + 1.
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    out["simple_sum"] = t.item() == world * (world + 1) / 2
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t, dist.ReduceOp.AVG)
+    out["avg"] = t.item() == (world + 1) / 2
+    for dtype in (torch.bfloat16, torch.float16):
+        t = torch.full((1000,), float(rank + 1), dtype=dtype)
+        dist.all_reduce(t)
+        out[f"sum_{dtype}"] = bool(torch.equal(t, torch.full_like(t, world * (world + 1) / 2)))
+    # distributed_test's _test_all_reduce_coalesced_helper (SUM): per-tensor sums.
+    tensors = [torch.full((5,), float(rank + 1)), torch.full((7,), float(2 * rank))]
+    dist.all_reduce_coalesced(tensors)
+    out["coalesced"] = (bool(torch.equal(tensors[0], torch.full((5,), world * (world + 1) / 2))) and
+                        bool(torch.equal(tensors[1], torch.full((7,), float(world * (world - 1))))))
+    t = torch.arange(6, dtype=torch.int64) * (rank + 1)
+    dist.all_reduce(t)
+    out["int64"] = bool(torch.equal(t, torch.arange(6) * (world * (world + 1) // 2)))
+    b = torch.tensor([float(rank)] * 3)
+    dist.broadcast(b, src=world - 1)
+    out["broadcast"] = b.tolist() == [float(world - 1)] * 3
+    gathered = [torch.zeros(2) for _ in range(world)]
+    dist.all_gather(gathered, torch.tensor([rank, rank * 10.0]))
+    out["allgather"] = [g.tolist() for g in gathered] == [[r, r * 10.0] for r in range(world)]
+    dist.barrier()
+    try:  # on gloo, as gloo does it
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), dist.ReduceOp.AVG)
+        out["avg_int"] = "no error"
+    except Exception as e:  # noqa: BLE001
+        out["avg_int"] = str(e)
+    dist.barrier()
+    # A group that is not the world runs on gloo, and says so.
+    sub = dist.new_group([r for r in range(world) if r % 2 == 0])
+    if rank % 2 == 0:
+        t = torch.ones(4)
+        dist.all_reduce(t, group=sub)
+        out["subgroup"] = t.tolist() == [float((world + 1) // 2)] * 4
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    out["agent_calls"] = backend.agent_calls
+    out["gloo_calls"] = dict(backend.gloo_calls)
+    out["backend"] = dist.get_backend()
+    dist.destroy_process_group()
+    return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def ddp(backend, steps):
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.01)  # several buckets
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(16, 32, generator=g)
+        y = torch.randint(0, 10, (16,), generator=g)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    out = {"losses": losses, "params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
+           "backend": dist.get_backend()}
+    if backend == "gcagent":
+        b = dist.group.WORLD._get_backend(torch.device("cpu"))
+        out["agent_calls"], out["gloo_calls"] = b.agent_calls, dict(b.gloo_calls)
+    dist.destroy_process_group()
+    return out
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)  # the backend says which operations run on gloo
+    mode = sys.argv[1]
+    report = collectives() if mode == "collectives" else ddp(sys.argv[2], int(sys.argv[3]))
+    with open(os.path.join(os.environ["REPORT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
+        json.dump(report, f)
