@@ -84,6 +84,26 @@ def test_ddp_without_a_hook_ends_where_ddp_over_gloo_does(tmp_path):
         assert abs(a - b) < 1e-5, (ours[0]["losses"], gloo[0]["losses"])
 
 
+def test_the_comm_hook_on_the_backend_finds_the_agent_and_compresses_the_buckets(tmp_path):
+    """DDP on the gcagent backend with gcagent's comm hook (2bit): the hook's State connects to
+    the agent the backend started, with no GCAGENT_ variable set by the user; its learning
+    iterations' allreduces go through the backend to the agents (none to gloo); every rank ends
+    with the same model, which differs from the uncompressed run's, and it learns."""
+    (tmp_path / "2bit").mkdir()
+    (tmp_path / "none").mkdir()
+    # The agents the backend starts read their settings from the environment, as any agent.
+    hooked, _ = torchrun(tmp_path / "2bit", ["hook", "2bit", "threshold=0.02", "40"],
+                         env={"GCAGENT_COMPRESS_MIN_ELEMENTS": "0"})
+    exact, _ = torchrun(tmp_path / "none", ["ddp", "gcagent", "40"])
+    assert all(r["params"] == hooked[0]["params"] for r in hooked), "one model on every rank"
+    assert hooked[0]["params"] != exact[0]["params"], "the buckets were compressed"
+    for r in hooked:
+        assert r["hook_job"].startswith("torch-"), r["hook_job"]
+        assert "allreduce" not in r["gloo_calls"] and 0 < r["agent_calls"] < 10, r  # the hook's learning steps
+        first, last = sum(r["losses"][:5]) / 5, sum(r["losses"][-5:]) / 5
+        assert last < 0.95 * first, r["losses"]
+
+
 def test_a_node_without_its_agent_fails_init_process_group_naming_the_socket(tmp_path):
     """GCAGENT_SOCKET names an agent that is not there: init_process_group raises on every rank,
     naming the socket, instead of waiting."""

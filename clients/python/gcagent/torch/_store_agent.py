@@ -78,21 +78,25 @@ class NodeAgentLink:
             store.set("gcagent/token", secrets.token_hex(32))
         self.run = store.get("gcagent/run").decode()
         sidecar = os.environ.get("GCAGENT_SOCKET")
+        self.job = os.environ.get("GCAGENT_JOB") or f"torch-{self.run}"
         if sidecar:
             self.socket = sidecar
-            self.job = os.environ.get("GCAGENT_JOB") or f"torch-{self.run}"
-            return
-        self.job = f"torch-{self.run}"
-        self.run_dir = Path(tempfile.gettempdir()) / f"gcagent-{self.run}"
-        self.socket = str(self.run_dir / f"node{p.node}.sock")
-        if p.local_rank == 0:
-            self._start_agent(timeout)
         else:
-            store.wait([f"gcagent/ready/{p.node}"], timeout)
-            why = store.get(f"gcagent/ready/{p.node}").decode()
-            if why != "ok":
-                raise GcagentError(ERR_IO, f"gcagent backend: node {p.node}'s agent did not start: {why}")
-        atexit.register(self.finish)
+            self.run_dir = Path(tempfile.gettempdir()) / f"gcagent-{self.run}"
+            self.socket = str(self.run_dir / f"node{p.node}.sock")
+            if p.local_rank == 0:
+                self._start_agent(timeout)
+            else:
+                store.wait([f"gcagent/ready/{p.node}"], timeout)
+                why = store.get(f"gcagent/ready/{p.node}").decode()
+                if why != "ok":
+                    raise GcagentError(ERR_IO, f"gcagent backend: node {p.node}'s agent did not start: {why}")
+            atexit.register(self.finish)
+        # The shims' own connections in this process (the comm hook's State, hsdp, DiLoCo, a
+        # Reducer) reach the same agent, as a job beside the groups' (torch-RUN-GROUP).
+        for name, value in (("GCAGENT_SOCKET", self.socket), ("GCAGENT_JOB", self.job),
+                            ("GCAGENT_LOCAL_RANK", str(p.local_rank)), ("GCAGENT_LOCAL_SIZE", str(p.local_size))):
+            os.environ.setdefault(name, value)
 
     def _start_agent(self, timeout: timedelta):
         from gcagent.run import address_towards, free_port

@@ -6,6 +6,10 @@ starts one torchrun per node):
     torch_backend.py ddp BACKEND STEPS    a model trained with DDP and no comm hook on BACKEND
                                           (gcagent or gloo); reports every parameter
 
+    torch_backend.py hook CODEC PARAMS STEPS   DDP on the gcagent backend with gcagent's comm
+                                          hook (compressed buckets), the shim finding the
+                                          backend's agent by itself
+
 Each rank writes its report to $REPORT_DIR/rank<RANK>.json."""
 
 import json
@@ -93,17 +97,22 @@ class Net(nn.Module):
         return self.layers(x)
 
 
-def ddp(backend, steps):
+def ddp(backend, steps, codec=None, params=""):
     dist.init_process_group(backend)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.01)  # several buckets
+    state = None
+    if codec is not None:
+        state = gcagent.torch.State(codec=codec, params=dict(kv.split("=") for kv in params.split(",") if kv))
+        model.register_comm_hook(state, gcagent.torch.hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
+    teacher = torch.randn(32, 10, generator=torch.Generator().manual_seed(7))  # labels a model can learn
     for step in range(steps):
         g = torch.Generator().manual_seed(1000 * step + rank)
         x = torch.randn(16, 32, generator=g)
-        y = torch.randint(0, 10, (16,), generator=g)
+        y = (x @ teacher).argmax(dim=1)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -114,6 +123,8 @@ def ddp(backend, steps):
     if backend == "gcagent":
         b = dist.group.WORLD._get_backend(torch.device("cpu"))
         out["agent_calls"], out["gloo_calls"] = b.agent_calls, dict(b.gloo_calls)
+    if state is not None:
+        out["hook_job"] = state.client.job
     dist.destroy_process_group()
     return out
 
@@ -121,6 +132,11 @@ def ddp(backend, steps):
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)  # the backend says which operations run on gloo
     mode = sys.argv[1]
-    report = collectives() if mode == "collectives" else ddp(sys.argv[2], int(sys.argv[3]))
+    if mode == "collectives":
+        report = collectives()
+    elif mode == "ddp":
+        report = ddp(sys.argv[2], int(sys.argv[3]))
+    else:
+        report = ddp("gcagent", int(sys.argv[4]), sys.argv[2], sys.argv[3])
     with open(os.path.join(os.environ["REPORT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
         json.dump(report, f)
