@@ -50,8 +50,8 @@ def torchrun(tmp_path, args, rdzv="c10d", env=None, timeout=300):
 def test_collectives_give_pytorchs_expected_values_through_the_agents_or_gloo(tmp_path):
     """distributed_test's all_reduce cases (SUM through the agents; MIN, MAX, PRODUCT on gloo)
     and test_c10d_gloo's simple sum, AVG, bfloat16 and float16 sums, all_reduce_coalesced,
-    int64 (gloo), broadcast, all_gather and barrier (gloo), and a group that is not the world
-    (gloo), under a static torchrun rendezvous."""
+    int64 (gloo), broadcast, all_gather and barrier (gloo), a group with one rank per node
+    (the agents) and one of node 0's ranks (gloo), under a static torchrun rendezvous."""
     reps, outs = torchrun(tmp_path, ["collectives"], rdzv="static")
     for rank, r in enumerate(reps):
         checks = {k: v for k, v in r.items() if isinstance(v, bool)}
@@ -60,11 +60,16 @@ def test_collectives_give_pytorchs_expected_values_through_the_agents_or_gloo(tm
         assert r["agent_calls"] == 4 + 1 + 1 + 2 + 1, r  # sum from each source, simple sum, avg, bf16, fp16, coalesced
         assert r["gloo_calls"] == {"allreduce": 3 * 4 + 1 + 1, "broadcast": 1, "allgather": 1, "barrier": 2}, r
         assert "can't be cast" in r["avg_int"], r  # gloo's own error
-        assert ("subgroup" in r) == (rank % 2 == 0)
+        assert ("spread" in r) == (rank % 2 == 0) and ("node" in r) == (rank < 2)
+        if "spread" in r:
+            assert r["spread_calls"] == [1, {}], r  # one rank per node: through the agents
+        if "node" in r:
+            assert r["node_calls"] == [0, {"allreduce": 1}], r  # node 0's ranks: gloo
     log = "".join(outs)
     assert "gcagent backend: node 0 started its agent" in log and "gcagent backend: node 1 started its agent" in log
     assert "gcagent backend: broadcast runs on the gloo sub-backend (the agents have no broadcast yet)" in log
-    assert "gcagent backend: group 1 (2 of 4 ranks) runs on gloo" in log
+    assert "gcagent backend: group 2 (ranks [0, 1]) runs on gloo: the agents serve groups with the same number of " \
+           "ranks on every node" in log
 
 
 def test_ddp_without_a_hook_ends_where_ddp_over_gloo_does(tmp_path):
@@ -82,6 +87,23 @@ def test_ddp_without_a_hook_ends_where_ddp_over_gloo_does(tmp_path):
     assert ours[0]["params"] != [[0.0]], "trained"
     for a, b in zip(ours[0]["losses"], gloo[0]["losses"]):
         assert abs(a - b) < 1e-5, (ours[0]["losses"], gloo[0]["losses"])
+
+
+def test_fsdp2s_own_hsdp_on_a_device_mesh_of_the_backend_equals_it_on_gloo(tmp_path):
+    """fully_shard on a 2-D DeviceMesh (replicate across the 2 nodes, shard over each node's 2
+    trainers) made with init_process_group("gcagent"), FSDP2 unchanged: its replicate groups
+    (one rank per node) allreduce through the agents, its shard groups' all-gathers and
+    reduce-scatters run on gloo; after 10 AdamW steps every parameter equals, bit for bit, the
+    same run on gloo (a sum of two floats has one order)."""
+    (tmp_path / "gcagent").mkdir()
+    (tmp_path / "gloo").mkdir()
+    ours, _ = torchrun(tmp_path / "gcagent", ["hsdp", "gcagent", "10"])
+    gloo, _ = torchrun(tmp_path / "gloo", ["hsdp", "gloo", "10"])
+    for a, b in zip(ours, gloo):
+        assert a["params"] == b["params"] and a["losses"] == b["losses"]
+        replicate, shard = a["groups"]["replicate"], a["groups"]["shard"]
+        assert replicate == [30, {}], a["groups"]  # 3 modules x 10 steps, through the agents
+        assert shard[0] == 0 and shard[1]["reduce_scatter_single"] == 30, a["groups"]
 
 
 def test_the_comm_hook_on_the_backend_finds_the_agent_and_compresses_the_buckets(tmp_path):

@@ -6,8 +6,9 @@
 
 The backend takes what it needs from the Store init_process_group hands it (_store_agent.py):
 each node's agent is found (GCAGENT_SOCKET) or started, with a per-job token. A process group
-whose ranks fill every node alike (the world) reduces through the agents; every other group,
-and every operation the agents do not do, runs on a gloo process group the backend creates
+with the same number of ranks on every node (the world; HSDP's replicate groups, one rank per
+node) reduces through the agents, as a job of its own; every other group (one node's ranks, a
+shard group), and every operation the agents do not do, runs on a gloo process group the backend creates
 beside it, said once per operation in the "gcagent.torch.backend" log and counted in
 `gloo_calls`.
 
@@ -17,7 +18,7 @@ Through the agents, exactly (codec none, summed in the agent's documented order)
 
 On gloo, exactly as gloo does them (its errors included): MIN, MAX, PRODUCT, PREMUL_SUM and the
 bitwise ops, integer and other dtypes, broadcast, allgather, reduce-scatter, barrier,
-all-to-all, send and receive, gather and scatter, and groups that are not the world.
+all-to-all, send and receive, gather and scatter, and groups not spread alike over every node.
 
 Each agent tensor is one key per (elements, dtype, result): the n-th allreduce of that shape is
 the key's n-th iteration on every rank (the order torch.distributed requires), and it waits for
@@ -64,7 +65,8 @@ class _Pending:
 class GcagentBackend(_C10dBackend):
     """One process group's backend on this rank (see the module's doc)."""
 
-    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str = ""):
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str = "",
+                 global_ranks: Optional[List[int]] = None):
         super().__init__(rank, size)
         self.group_name = group_name or "default"
         self.gloo = dist.ProcessGroupGloo(dist.PrefixStore("gcagent-gloo/", store), rank, size, timeout)
@@ -74,25 +76,28 @@ class GcagentBackend(_C10dBackend):
         global _node
         if _node is None:  # the first group is init_process_group's: the world
             _node = NodeAgentLink(store, Placement.from_environment(rank, size), timeout)
-        if size == _node.placement.world:  # the world: every node's trainers, alike
-            p = _node.placement
-            self.client = _node.connect(f"{_node.job}-{self.group_name}", p.local_rank, p.local_size)
-            self.timeout_s = step_timeout_s(self.client, timeout.total_seconds())
-            self._keys: Dict[Tuple[int, str, str], int] = {}
-            self._specs: List[TensorSpec] = []
-            self._slots: Dict[int, torch.Tensor] = {}
-            self._iteration: Dict[int, int] = {}
-            self._last: Dict[int, torch.futures.Future] = {}
-            self._queue: collections.deque = collections.deque()
-            self._pending: List[_Pending] = []
-            self._lock = threading.Lock()
-            self._wakeup = _wakeup()
-            self._closed = False
-            self._thread = threading.Thread(target=self._complete_loop, name=f"gcagent-{self.group_name}", daemon=True)
-            self._thread.start()
-        else:
-            log.info("gcagent backend: group %s (%d of %d ranks) runs on gloo: the agents serve the world group",
-                     self.group_name, size, _node.placement.world)
+        p = _node.placement
+        members = list(global_ranks) if global_ranks else list(range(p.world))
+        local = _spread(members, p)
+        if local is None:
+            log.info("gcagent backend: group %s (ranks %s) runs on gloo: the agents serve groups with the same "
+                     "number of ranks on every node", self.group_name, members)
+            return
+        # This group is a job of its own on the agents, its trainers numbered node by node.
+        self.client = _node.connect(f"{_node.job}-{self.group_name}", local[0], local[1])
+        self.timeout_s = step_timeout_s(self.client, timeout.total_seconds())
+        self._keys: Dict[Tuple[int, str, str], int] = {}
+        self._specs: List[TensorSpec] = []
+        self._slots: Dict[int, torch.Tensor] = {}
+        self._iteration: Dict[int, int] = {}
+        self._last: Dict[int, torch.futures.Future] = {}
+        self._queue: collections.deque = collections.deque()
+        self._pending: List[_Pending] = []
+        self._lock = threading.Lock()
+        self._wakeup = _wakeup()
+        self._closed = False
+        self._thread = threading.Thread(target=self._complete_loop, name=f"gcagent-{self.group_name}", daemon=True)
+        self._thread.start()
 
     def getBackendName(self) -> str:
         return NAME
@@ -115,7 +120,7 @@ class GcagentBackend(_C10dBackend):
         """Why an allreduce goes to gloo; None: through the agents."""
         op = op.op  # the RedOpType (a ReduceOp compares equal to one only from its own side)
         if self.client is None:
-            return f"group {self.group_name} is not the world"
+            return f"group {self.group_name} is not spread alike over every node"
         if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
             return f"the agents sum or average, {_op_name(op)} is exact on gloo"
         for t in tensors:
@@ -130,65 +135,6 @@ class GcagentBackend(_C10dBackend):
             log.info("gcagent backend: %s runs on the gloo sub-backend (%s)", what, why)
         self.gloo_calls[what] += 1
         return call(*args)
-
-    def broadcast(self, tensors, opts):
-        return self._on_gloo("broadcast", "the agents have no broadcast yet", self.gloo.broadcast, tensors, opts)
-
-    def allgather(self, outputs, inputs, opts):
-        return self._on_gloo("allgather", "the agents have no allgather yet", self.gloo.allgather, outputs, inputs,
-                             opts)
-
-    def _allgather_base(self, output, input, opts):
-        return self._on_gloo("allgather_into_tensor", "the agents have no allgather yet", self.gloo._allgather_base,
-                             output, input, opts)
-
-    def allgather_coalesced(self, outputs, inputs, opts):
-        return self._on_gloo("allgather_coalesced", "the agents have no allgather yet", self.gloo.allgather_coalesced,
-                             outputs, inputs, opts)
-
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
-        return self._on_gloo("allgather_into_tensor_coalesced", "the agents have no allgather yet",
-                             self.gloo.allgather_into_tensor_coalesced, outputs, inputs, opts)
-
-    def reduce_scatter(self, outputs, inputs, opts):
-        return self._on_gloo("reduce_scatter", "not through the agents yet", self.gloo.reduce_scatter, outputs,
-                             inputs, opts)
-
-    def _reduce_scatter_base(self, output, input, opts):
-        return self._on_gloo("reduce_scatter_tensor", "not through the agents yet", self.gloo._reduce_scatter_base,
-                             output, input, opts)
-
-    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
-        return self._on_gloo("reduce_scatter_tensor_coalesced", "not through the agents yet",
-                             self.gloo.reduce_scatter_tensor_coalesced, outputs, inputs, opts)
-
-    def reduce(self, tensors, opts):
-        return self._on_gloo("reduce", "the agents reduce to every rank", self.gloo.reduce, tensors, opts)
-
-    def gather(self, outputs, inputs, opts):
-        return self._on_gloo("gather", "not an agent operation", self.gloo.gather, outputs, inputs, opts)
-
-    def scatter(self, outputs, inputs, opts):
-        return self._on_gloo("scatter", "not an agent operation", self.gloo.scatter, outputs, inputs, opts)
-
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
-        return self._on_gloo("alltoall_base", "not an agent operation", self.gloo.alltoall_base, output, input,
-                             output_split_sizes, input_split_sizes, opts)
-
-    def alltoall(self, outputs, inputs, opts):
-        return self._on_gloo("alltoall", "not an agent operation", self.gloo.alltoall, outputs, inputs, opts)
-
-    def send(self, tensors, dst, tag):
-        return self._on_gloo("send", "not an agent operation", self.gloo.send, tensors, dst, tag)
-
-    def recv(self, tensors, src, tag):
-        return self._on_gloo("recv", "not an agent operation", self.gloo.recv, tensors, src, tag)
-
-    def recv_anysource(self, tensors, tag):
-        return self._on_gloo("recv_anysource", "not an agent operation", self.gloo.recv_anysource, tensors, tag)
-
-    def barrier(self, opts):
-        return self._on_gloo("barrier", "the agents have no barrier yet", self.gloo.barrier, opts)
 
     # ---- Through the agent ----
 
@@ -306,6 +252,45 @@ class GcagentBackend(_C10dBackend):
             self.client.close()
 
 
+# Every other operation of c10d's Backend, passed to the gloo sub-backend as it is, with why.
+_ON_GLOO = {
+    "the agents have no broadcast yet": ("broadcast",),
+    "the agents have no allgather yet": ("allgather", "_allgather_base", "all_gather_single", "allgather_coalesced",
+                                         "all_gather_single_coalesced", "allgather_into_tensor_coalesced"),
+    "reduce-scatters go through the agents only under gcagent.torch.fsdp yet": (
+        "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single", "reduce_scatter_single_coalesced",
+        "reduce_scatter_tensor_coalesced"),
+    "the agents have no barrier yet": ("barrier", "monitored_barrier"),
+    "not an agent operation": ("reduce", "gather", "gather_into_tensor", "gather_single", "scatter", "alltoall",
+                               "alltoall_base", "all_to_all_single", "send", "recv", "recv_anysource",
+                               "allreduce_sparse"),
+}
+
+
+def _forward_to_gloo(name, why):
+    def call(self, *args):
+        return self._on_gloo(name, why, getattr(self.gloo, name), *args)
+    call.__name__ = name
+    return call
+
+
+for _why, _names in _ON_GLOO.items():
+    for _name in _names:
+        if hasattr(dist.ProcessGroupGloo, _name):
+            setattr(GcagentBackend, _name, _forward_to_gloo(_name, _why))
+
+
+def _spread(members: List[int], p: Placement) -> Optional[Tuple[int, int]]:
+    """(this rank's place among the group's ranks on its node, their number) when the group has
+    the same number of ranks on every node (an agent job then serves it), else None. Global
+    ranks are numbered node by node (Placement checks it)."""
+    per_node = collections.Counter(r // p.local_size for r in members)
+    if len(per_node) != p.nodes or len(set(per_node.values())) != 1:
+        return None
+    mine = sorted(r for r in members if r // p.local_size == p.node)
+    return mine.index(p.rank), len(mine)
+
+
 def _op_name(op) -> str:
     for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
         if op == getattr(dist.ReduceOp, name):
@@ -320,7 +305,7 @@ def dtype_of(name: str):
 def _create(dist_options, backend_options):
     """init_process_group's and new_group's creator (the extended API: the group's name)."""
     return GcagentBackend(dist_options.store, dist_options.group_rank, dist_options.group_size, dist_options.timeout,
-                          str(dist_options.group_id or ""))
+                          str(dist_options.group_id or ""), list(dist_options.global_ranks_in_group or []))
 
 
 def register():

@@ -6,6 +6,8 @@ starts one torchrun per node):
     torch_backend.py ddp BACKEND STEPS    a model trained with DDP and no comm hook on BACKEND
                                           (gcagent or gloo); reports every parameter
 
+    torch_backend.py hsdp BACKEND STEPS   FSDP2's own HSDP (fully_shard on a 2-D DeviceMesh made
+                                          on BACKEND: replicate across nodes, shard within)
     torch_backend.py hook CODEC PARAMS STEPS   DDP on the gcagent backend with gcagent's comm
                                           hook (compressed buckets), the shim finding the
                                           backend's agent by itself
@@ -74,12 +76,16 @@ def collectives():
     except Exception as e:  # noqa: BLE001
         out["avg_int"] = str(e)
     dist.barrier()
-    # A group that is not the world runs on gloo, and says so.
-    sub = dist.new_group([r for r in range(world) if r % 2 == 0])
-    if rank % 2 == 0:
-        t = torch.ones(4)
-        dist.all_reduce(t, group=sub)
-        out["subgroup"] = t.tolist() == [float((world + 1) // 2)] * 4
+    # A group with one rank per node (HSDP's replicate groups) reduces through the agents, a
+    # job of its own; one node's ranks (a shard group) run on gloo, and say so.
+    for name, ranks in (("spread", [r for r in range(world) if r % 2 == 0]), ("node", [0, 1])):
+        sub = dist.new_group(ranks)
+        if rank in ranks:
+            t = torch.full((4,), float(rank + 1))
+            dist.all_reduce(t, group=sub)
+            out[name] = t.tolist() == [float(sum(r + 1 for r in ranks))] * 4
+            b = sub._get_backend(torch.device("cpu"))
+            out[f"{name}_calls"] = [b.agent_calls, dict(b.gloo_calls)]
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     out["agent_calls"] = backend.agent_calls
     out["gloo_calls"] = dict(backend.gloo_calls)
@@ -129,6 +135,40 @@ def ddp(backend, steps, codec=None, params=""):
     return out
 
 
+def hsdp(backend, steps):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("replicate", "shard"))
+    torch.manual_seed(0)
+    model = Net()
+    for layer in model.layers:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    teacher = torch.randn(32, 10, generator=torch.Generator().manual_seed(7))
+    losses = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(16, 32, generator=g)
+        loss = nn.functional.cross_entropy(model(x), (x @ teacher).argmax(dim=1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    out = {"losses": losses, "params": [p.full_tensor().reshape(-1).tolist() for p in model.parameters()]}
+    if backend == "gcagent":
+        out["groups"] = {}
+        for dim in ("replicate", "shard"):
+            b = mesh[dim].get_group()._get_backend(torch.device("cpu"))
+            out["groups"][dim] = [b.agent_calls, dict(b.gloo_calls)]
+    dist.destroy_process_group()
+    return out
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)  # the backend says which operations run on gloo
     mode = sys.argv[1]
@@ -136,6 +176,8 @@ if __name__ == "__main__":
         report = collectives()
     elif mode == "ddp":
         report = ddp(sys.argv[2], int(sys.argv[3]))
+    elif mode == "hsdp":
+        report = hsdp(sys.argv[2], int(sys.argv[3]))
     else:
         report = ddp("gcagent", int(sys.argv[4]), sys.argv[2], sys.argv[3])
     with open(os.path.join(os.environ["REPORT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
