@@ -106,6 +106,20 @@ def test_fsdp2s_own_hsdp_on_a_device_mesh_of_the_backend_equals_it_on_gloo(tmp_p
         assert shard[0] == 0 and shard[1]["reduce_scatter_single"] == 30, a["groups"]
 
 
+def test_a_compressed_group_keeps_a_residual_per_tensor(tmp_path):
+    """new_group(pg_options=gcagent.torch.Options(codec="2bit")): two persistent tensors of one
+    size, allreduced in turn through that one group for 6 steps, give bit for bit what each gives
+    through a group of its own (the reference: one tensor per job, so nothing to mix). Keyed by
+    size alone they would share one residual and differ."""
+    reps, _ = torchrun(tmp_path, ["residuals", "6"], env={"GCAGENT_COMPRESS_MIN_ELEMENTS": "0"})
+    for r in reps:
+        assert r["keys"] == [2], r["keys"]
+        assert r["shared"] == r["own"]
+        assert r["shared"][-1] != r["exact_last"], "compressed"
+        assert set(r["shared"][-1]) <= {-1.0, -0.5, 0.0, 0.5, 1.0}, "2bit's levels: two nodes' +-0.5 or 0"
+    assert all(r["shared"] == reps[0]["shared"] for r in reps)
+
+
 def test_the_comm_hook_on_the_backend_finds_the_agent_and_compresses_the_buckets(tmp_path):
     """DDP on the gcagent backend with gcagent's comm hook (2bit): the hook's State connects to
     the agent the backend started, with no GCAGENT_ variable set by the user; its learning

@@ -681,5 +681,6 @@ from gcagent.torch import fsdp  # noqa: E402,F401 - gcagent.torch.fsdp.hsdp(...)
 
 if dist.is_available():  # a torch built without torch.distributed has no backends to join
     from gcagent.torch import backend as _backend  # noqa: E402 - registers the "gcagent" backend
+    from gcagent.torch.backend import Options  # noqa: E402,F401
 
     _backend.register()

@@ -31,6 +31,7 @@ import collections
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
 
@@ -54,6 +55,18 @@ def _wakeup():
     return _Wakeup()
 
 
+@dataclass
+class Options:
+    """A gcagent process group's options: init_process_group("gcagent", pg_options=Options(...))
+    or new_group(backend="gcagent", pg_options=...). With a codec, the group's SUM and AVG
+    allreduces of at least min_elements elements are compressed with it (error feedback per
+    tensor storage: give such a group persistent tensors, as DDP's buckets are); smaller ones (a
+    loss, a metric) and every other group stay exact."""
+    codec: Optional[str] = None
+    params: Dict[str, str] = field(default_factory=dict)
+    min_elements: int = 1024
+
+
 class _Pending:
     __slots__ = ("iteration", "key", "fut", "tensors", "slot", "started")
 
@@ -66,9 +79,10 @@ class GcagentBackend(_C10dBackend):
     """One process group's backend on this rank (see the module's doc)."""
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta, group_name: str = "",
-                 global_ranks: Optional[List[int]] = None):
+                 global_ranks: Optional[List[int]] = None, options: Optional["Options"] = None):
         super().__init__(rank, size)
         self.group_name = group_name or "default"
+        self.config = options or Options()
         self.gloo = dist.ProcessGroupGloo(dist.PrefixStore("gcagent-gloo/", store), rank, size, timeout)
         self.gloo_calls: Dict[str, int] = collections.Counter()
         self.agent_calls = 0
@@ -151,7 +165,7 @@ class GcagentBackend(_C10dBackend):
         return _create_work_from_future(fut)
 
     def _reduce_one(self, tensor, result) -> torch.futures.Future:
-        key = self._key(tensor.numel(), tensor.dtype, result)
+        key = self._key(tensor, result)
         previous = self._last.get(key)
         if previous is not None and not previous.done():
             try:
@@ -168,13 +182,23 @@ class GcagentBackend(_C10dBackend):
         self._wakeup.set()
         return fut
 
-    def _key(self, elements: int, dtype, result: str) -> int:
-        shape = (elements, _SLOT_DTYPES[dtype], result)
-        key = self._keys.get(shape)
+    def _key(self, tensor, result: str) -> int:
+        """The agent key of an allreduce of `tensor`. Exact ones: one per (elements, dtype,
+        result). Compressed ones (Options.codec, at least Options.min_elements): one per tensor
+        storage, so that a residual follows its tensor (DDP's bucket buffers live as long as
+        their buckets) and two tensors of one size never share one."""
+        dtype = _SLOT_DTYPES[tensor.dtype]
+        compressed = self.config.codec not in (None, "none") and tensor.numel() >= self.config.min_elements
+        identity = (tensor.numel(), dtype, result)
+        if compressed:
+            identity += (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        key = self._keys.get(identity)
         if key is not None:
             return key
         # A new key: the node's trainers declare every key again (the same calls in the same
-        # order on every rank), once nothing is in flight.
+        # order on every rank), once nothing is in flight. Priorities follow first use: DDP
+        # launches its buckets from the last layers on, so a later key is a front layer's and
+        # goes first (P3).
         for fut in list(self._last.values()):
             if not fut.done():
                 try:
@@ -183,12 +207,16 @@ class GcagentBackend(_C10dBackend):
                     pass
         key = len(self._keys) + 1
         params = {"reduce.result": "sum"} if result == "sum" else {}
-        self._specs.append(TensorSpec(key, elements, 0, "none", params, shape[1]))
+        if compressed:
+            spec = TensorSpec(key, tensor.numel(), key, self.config.codec, {**self.config.params, **params}, dtype)
+        else:
+            spec = TensorSpec(key, tensor.numel(), key, "none", params, dtype)
+        self._specs.append(spec)
         with self._lock:
             self.client.declare(self._specs)
             from gcagent.torch import _slot_tensor
             self._slots = {s.key: _slot_tensor(self.client.slot(s.key), dtype_of(s.dtype)) for s in self._specs}
-        self._keys[shape] = key
+        self._keys[identity] = key
         return key
 
     # Runs in the group's completion thread: every submit and wait of the agent tensors.
@@ -304,8 +332,12 @@ def dtype_of(name: str):
 
 def _create(dist_options, backend_options):
     """init_process_group's and new_group's creator (the extended API: the group's name)."""
+    if backend_options is not None and not isinstance(backend_options, Options):
+        raise GcagentError(1, f"gcagent backend: pg_options must be gcagent.torch.Options, not "
+                              f"{type(backend_options).__name__}")
     return GcagentBackend(dist_options.store, dist_options.group_rank, dist_options.group_size, dist_options.timeout,
-                          str(dist_options.group_id or ""), list(dist_options.global_ranks_in_group or []))
+                          str(dist_options.group_id or ""), list(dist_options.global_ranks_in_group or []),
+                          backend_options)
 
 
 def register():

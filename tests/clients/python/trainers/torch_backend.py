@@ -8,6 +8,8 @@ starts one torchrun per node):
 
     torch_backend.py hsdp BACKEND STEPS   FSDP2's own HSDP (fully_shard on a 2-D DeviceMesh made
                                           on BACKEND: replicate across nodes, shard within)
+    torch_backend.py residuals STEPS      two tensors of one size allreduced through one 2bit
+                                          group, and each through a group of its own
     torch_backend.py hook CODEC PARAMS STEPS   DDP on the gcagent backend with gcagent's comm
                                           hook (compressed buckets), the shim finding the
                                           backend's agent by itself
@@ -169,6 +171,37 @@ def hsdp(backend, steps):
     return out
 
 
+def residuals(steps):
+    """A compressed group keys residuals by tensor: two persistent tensors of one size through
+    one group must give what each gives through a group of its own."""
+    dist.init_process_group("gcagent")
+    rank = dist.get_rank()
+    world = list(range(dist.get_world_size()))
+    opts = gcagent.torch.Options(codec="2bit", params={"threshold": "0.5"}, min_elements=0)
+    shared = dist.new_group(world, pg_options=opts)
+    own = [dist.new_group(world, pg_options=opts) for _ in range(2)]
+    tensors = [torch.zeros(4096), torch.zeros(4096)]
+    out = {"shared": [], "own": []}
+    # Keys own their owner node (the agents spread keys over nodes by number): B's own group
+    # gives its first key to another tensor, so that B is key 2 in both runs, as A is key 1.
+    dist.all_reduce(torch.zeros(8), group=own[1])
+    for name, groups in (("shared", [shared, shared]), ("own", own)):
+        for step in range(steps):
+            for i, (t, g) in enumerate(zip(tensors, groups)):
+                gen = torch.Generator().manual_seed(100 * step + 10 * rank + i)
+                t.copy_(torch.randn(4096, generator=gen) * (0.2 if i == 0 else 0.9) + (0.3 if i == 0 else -0.6))
+                dist.all_reduce(t, group=g)
+                out[name].append(t.tolist())
+    exact = torch.zeros(4096)
+    for r in world:
+        gen = torch.Generator().manual_seed(100 * (steps - 1) + 10 * r + 1)
+        exact += torch.randn(4096, generator=gen) * 0.9 - 0.6
+    out["exact_last"] = exact.tolist()
+    out["keys"] = [len(shared._get_backend(torch.device("cpu"))._specs)]
+    dist.destroy_process_group()
+    return out
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)  # the backend says which operations run on gloo
     mode = sys.argv[1]
@@ -176,6 +209,8 @@ if __name__ == "__main__":
         report = collectives()
     elif mode == "ddp":
         report = ddp(sys.argv[2], int(sys.argv[3]))
+    elif mode == "residuals":
+        report = residuals(int(sys.argv[2]))
     elif mode == "hsdp":
         report = hsdp(sys.argv[2], int(sys.argv[3]))
     else:
