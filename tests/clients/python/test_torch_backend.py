@@ -120,22 +120,30 @@ def test_a_compressed_group_keeps_a_residual_per_tensor(tmp_path):
     assert all(r["shared"] == reps[0]["shared"] for r in reps)
 
 
-def test_the_comm_hook_on_the_backend_finds_the_agent_and_compresses_the_buckets(tmp_path):
-    """DDP on the gcagent backend with gcagent's comm hook (2bit): the hook's State connects to
-    the agent the backend started, with no GCAGENT_ variable set by the user; its learning
-    iterations' allreduces go through the backend to the agents (none to gloo); every rank ends
-    with the same model, which differs from the uncompressed run's, and it learns."""
+# DDP divides each gradient by the world size before its allreduce (a SUM); the hook averages
+# in the agents: the group's 2bit threshold is a quarter of the hook's.
+@pytest.mark.parametrize("via,threshold", [("hook", "0.02"), ("group", "0.005")])
+def test_ddp_compressed_by_the_comm_hook_or_a_group_option_trains_one_model(tmp_path, via, threshold):
+    """DDP on the gcagent backend, its buckets compressed with 2bit either by gcagent's comm hook
+    (its State connects to the agent the backend started, with no GCAGENT_ variable set by the
+    user; its learning iterations go through the backend) or by no hook at all, DDP on a group
+    made with pg_options=gcagent.torch.Options(codec="2bit"): no allreduce goes to gloo, every
+    rank ends with the same model, which differs from the uncompressed run's, and it learns."""
     (tmp_path / "2bit").mkdir()
     (tmp_path / "none").mkdir()
     # The agents the backend starts read their settings from the environment, as any agent.
-    hooked, _ = torchrun(tmp_path / "2bit", ["hook", "2bit", "threshold=0.02", "40"],
-                         env={"GCAGENT_COMPRESS_MIN_ELEMENTS": "0"})
+    compressed, _ = torchrun(tmp_path / "2bit", [via, "2bit", f"threshold={threshold}", "40"],
+                             env={"GCAGENT_COMPRESS_MIN_ELEMENTS": "0"})
     exact, _ = torchrun(tmp_path / "none", ["ddp", "gcagent", "40"])
-    assert all(r["params"] == hooked[0]["params"] for r in hooked), "one model on every rank"
-    assert hooked[0]["params"] != exact[0]["params"], "the buckets were compressed"
-    for r in hooked:
-        assert r["hook_job"].startswith("torch-"), r["hook_job"]
-        assert "allreduce" not in r["gloo_calls"] and 0 < r["agent_calls"] < 10, r  # the hook's learning steps
+    assert all(r["params"] == compressed[0]["params"] for r in compressed), "one model on every rank"
+    assert compressed[0]["params"] != exact[0]["params"], "the buckets were compressed"
+    for r in compressed:
+        assert "allreduce" not in r["gloo_calls"], r
+        if via == "hook":
+            assert r["hook_job"].startswith("torch-"), r["hook_job"]
+            assert 0 < r["agent_calls"] < 10, r  # the hook's learning steps
+        else:
+            assert r["agent_calls"] >= 40, r
         first, last = sum(r["losses"][:5]) / 5, sum(r["losses"][-5:]) / 5
         assert last < 0.95 * first, r["losses"]
 

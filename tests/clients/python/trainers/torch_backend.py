@@ -13,6 +13,8 @@ starts one torchrun per node):
     torch_backend.py hook CODEC PARAMS STEPS   DDP on the gcagent backend with gcagent's comm
                                           hook (compressed buckets), the shim finding the
                                           backend's agent by itself
+    torch_backend.py group CODEC PARAMS STEPS  DDP, no hook, on a group made with
+                                          pg_options=gcagent.torch.Options(codec=CODEC)
 
 Each rank writes its report to $REPORT_DIR/rank<RANK>.json."""
 
@@ -105,14 +107,18 @@ class Net(nn.Module):
         return self.layers(x)
 
 
-def ddp(backend, steps, codec=None, params=""):
+def ddp(backend, steps, codec=None, params="", via="hook"):
     dist.init_process_group(backend)
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.01)  # several buckets
+    params = dict(kv.split("=") for kv in params.split(",") if kv)
+    group = None
+    if codec is not None and via == "group":
+        group = dist.new_group(pg_options=gcagent.torch.Options(codec=codec, params=params, min_elements=0))
+    model = nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.01, process_group=group)  # several buckets
     state = None
-    if codec is not None:
-        state = gcagent.torch.State(codec=codec, params=dict(kv.split("=") for kv in params.split(",") if kv))
+    if codec is not None and via == "hook":
+        state = gcagent.torch.State(codec=codec, params=params)
         model.register_comm_hook(state, gcagent.torch.hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
@@ -129,7 +135,7 @@ def ddp(backend, steps, codec=None, params=""):
     out = {"losses": losses, "params": [p.detach().reshape(-1).tolist() for p in model.parameters()],
            "backend": dist.get_backend()}
     if backend == "gcagent":
-        b = dist.group.WORLD._get_backend(torch.device("cpu"))
+        b = (group or dist.group.WORLD)._get_backend(torch.device("cpu"))
         out["agent_calls"], out["gloo_calls"] = b.agent_calls, dict(b.gloo_calls)
     if state is not None:
         out["hook_job"] = state.client.job
@@ -213,7 +219,7 @@ if __name__ == "__main__":
         report = residuals(int(sys.argv[2]))
     elif mode == "hsdp":
         report = hsdp(sys.argv[2], int(sys.argv[3]))
-    else:
-        report = ddp("gcagent", int(sys.argv[4]), sys.argv[2], sys.argv[3])
+    else:  # hook or group
+        report = ddp("gcagent", int(sys.argv[4]), sys.argv[2], sys.argv[3], via=mode)
     with open(os.path.join(os.environ["REPORT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
         json.dump(report, f)
