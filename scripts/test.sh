@@ -157,7 +157,7 @@ together_wait
 # The framework shims (clients/python) against the release agents, each framework in its own
 # venv (their numpy pins conflict); the package and launcher tests need only numpy and run with torch's.
 shims="$REPO_DIR/tests/clients/python"
-for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaults.py test_wheel.py test_install.py test_torch.py test_device.py test_frozen_weights.py test_torch_fsdp.py test_dtypes.py test_torch_diloco.py test_torch_overflow.py test_client_threads.py test_step_timeouts.py test_torch_backend.py" \
+for run in "torch:test_package.py test_run.py test_run_faults.py test_dgc_defaults.py test_wheel.py test_install.py test_torch.py test_device.py test_frozen_weights.py test_torch_fsdp.py test_dtypes.py test_torch_diloco.py test_torch_overflow.py test_client_threads.py test_step_timeouts.py test_torch_backend.py test_torch_distributed_suite.py" \
            "tensorflow:test_tensorflow.py test_frozen_weights.py" "mxnet:test_mxnet.py test_frozen_weights.py test_mxnet_ported.py test_mxnet_side_by_side.py"; do
   venv="${run%%:*}"
   if [ "$release_built" -eq 0 ]; then
