@@ -148,19 +148,44 @@ def test_ddp_compressed_by_the_comm_hook_or_a_group_option_trains_one_model(tmp_
         assert last < 0.95 * first, r["losses"]
 
 
+def test_ranks_that_disagree_on_a_groups_options_all_fail_naming_the_difference(tmp_path):
+    """Rank 3 makes a group with 2bit, the others with fp8: new_group raises on every rank (none
+    waits for a collective that cannot match), naming both."""
+    reps, _ = torchrun(tmp_path, ["disagree"])
+    for rank, r in enumerate(reps):
+        assert r["error"] and "disagree on its options" in r["error"], r
+        assert "codec=2bit" in r["error"] and "codec=fp8" in r["error"], r
+
+
 def test_a_node_without_its_agent_fails_init_process_group_naming_the_socket(tmp_path):
     """GCAGENT_SOCKET names an agent that is not there: init_process_group raises on every rank,
-    naming the socket, instead of waiting."""
+    naming the socket, instead of waiting; and a node with GCAGENT_SOCKET beside one without:
+    every rank raises, naming the mix."""
     missing = tmp_path / "no-agent.sock"
+    both = failing_init(tmp_path / "both", [{"GCAGENT_SOCKET": str(missing)}] * NODES)
+    for out in both:
+        assert f"gcagent: connect to {missing}" in out, out[-3000:]
+    mixed = failing_init(tmp_path / "mixed", [{}, {"GCAGENT_SOCKET": str(missing)}])
+    assert "node(s) 1 use an agent of their own (GCAGENT_SOCKET) and node 0 none: set GCAGENT_SOCKET on every " \
+           "node or on none" in mixed[0], mixed[0][-3000:]
+    assert f"gcagent: connect to {missing}" in mixed[1], mixed[1][-3000:]
+
+
+def failing_init(tmp_path, node_envs):
+    """Runs one trainer per node, node n with node_envs[n]; each must fail: their outputs."""
+    tmp_path.mkdir()
     procs = []
     port = free_ports(1)[0]
-    for node in range(NODES):
-        e = shim_env({"GCAGENT_SOCKET": str(missing), "REPORT_DIR": str(tmp_path), "TMPDIR": str(tmp_path)})
+    for node, extra in enumerate(node_envs):
+        e = shim_env({"REPORT_DIR": str(tmp_path), "TMPDIR": str(tmp_path),
+                      "GCAGENT_BINARY": str(BUILD / "agent" / "gcagent"), **extra})
         procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES),
                                        "--nproc-per-node", "1", "--node-rank", str(node), "--master-addr",
                                        "127.0.0.1", "--master-port", str(port), SCRIPT, "collectives"],
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
     for p in procs:
         out = p.communicate(timeout=120)[0]
         assert p.returncode != 0, out[-3000:]
-        assert f"gcagent: connect to {missing}" in out, out[-3000:]
+        outs.append(out)
+    return outs

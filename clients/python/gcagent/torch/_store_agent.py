@@ -81,6 +81,8 @@ class NodeAgentLink:
         self.job = os.environ.get("GCAGENT_JOB") or f"torch-{self.run}"
         if sidecar:
             self.socket = sidecar
+            if p.local_rank == 0:
+                store.set(f"gcagent/peer/{p.node}", "")  # a node that starts agents must not wait for this one's
         else:
             self.run_dir = Path(tempfile.gettempdir()) / f"gcagent-{self.run}"
             self.socket = str(self.run_dir / f"node{p.node}.sock")
@@ -108,6 +110,12 @@ class NodeAgentLink:
         keys = [f"gcagent/peer/{n}" for n in range(p.nodes)]
         store.wait(keys, timeout)
         peers = [store.get(k).decode() for k in keys]
+        sidecars = [n for n, peer in enumerate(peers) if not peer]
+        if sidecars:
+            why = (f"node(s) {', '.join(map(str, sidecars))} use an agent of their own (GCAGENT_SOCKET) and node "
+                   f"{p.node} none: set GCAGENT_SOCKET on every node or on none")
+            store.set(f"gcagent/ready/{p.node}", why)
+            raise GcagentError(ERR_INVALID_ARGUMENT, f"gcagent backend: {why}")
         token_file = self.run_dir / f"node{p.node}.token"
         token_file.write_text(store.get("gcagent/token").decode())
         token_file.chmod(0o600)
@@ -125,7 +133,7 @@ class NodeAgentLink:
 
     def connect(self, job: str, local_rank: int, local_size: int) -> Client:
         client = Client(self.socket, job=job, local_rank=local_rank, local_size=local_size,
-                        wait_for_agent=self.agent is None)
+                        wait_for_agent=False)  # a started one is up once its node said "ok"
         if client.node_rank != self.placement.node:
             client.close()
             raise GcagentError(ERR_INVALID_ARGUMENT,

@@ -44,6 +44,7 @@ from gcagent.client import GcagentError, TensorSpec, step_timeout_s
 from gcagent.torch._store_agent import NodeAgentLink, Placement
 
 NAME = "gcagent"
+ERR_INVALID_ARGUMENT = 1
 log = logging.getLogger("gcagent.torch.backend")
 
 _SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -66,6 +67,10 @@ class Options:
     params: Dict[str, str] = field(default_factory=dict)
     min_elements: int = 1024
 
+    def describe(self) -> str:
+        """What every rank of a group must agree on, in one order."""
+        return f"codec={self.codec or 'none'} params={sorted(self.params.items())} min_elements={self.min_elements}"
+
 
 class _Pending:
     __slots__ = ("iteration", "key", "fut", "tensors", "slot", "started")
@@ -87,18 +92,29 @@ class GcagentBackend(_C10dBackend):
         self.gloo_calls: Dict[str, int] = collections.Counter()
         self.agent_calls = 0
         self.client = None
-        global _node
-        if _node is None:  # the first group is init_process_group's: the world
-            _node = NodeAgentLink(store, Placement.from_environment(rank, size), timeout)
-        p = _node.placement
-        members = list(global_ranks) if global_ranks else list(range(p.world))
-        local = _spread(members, p)
+        # Every rank of the group says how its start went and with which options; a failure
+        # or a disagreement anywhere fails the group's creation on every rank, naming it.
+        try:
+            local = self._connect(store, rank, size, timeout, global_ranks)
+            mine = f"ok {self.config.describe()}"
+        except GcagentError as e:
+            local, mine = None, f"error {e}"
+        store.set(f"gcagent/started/{rank}", mine)
+        keys = [f"gcagent/started/{r}" for r in range(size)]
+        store.wait(keys, timeout)
+        said = [store.get(k).decode() for k in keys]
+        why = mine[6:] if mine.startswith("error ") else next(
+            (f"gcagent backend: rank {r} of group {self.group_name} failed: {word[6:]}" for r, word in enumerate(said)
+             if word.startswith("error ")), None)
+        why = why or next((f"gcagent backend: the ranks of group {self.group_name} disagree on its options: rank "
+                           f"{rank} has {mine[3:]}, rank {r} {word[3:]}" for r, word in enumerate(said)
+                           if word != mine), None)
+        if why:
+            if self.client is not None:
+                self.client.close()
+            raise GcagentError(ERR_INVALID_ARGUMENT, why)
         if local is None:
-            log.info("gcagent backend: group %s (ranks %s) runs on gloo: the agents serve groups with the same "
-                     "number of ranks on every node", self.group_name, members)
             return
-        # This group is a job of its own on the agents, its trainers numbered node by node.
-        self.client = _node.connect(f"{_node.job}-{self.group_name}", local[0], local[1])
         self.timeout_s = step_timeout_s(self.client, timeout.total_seconds())
         self._keys: Dict[Tuple[int, str, str], int] = {}
         self._specs: List[TensorSpec] = []
@@ -112,6 +128,23 @@ class GcagentBackend(_C10dBackend):
         self._closed = False
         self._thread = threading.Thread(target=self._complete_loop, name=f"gcagent-{self.group_name}", daemon=True)
         self._thread.start()
+
+    def _connect(self, store, rank, size, timeout, global_ranks) -> Optional[Tuple[int, int]]:
+        """Finds or starts the node's agent (the first group) and connects this group's job when
+        the agents serve it: (local rank, local size) in the job, else None (gloo)."""
+        global _node
+        if _node is None:  # the first group is init_process_group's: the world
+            _node = NodeAgentLink(store, Placement.from_environment(rank, size), timeout)
+        p = _node.placement
+        members = list(global_ranks) if global_ranks else list(range(p.world))
+        local = _spread(members, p)
+        if local is None:
+            log.info("gcagent backend: group %s (ranks %s) runs on gloo: the agents serve groups with the same "
+                     "number of ranks on every node", self.group_name, members)
+            return None
+        # This group is a job of its own on the agents, its trainers numbered node by node.
+        self.client = _node.connect(f"{_node.job}-{self.group_name}", local[0], local[1])
+        return local
 
     def getBackendName(self) -> str:
         return NAME

@@ -10,6 +10,7 @@ starts one torchrun per node):
                                           on BACKEND: replicate across nodes, shard within)
     torch_backend.py residuals STEPS      two tensors of one size allreduced through one 2bit
                                           group, and each through a group of its own
+    torch_backend.py disagree             ranks that make a group with different options
     torch_backend.py hook CODEC PARAMS STEPS   DDP on the gcagent backend with gcagent's comm
                                           hook (compressed buckets), the shim finding the
                                           backend's agent by itself
@@ -208,6 +209,16 @@ def residuals(steps):
     return out
 
 
+def disagree():
+    dist.init_process_group("gcagent")
+    rank = dist.get_rank()
+    try:
+        dist.new_group(pg_options=gcagent.torch.Options(codec="2bit" if rank == 3 else "fp8"))
+        return {"error": None}
+    except Exception as e:  # noqa: BLE001
+        return {"error": str(e)}
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)  # the backend says which operations run on gloo
     mode = sys.argv[1]
@@ -215,6 +226,8 @@ if __name__ == "__main__":
         report = collectives()
     elif mode == "ddp":
         report = ddp(sys.argv[2], int(sys.argv[3]))
+    elif mode == "disagree":
+        report = disagree()
     elif mode == "residuals":
         report = residuals(int(sys.argv[2]))
     elif mode == "hsdp":
