@@ -9,9 +9,11 @@ content of every source file it reads, so an unchanged tree reuses it; it runs o
 the venv-wheel backend that scripts/setup.sh makes. UCX's wheel comes to the fresh venv from the
 wheelhouse setup.sh downloaded it into, numpy and scikit-learn from this test's own venv (a .pth
 file written first, so pip sees them installed): nothing is downloaded here. tests/install/
-installs the same wheel from PyPI on a machine that did not build it."""
+installs the same wheel from PyPI on a machine that did not build it. PyTorch users need no
+launcher of ours: the installed package is also a torch.distributed backend under plain torchrun."""
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -163,3 +165,25 @@ def test_the_demo_trains_through_the_installed_launcher(venv):
         assert m, err
         raw, wire = int(m.group(1)), int(m.group(2))
         assert 0 < wire * 10 < raw, (raw, wire)  # 2bit: a sixteenth, plus headers
+
+
+def test_ddp_runs_on_the_installed_packages_backend_under_plain_torchrun(venv, tmp_path):
+    """The user's whole change for PyTorch: `import gcagent.torch` and init_process_group("gcagent")
+    under plain torchrun (c10d rendezvous, two nodes of two trainers): the installed package
+    starts each node's bundled agent and DDP's buckets go through it, with no variable set."""
+    root, _ = venv
+    port = free_ports(1)[0]
+    env = dict(clean_env(), REPORT_DIR=str(tmp_path), TMPDIR=str(tmp_path))
+    launch = [str(root / "bin" / "python"), "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "wheel"]
+    trainer = [str(REPO / "tests" / "clients" / "python" / "trainers" / "torch_backend.py"), "ddp", "gcagent", "5"]
+    procs = [subprocess.Popen([*launch, *trainer], env=env, cwd=root, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT) for _ in (0, 1)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-4000:]
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    assert all(r["params"] == reports[0]["params"] and r["backend"] == "gcagent" for r in reports)
+    assert all(r["agent_calls"] >= 5 and "allreduce" not in r["gloo_calls"] for r in reports), reports[0]
+    logs = sorted(p.name for p in tmp_path.glob("gcagent-*/agent*.log"))
+    assert logs == ["agent0.log", "agent1.log"], logs  # one agent per node, started by the backend
