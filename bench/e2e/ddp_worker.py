@@ -199,6 +199,17 @@ def optimizer_gradset(a, rank):
     return out
 
 
+def backend_group():
+    """On the gcagent backend with a codec (BENCH_BACKEND_CODEC): a group made with
+    gcagent.torch.Options(codec) for DDP's buckets; else the default group."""
+    codec = os.environ.get("BENCH_BACKEND_CODEC", "none")
+    if os.environ.get("BENCH_BACKEND") != "gcagent" or codec == "none":
+        return None
+    import gcagent.torch
+    params = dict(kv.split("=", 1) for kv in os.environ.get("BENCH_BACKEND_PARAMS", "").split(",") if kv)
+    return dist.new_group(pg_options=gcagent.torch.Options(codec=codec, params=params, min_elements=0))
+
+
 def gradset(a, rank):
     if a.hook == "optimizer":
         return optimizer_gradset(a, rank)
@@ -209,7 +220,7 @@ def gradset(a, rank):
     # rank, and gloo fails ("Received data size doesn't match expected size"). One bucket
     # keeps the order; the others keep DDP's default 25 MB buckets.
     cap = {"bucket_cap_mb": 1e5} if a.hook.startswith("powersgd") else {}
-    ddp = DDP(model, gradient_as_bucket_view=True, **cap)
+    ddp = DDP(model, gradient_as_bucket_view=True, process_group=backend_group(), **cap)
     state = register(ddp, a.hook, rank)
     x = torch.ones(())
 
@@ -410,7 +421,10 @@ def main():
                     help="gradset: compare one synced iteration's gradients with the average of every rank's")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    backend = os.environ.get("BENCH_BACKEND", "gloo")
+    if backend == "gcagent":  # DDP with no hook on the gcagent backend (run.py's backend-<codec> rows)
+        import gcagent.torch
+    dist.init_process_group(backend)
     rank = dist.get_rank()
     result = {"gradset": gradset, "hsdp": hsdp, "mlp": mlp}[a.workload](a, rank)
     dist.barrier()

@@ -14,7 +14,9 @@ Workloads:
 
 Systems: ddp (gloo allreduce), ddp-fp16, powersgd1, powersgd4 (DDP hooks), horovod; a codec
 name (none, fp16, 2bit, onebit, dgc, threshold): gcagent through the C test trainer (gradient
-sets) or its DDP comm hook (mlp); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
+sets) or its DDP comm hook (mlp); backend-<codec> (backend-none, backend-2bit, ...): DDP with no
+hook on the gcagent torch.distributed backend, which starts the agents itself (rows "ddp on the
+gcagent backend <codec>"); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
 comm hook and that codec on any workload (rows "ddp+gcagent <codec>"); opt-<codec> (gradient
 sets): gcagent.torch.DistributedOptimizer without DDP (rows "optimizer+gcagent <codec>"); fsdp-hsdp
 (gradient sets): FSDP2 sharded over each node's --local trainers, one module per layer, with
@@ -79,6 +81,9 @@ CODECS = {"none": ("none", []), "fp16": ("fp16", []), "bf16": ("bf16", []), "2bi
 HOOKS = {f"hook-{c}": c for c in CODECS}
 # gcagent.torch.DistributedOptimizer (no DDP): system -> codec label
 OPTIMIZERS = {f"opt-{c}": c for c in CODECS}
+# DDP with no hook on the gcagent torch.distributed backend, its buckets' group made with
+# gcagent.torch.Options(codec) (none: the exact default): system -> codec label
+BACKENDS = {f"backend-{c}": c for c in CODECS}
 # FSDP2 sharded over each node's trainers (--local), across nodes: FSDP2's own HSDP over gloo, or
 # gcagent.torch.fsdp.hsdp with a codec: system -> codec label (None: FSDP2's own)
 HSDP = {"fsdp-hsdp": None, "fsdp-node": None, **{f"hsdp-{c}": c for c in CODECS}}
@@ -89,7 +94,7 @@ FSDP_WORLD = {"fsdp-world": None, **{f"fsdp-{c}": c for c in CODECS}}
 CHECKS = {"allreduce": "exact", "fsdp": "exact", "fsdp-world": "exact", "fp16": "fp16",
           ("gcagent-world", "none"): "exact", ("gcagent", "none"): "exact", ("gcagent", "fp16"): "fp16",
           ("optimizer", "none"): "exact", ("optimizer", "fp16"): "fp16", ("gcagent-world", "bf16"): "bf16",
-          ("gcagent", "bf16"): "bf16"}
+          ("gcagent", "bf16"): "bf16", ("backend", "none"): "exact", ("backend", "fp16"): "fp16"}
 SCHEDULING = {"P3": ["--scheduler.inflight_per_peer", "10"],
               "FIFO": ["--scheduler.inflight_per_peer", "4096", "--scheduler.priority", "false"]}
 # the same under another topology (agent/engine/reduction_policy.h): P3-ring, P3-allgather, P3-auto, FIFO-ring, ...
@@ -203,11 +208,19 @@ def free_port():
     return port
 
 
+def agent_environment(flags):
+    """The agent's settings of command-line flags (--section.key value) as its variables
+    (GCAGENT_SECTION_KEY): how the agents the torch backend starts get them."""
+    return {"GCAGENT_" + flag.lstrip("-").replace(".", "_").upper(): value for flag, value in zip(flags[::2], flags[1::2])}
+
+
 def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=None, python=TORCH_PY,
-              agent_extra=(), check=True, local=1):
+              agent_extra=(), check=True, local=1, backend_codec=None):
     """Torch workers, `local` per namespace (and an agent each when gcagent_codec is given, started
     with agent_extra). check: compare the synced gradients of a gradient set with the average
-    of every rank's where the hook is exact or fp16 (CHECKS)."""
+    of every rank's where the hook is exact or fp16 (CHECKS). backend_codec: DDP on the gcagent
+    torch.distributed backend instead of gloo, which starts the agents itself (agent_extra as
+    their variables), its buckets' group compressed with that codec."""
     n = len(ns.names)
     port = 29500 + (os.getpid() + int(time.time())) % 2000
     base = {"MASTER_ADDR": ns.addresses[0], "MASTER_PORT": str(port), "WORLD_SIZE": str(n * local),
@@ -219,7 +232,16 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
     args = ["--workload", workload, "--hook", hook, "--iterations", str(iterations), "--warmup", str(warmup)]
     if model_csv:
         args += ["--model", str(model_csv)]
-    mode = CHECKS.get((hook, gcagent_codec) if gcagent_codec is not None else hook)
+    if backend_codec is not None:
+        name, params = CODECS[backend_codec]
+        build = cluster.BUILD
+        base.update(BENCH_BACKEND="gcagent", BENCH_BACKEND_CODEC=name, BENCH_BACKEND_PARAMS=",".join(params),
+                    GCAGENT_BINARY=str(build / "agent" / "gcagent"),
+                    GCAGENT_CLIENT_LIB=str(build / "clients" / "libgcagent_client.so.1"),
+                    **agent_environment(["--agent.codec_threads", "1", "--agent.summary_interval", "0",
+                                         *agent_extra]))
+    mode = CHECKS.get((hook, gcagent_codec) if gcagent_codec is not None else
+                      ("backend", backend_codec) if backend_codec is not None else hook)
     if check and workload in ("gradset", "hsdp") and mode:
         args += ["--check", mode]
     if workload == "mlp":
@@ -248,7 +270,8 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
                 p.kill()
                 outs.append(p.communicate()[0] + "\n(timed out)")
         if any(p.returncode for p in procs):
-            raise RuntimeError("a torch worker failed:\n" + "\n".join(o[-1500:] for o in outs))
+            raise RuntimeError("a torch worker failed:\n" + "\n".join(o[-4000:] for o in outs) +
+                               f"\nreturn codes: {[p.returncode for p in procs]}")
         return [json.loads([ln for ln in o.splitlines() if ln.startswith("result: ")][-1][8:]) for o in outs]
 
     agent = {}
@@ -294,7 +317,8 @@ def main():
     ap.add_argument("--models", default="vgg16", help="vgg16, resnet50, bert_base (bench/models), mlp, "
                     "or the path of a gradient-set CSV (name,elements)")
     ap.add_argument("--systems", default="ddp,ddp-fp16,powersgd1,powersgd4,horovod," + ",".join(CODECS),
-                    help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook), " + ",".join(OPTIMIZERS) +
+                    help="also: " + ",".join(HOOKS) + " (DDP with gcagent's comm hook), " + ",".join(BACKENDS) +
+                    " (DDP, no hook, on the gcagent torch.distributed backend), " + ",".join(OPTIMIZERS) +
                     " (gcagent.torch.DistributedOptimizer)")
     ap.add_argument("--scheduling", default="P3,FIFO", help="gcagent runs: P3 (window 10), FIFO (no priority); "
                     "P3-ring, P3-allgather, P3-auto (FIFO-... likewise): the same on that topology")
@@ -369,6 +393,14 @@ def main():
                             for sched in a.scheduling.split(","):
                                 runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
                                     ns, csv, s, agent_flags(q, rate), a.iterations, a.timeout)))
+                    elif system in BACKENDS:
+                        codec = BACKENDS[system]
+                        for sched in a.scheduling.split(","):
+                            runs.append((f"ddp on the gcagent backend {codec}", sched,
+                                         lambda s=codec, q=sched: run_torch(
+                                             ns, workload, csv, "allreduce", a.iterations, a.timeout,
+                                             agent_extra=agent_flags(q, rate), check=not a.no_check,
+                                             backend_codec=s)))
                     elif system in HOOKS or (system in OPTIMIZERS and workload == "gradset"):
                         hook, codec = ("gcagent", HOOKS[system]) if system in HOOKS else ("optimizer", OPTIMIZERS[system])
                         label = f"{'ddp' if hook == 'gcagent' else 'optimizer'}+gcagent {codec}"

@@ -137,3 +137,33 @@ def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
     assert "- ddp+gcagent none vs the link-rate bound (small, 1gbit):" in table
     shim_rows = table.split("The framework path's CPU")[1]
     assert "| small | 1gbit | ddp+gcagent 2bit | P3 |" in shim_rows and "| 2 / 0 |" in shim_rows
+
+
+def test_ddp_on_the_gcagent_backend_rows_on_a_gradient_set(tmp_path):
+    """backend-<codec>: DDP with no hook on init_process_group("gcagent"), the backend starting
+    each namespaced node's agent itself with the row's settings as its variables; uncompressed,
+    the synced gradients equal the average of every rank's."""
+    ok, why = Namespaces.available()
+    if not ok:
+        pytest.skip(why)
+    if not e2e.TORCH_PY.exists():
+        pytest.skip(f"no torch venv at {e2e.TORCH_PY} (scripts/setup.sh makes it)")
+    cache = e2e.cluster.BUILD / "CMakeCache.txt"
+    if cache.exists() and "GCAGENT_SANITIZE:BOOL=ON" in cache.read_text():
+        pytest.skip("the torch workers cannot load an ASan build's client library")
+    csv = tmp_path / "small.csv"
+    csv.write_text("name,elements\nl0.weight,400000\nl0.bias,1000\nl1.weight,400000\nl1.bias,1000\n"
+                   "l2.weight,300000\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(E2E / "run.py"), "--nodes", "2", "--rates", "1gbit", "--models", str(csv),
+                        "--systems", "backend-none,backend-2bit", "--scheduling", "P3", "--iterations", "2",
+                        "--timeout", "300", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    rows = {row["system"]: row for row in json.loads((out / "e2e.json").read_text())}
+    assert set(rows) == {"ddp on the gcagent backend none", "ddp on the gcagent backend 2bit"}
+    none, twobit = rows["ddp on the gcagent backend none"], rows["ddp on the gcagent backend 2bit"]
+    for row in (none, twobit):
+        assert "error" not in row, row.get("error")
+        assert row["sync_s"] > 0 and row["grad_bytes"] == 4 * (400000 * 2 + 300000 + 2000)
+    assert none["check"] == "exact" and none["check_max_error"] <= 1e-6
+    assert twobit["wire_bytes"] * 8 < none["wire_bytes"], (twobit["wire_bytes"], none["wire_bytes"])
