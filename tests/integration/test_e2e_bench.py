@@ -78,7 +78,9 @@ def test_gcagent_runs_report_sync_time_and_wire_bytes(tmp_path):
     assert "- gcagent none vs DDP gloo (four, 1gbit): 2.00x, goal 1.0x: met" in table
 
 
-def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
+def run_small_gradient_set(tmp_path, systems):
+    """bench/e2e/run.py on 2 namespaced nodes at 1 Gbit/s over a small gradient set: its output
+    folder (skips where namespaces, the torch venv or a release client library are missing)."""
     ok, why = Namespaces.available()
     if not ok:
         pytest.skip(why)
@@ -96,9 +98,14 @@ def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
                    "l2.weight,300000\n")
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(E2E / "run.py"), "--nodes", "2", "--rates", "1gbit", "--models", str(csv),
-                        "--systems", "ddp,hook-none,hook-2bit,opt-none", "--scheduling", "P3", "--iterations", "2",
+                        "--systems", systems, "--scheduling", "P3", "--iterations", "2",
                         "--timeout", "300", "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return out
+
+
+def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
+    out = run_small_gradient_set(tmp_path, "ddp,hook-none,hook-2bit,opt-none")
     rows = {row["system"]: row for row in json.loads((out / "e2e.json").read_text())}
     assert set(rows) == {"ddp", "ddp+gcagent none", "ddp+gcagent 2bit", "optimizer+gcagent none"}
     for row in rows.values():
@@ -141,24 +148,9 @@ def test_ddp_with_gcagent_hook_rows_on_a_gradient_set(tmp_path):
 
 def test_ddp_on_the_gcagent_backend_rows_on_a_gradient_set(tmp_path):
     """backend-<codec>: DDP with no hook on init_process_group("gcagent"), the backend starting
-    each namespaced node's agent itself with the row's settings as its variables; uncompressed,
+    each namespaced node's agent itself with the row's settings as their variables; uncompressed,
     the synced gradients equal the average of every rank's."""
-    ok, why = Namespaces.available()
-    if not ok:
-        pytest.skip(why)
-    if not e2e.TORCH_PY.exists():
-        pytest.skip(f"no torch venv at {e2e.TORCH_PY} (scripts/setup.sh makes it)")
-    cache = e2e.cluster.BUILD / "CMakeCache.txt"
-    if cache.exists() and "GCAGENT_SANITIZE:BOOL=ON" in cache.read_text():
-        pytest.skip("the torch workers cannot load an ASan build's client library")
-    csv = tmp_path / "small.csv"
-    csv.write_text("name,elements\nl0.weight,400000\nl0.bias,1000\nl1.weight,400000\nl1.bias,1000\n"
-                   "l2.weight,300000\n")
-    out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(E2E / "run.py"), "--nodes", "2", "--rates", "1gbit", "--models", str(csv),
-                        "--systems", "backend-none,backend-2bit", "--scheduling", "P3", "--iterations", "2",
-                        "--timeout", "300", "--out", str(out)], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    out = run_small_gradient_set(tmp_path, "backend-none,backend-2bit")
     rows = {row["system"]: row for row in json.loads((out / "e2e.json").read_text())}
     assert set(rows) == {"ddp on the gcagent backend none", "ddp on the gcagent backend 2bit"}
     none, twobit = rows["ddp on the gcagent backend none"], rows["ddp on the gcagent backend 2bit"]

@@ -360,7 +360,7 @@ def _op_name(op) -> str:
 
 
 def dtype_of(name: str):
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    return next(t for t, n in _SLOT_DTYPES.items() if n == name)
 
 
 def _create(dist_options, backend_options):
