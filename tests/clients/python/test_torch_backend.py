@@ -189,3 +189,19 @@ def failing_init(tmp_path, node_envs):
         assert p.returncode != 0, out[-3000:]
         outs.append(out)
     return outs
+
+
+@pytest.mark.parametrize("kind", ["kill", "freeze"])
+def test_a_killed_or_frozen_agent_fails_ddps_step_and_all_reduce_on_every_rank(tmp_path, kind):
+    """Node 1's agent is killed (SIGKILL) or frozen (SIGSTOP, past transport.peer_timeout and the
+    client's liveness timeout) between two DDP steps: on every rank the next step's backward
+    and a plain all_reduce raise, naming the cause, and the all_reduce's tensor is left as it
+    was; nothing hangs and nothing crashes."""
+    reps, _ = torchrun(tmp_path, ["fault", kind])
+    # node 0's agent names the peer it lost; node 1's trainers, their own agent's state
+    node1 = "closed the connection (did it exit?)" if kind == "kill" else "has not answered for 10 s"
+    for rank, r in enumerate(reps):
+        cause = "peer rank 1" if rank < 2 else node1
+        assert r["ddp_error"] and cause in r["ddp_error"], (rank, r)
+        assert r["allreduce_error"] and cause in r["allreduce_error"], (rank, r)
+        assert r["allreduce_untouched"], (rank, r)

@@ -38,7 +38,6 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
-from torch._C._distributed_c10d import _create_work_from_future
 
 from gcagent.client import GcagentError, TensorSpec, step_timeout_s
 from gcagent.torch._store_agent import NodeAgentLink, Placement
@@ -191,11 +190,7 @@ class GcagentBackend(_C10dBackend):
         for t in tensors:
             futures.append(self._reduce_one(t, result))
         self.agent_calls += 1
-        if len(futures) == 1:
-            fut = futures[0]
-        else:
-            fut = torch.futures.collect_all(futures).then(lambda _: list(tensors))
-        return _create_work_from_future(fut)
+        return _Work(futures, tensors)
 
     def _reduce_one(self, tensor, result) -> torch.futures.Future:
         key = self._key(tensor, result)
@@ -339,6 +334,43 @@ for _why, _names in _ON_GLOO.items():
     for _name in _names:
         if hasattr(dist.ProcessGroupGloo, _name):
             setattr(GcagentBackend, _name, _forward_to_gloo(_name, _why))
+
+
+class _Work(dist.Work):
+    """An agent collective's Work. The per-tensor futures get set_exception on failure, which
+    keeps the exception as their value: Python's wait() raises it, but C++ callers of the
+    future (DDP's reducer) would read it as a result and c10d's future-wrapping Work's wait()
+    would return. So wait() raises the first tensor's failure itself, and get_future() gives a
+    future that fails for real."""
+
+    def __init__(self, futures, tensors):
+        super().__init__()
+        self._futures = futures
+        if len(futures) == 1:
+            self._fut = futures[0].then(_value)
+        else:
+            self._fut = torch.futures.collect_all(futures).then(lambda done: _all_values(done, tensors))
+
+    def wait(self, timeout=None):
+        for fut in self._futures:
+            fut.wait()
+        return True
+
+    def is_completed(self):
+        return all(fut.done() for fut in self._futures)
+
+    def get_future(self):
+        return self._fut
+
+
+def _value(fut):
+    return fut.value()  # raises the exception set_exception left as the value
+
+
+def _all_values(done, tensors):
+    for fut in done.value():
+        fut.value()
+    return list(tensors)
 
 
 def _spread(members: List[int], p: Placement) -> Optional[Tuple[int, int]]:

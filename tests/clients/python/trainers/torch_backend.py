@@ -16,12 +16,16 @@ starts one torchrun per node):
                                           backend's agent by itself
     torch_backend.py group CODEC PARAMS STEPS  DDP, no hook, on a group made with
                                           pg_options=gcagent.torch.Options(codec=CODEC)
+    torch_backend.py fault kill|freeze    DDP trains 3 steps; then node 1's agent is killed
+                                          (SIGKILL) or frozen (SIGSTOP) and every rank reports
+                                          how its next step and a plain all_reduce end
 
 Each rank writes its report to $REPORT_DIR/rank<RANK>.json."""
 
 import json
 import logging
 import os
+import signal
 import sys
 
 import torch
@@ -209,6 +213,38 @@ def residuals(steps):
     return out
 
 
+def fault(kind):
+    dist.init_process_group("gcagent")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.01)
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(rank))
+    for _ in range(3):
+        model(x).sum().backward()
+    dist.barrier()  # gloo: every rank is between steps
+    agent = gcagent_backend._node.agent  # local rank 0 of node 1 started node 1's agent
+    if rank == 2:
+        os.kill(agent.proc.pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    dist.barrier()
+    out = {}
+    try:
+        model(x).sum().backward()
+        out["ddp_error"] = None
+    except Exception as e:  # noqa: BLE001
+        out["ddp_error"] = f"{type(e).__name__}: {e}"
+    t = torch.full((4096,), float(rank))
+    try:
+        dist.all_reduce(t)
+        out["allreduce_error"] = None
+    except Exception as e:  # noqa: BLE001
+        out["allreduce_error"] = f"{type(e).__name__}: {e}"
+    out["allreduce_untouched"] = bool(torch.equal(t, torch.full((4096,), float(rank))))
+    dist.barrier()
+    if rank == 2 and kind == "freeze":
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    return out
+
+
 def disagree():
     dist.init_process_group("gcagent")
     rank = dist.get_rank()
@@ -230,6 +266,8 @@ if __name__ == "__main__":
         report = disagree()
     elif mode == "residuals":
         report = residuals(int(sys.argv[2]))
+    elif mode == "fault":
+        report = fault(sys.argv[2])
     elif mode == "hsdp":
         report = hsdp(sys.argv[2], int(sys.argv[3]))
     else:  # hook or group
