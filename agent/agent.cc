@@ -150,8 +150,13 @@ Result<std::unique_ptr<Agent>> Agent::create(const Config& config) {
   }
   if (!config.security_token_file.empty()) {
     GC_ASSIGN_OR_RETURN(impl->token, transport::readTokenFile(config.security_token_file));
+  } else if (peers.size() > 1 && !config.security_allow_unauthenticated) {
+    return Status::invalidArgument(
+        strCat("security.token_file is empty and transport.peers names ", peers.size(),
+               " agents: their links would be unauthenticated. Give every node the same secret in a token file "
+               "(gcagent-run and the torch backend make one per job), or set security.allow_unauthenticated = true"));
   } else if (peers.size() > 1) {
-    GC_LOG(kWarn, "agent", "security.token_file is empty: peer agents are not authenticated");
+    GC_LOG(kWarn, "agent", "security.allow_unauthenticated: peer agents are not authenticated");
   }
   if (!config.agent_user.empty()) {
     GC_ASSIGN_OR_RETURN(impl->user, lookUpUser(config.agent_user));
@@ -381,7 +386,8 @@ Status Agent::run() {
   auto last_notice = wait_started;
   std::function<void()> wait_for_peers = [&] {
     if (transport->allPeersUp()) {
-      GC_LOG(kInfo, "agent", "rank ", transport->rank(), " of ", transport->size(), ": all peers up");
+      GC_LOG(kInfo, "agent", "rank ", transport->rank(), " of ", transport->size(), ": all peers up",
+             impl_->token.empty() ? " (unauthenticated)" : " (authenticated by the cluster token)");
       failure = server.start();
       if (!failure.ok()) {
         io.stop();

@@ -31,11 +31,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# the cluster token every node's agent holds (peers are authenticated with it)
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/cluster.token")
+
 echo "demo: 2 agents x 2 trainers, $(basename "$MODEL" .csv), codec $CODEC, $ITERATIONS iterations"
 for rank in 0 1; do
   "$BIN/agent/gcagent" --agent.socket "$WORK/agent$rank.sock" --agent.shm_prefix "gcagent-demo-$$" \
     --transport.peers "$PEERS" --agent.node_rank "$rank" --transport.listen 127.0.0.1:0 \
-    --compress.min_elements 0 --agent.summary_interval 5 --metrics.listen 127.0.0.1:0 \
+    --security.token_file "$WORK/cluster.token" --compress.min_elements 0 --agent.summary_interval 5 --metrics.listen 127.0.0.1:0 \
     >"$WORK/agent$rank.log" 2>&1 &
   agents+=($!)
 done

@@ -212,7 +212,7 @@ Step ConnectorHandshake::onFrame(FrameType type, std::span<const std::byte> body
       if (type != FrameType::kWelcome || !body.empty()) return malformed("expected a welcome");
       stage_ = Stage::kDone;
       Admitted admitted{peer_, std::move(peer_address_),
-                        linkKeys(self_.token, self_.rank, peer_, connector_nonce_, acceptor_nonce_)};
+                        linkKeys(self_.token, self_.rank, peer_, connector_nonce_, acceptor_nonce_), {}};
       return {{}, std::move(admitted), std::nullopt};
     }
     case Stage::kStart:

@@ -67,6 +67,7 @@ struct Admitted {
   Rank peer = 0;
   std::vector<std::byte> peer_address;  // the peer's UCX worker address
   LinkKeys keys;
+  std::string remote_host;  // the peer's IP as the gate's connection saw it (set by the gate)
 };
 
 // What a side does after a frame: send `reply` (may be empty); `admitted` once the link is

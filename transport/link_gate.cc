@@ -229,6 +229,9 @@ class Gate final : public LinkGate {
     }
     if (step.admitted) {
       Admitted admitted = std::move(*step.admitted);
+      boost::system::error_code ec;
+      const auto peer = s->socket.remote_endpoint(ec);
+      if (!ec) admitted.remote_host = peer.address().to_string();
       if (step.reply.empty()) {  // the connector's last step: nothing more to say
         finish(*s);
         if (events_.admitted) events_.admitted(std::move(admitted));

@@ -86,15 +86,14 @@ class LinkSupervisor final : public Transport {
   Status connect(const std::vector<std::string>& peers) override {
     if (peers.size() != options_.size)
       return Status::invalidArgument(strCat(name_, ": ", peers.size(), " peer addresses for ", options_.size, " ranks"));
-    std::vector<std::string> hosts;
     for (Rank r = 0; r < options_.size; ++r) {
       if (r == options_.rank) continue;
       // The ranks this one dials must resolve now: a misspelt name fails the start.
       GC_RETURN_IF_ERROR(r > options_.rank ? checkResolvable(peers[r]) : splitHostPort(peers[r]).status());
       peers_[r].address = peers[r];
-      hosts.push_back(splitHostPort(peers[r])->first);
+      admitted_hosts_.push_back(splitHostPort(peers[r])->first);
     }
-    backend_->admitOnly(hosts);
+    backend_->admitOnly(admitted_hosts_);
     (void)retryConnections();
     return {};
   }
@@ -183,6 +182,7 @@ class LinkSupervisor final : public Transport {
       p.retry_at = options_.now() + reconnectDelay();
       return;
     }
+    admitHost(r, admitted.remote_host);
     const bool connector = r > options_.rank;
     p.send_key = connector ? admitted.keys.connector_to_acceptor : admitted.keys.acceptor_to_connector;
     p.recv_key = connector ? admitted.keys.acceptor_to_connector : admitted.keys.connector_to_acceptor;
@@ -190,6 +190,18 @@ class LinkSupervisor final : public Transport {
     p.state = LinkState::kConnecting;
     p.opened = options_.now();
     if (connector) sendControl(r, FrameKind::kHello);
+  }
+
+  // UCX's listening ports admit the addresses named in the peer list, resolved at start, and
+  // every address a peer has since authenticated from: a peer restarted at a new address (a
+  // rescheduled pod) proved itself in the gate's handshake, so its UCX connections may pass.
+  void admitHost(Rank r, const std::string& host) {
+    if (host.empty() || std::find(admitted_hosts_.begin(), admitted_hosts_.end(), host) != admitted_hosts_.end())
+      return;
+    admitted_hosts_.push_back(host);
+    GC_LOG(kInfo, "transport", "rank ", options_.rank, ": rank ", r, " authenticated from ", host,
+           ": UCX's listening ports admit that address too");
+    backend_->admitOnly(admitted_hosts_);
   }
 
   void markUp(Rank r) {
@@ -343,6 +355,7 @@ class LinkSupervisor final : public Transport {
   std::string name_;
   std::unique_ptr<LinkGate> gate_;
   std::vector<PeerLink> peers_;
+  std::vector<std::string> admitted_hosts_;  // the sources UCX's listening ports admit (admitHost)
   std::vector<PeerEventRecord> events_;
   MessageHandler on_message_;
   PeerHandler on_peer_;

@@ -87,6 +87,8 @@
   X(metrics, listen, Text, "127.0.0.1:9464", 0, 0, "",                                          \
     "address:port of the Prometheus /metrics endpoint; port 0 picks one (logged); empty disables it") \
   X(security, token_file, Text, "", 0, 0, "",                                                   \
-    "file holding the cluster token; empty disables peer authentication")                      \
+    "file holding the cluster token (every node the same secret); gcagent-run and the torch backend make one per job") \
+  X(security, allow_unauthenticated, Flag, "false", 0, 0, "",                                   \
+    "true: an agent with peers and no security.token_file starts, its peers unauthenticated; false refuses to start") \
   X(testing, stop_after_promise, Flag, "false", 0, 0, "",                                       \
     "tests only: the agent stops itself (SIGSTOP) once it has kept its first promise to another node's membership proposal in agent.state_dir, before the promise is sent, so a test can kill it between its promise and the install")

@@ -3,6 +3,7 @@ network namespaces that the test creates itself."""
 
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -169,6 +170,12 @@ class Cluster:
         self.extra = list(extra)
         self.rank_extra = {}  # rank -> flags for that agent only (after `extra`)
         self.procs = []
+        # One cluster token, as an operator would give every node (agents with peers need one).
+        self.token_file = self.dir / f"{self.prefix}.token"
+        if n > 1:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.token_file.write_text(secrets.token_hex(32))
+            self.token_file.chmod(0o600)
 
     def agent_command(self, rank):
         cmd = [str(AGENT), "--agent.socket", self.sockets[rank], "--agent.shm_prefix", self.prefix,
@@ -177,7 +184,7 @@ class Cluster:
         if self.n > 1:
             host = self.peers[rank].rsplit(":", 1)[0]
             cmd += ["--transport.peers", ",".join(self.peers), "--agent.node_rank", str(rank),
-                    "--transport.listen", f"{host}:0"]
+                    "--transport.listen", f"{host}:0", "--security.token_file", str(self.token_file)]
         cmd += self.extra + self.rank_extra.get(rank, [])
         return (self.namespaces.prefix(rank) if self.namespaces else []) + cmd
 

@@ -105,7 +105,8 @@ def test_a_peer_name_that_does_not_resolve_stops_the_start_naming_it(tmp_path):
     port = free_ports(1)[0]
     r = subprocess.run([str(AGENT), "--agent.socket", str(tmp_path / "a.sock"), "--metrics.listen", "",
                         "--transport.peers", f"localhost:{port},no-such-peer.invalid:{port}",
-                        "--agent.node_rank", "0", "--transport.listen", "127.0.0.1:0"],
+                        "--agent.node_rank", "0", "--transport.listen", "127.0.0.1:0",
+                        "--security.allow_unauthenticated", "true"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1, r.stderr
     assert f"gcagent: address 'no-such-peer.invalid:{port}': cannot resolve: " in r.stderr, r.stderr

@@ -15,6 +15,7 @@ import pytest
 
 from cluster import Cluster, Namespaces, wait_for
 from test_dataplane import assert_trainers_ok, stop_clean
+from test_faults import restart_agent
 from test_hostile_input import rss_bytes
 from test_security import TOKEN, TokenCluster, token_file
 
@@ -147,3 +148,28 @@ def test_strangers_cannot_reach_ucx_ports_only_peers_can(tmp_path):
             healthy_job(c)
             assert all(p.poll() is None for p in c.procs)
             stop_clean(c)
+
+
+def test_a_peer_restarted_at_a_new_address_gets_in_once_it_authenticates(tmp_path):
+    """A rescheduled pod comes back at another address: its peer list entry (a name, in a real
+    cluster) no longer resolves to what the other agents' UCX ports admit. Its handshake with
+    the cluster token lets it in: the filter follows the authenticated peers, and a job runs
+    again. Rank 0 moves: it dials rank 1, whose UCX port then sees the new address."""
+    ok, why = Namespaces.available()
+    if not ok:
+        pytest.skip(why)
+    with Namespaces(2) as ns, Cluster(tmp_path, 2, namespaces=ns) as c:
+        healthy_job(c)
+        c.procs[0].kill()
+        c.procs[0].wait()
+        inner, old = f"gca{ns.tag}v0", ns.addresses[0]
+        new = old.rsplit(".", 1)[0] + ".200"
+        subprocess.run(ns.prefix(0) + ["ip", "addr", "del", f"{old}/24", "dev", inner], check=True)
+        subprocess.run(ns.prefix(0) + ["ip", "addr", "add", f"{new}/24", "dev", inner], check=True)
+        c.peers[0] = f"{new}:18515"  # its own entry: where it listens now (rank 1 keeps the old list)
+        restart_agent(c, 0)
+        wait_for(lambda: f"rank 0 authenticated from {new}: UCX's listening ports admit that address too" in c.log(1),
+                 what="rank 1 admitting rank 0's new address")
+        assert_trainers_ok(c.trainers(1, ["--tensors", "40000,17", "--iterations", "3", "--check", "exact"],
+                                      job="after-the-move"), c)
+        stop_clean(c)

@@ -1,6 +1,8 @@
 """The launcher's rendezvous: node 0 hosts a tiny TCP key-value store at --master-addr:
 --master-port (torchrun's static rendezvous, without torch); every node writes its agent's
-address there and reads everyone's, so all agree on one transport.peers list.
+address there and reads everyone's, so all agree on one transport.peers list, and node 0 puts
+a fresh cluster token there for the job's agents (whoever reaches the store before the job
+starts could read it: keep the master port inside the cluster, as torchrun's).
 
 The store speaks one JSON object per line: {"op": "set", "key", "value"} (a key is written
 once: a second write is an error, which is how a node rank used twice is caught) and
@@ -8,6 +10,7 @@ once: a second write is an error, which is how a node rank used twice is caught)
 the list: nothing listens there once the trainers run."""
 
 import json
+import secrets
 import socket
 import threading
 import time
@@ -132,6 +135,7 @@ class StoreClient:
 class Agreement:
     peers: List[str]   # every agent's host:port in node-rank order: transport.peers
     trainer_port: int  # MASTER_PORT for the trainers' own process group (node 0 picked it)
+    token: str = ""    # the job's cluster token (node 0 made it): the agents authenticate each other
 
 
 def rendezvous(master: str, port: int, node_rank: int, nnodes: int, nproc: int, address: str,
@@ -150,6 +154,7 @@ def rendezvous(master: str, port: int, node_rank: int, nnodes: int, nproc: int, 
                                            f"already holds it ({e})") from None
             if node_rank == 0:
                 client.set("trainer_port", str(trainer_port))
+                client.set("token", secrets.token_hex(32))
             deadline = time.monotonic() + timeout
             peers = []
             for r in range(nnodes):  # node 0's entry first: every node compares itself with it
@@ -176,7 +181,8 @@ def rendezvous(master: str, port: int, node_rank: int, nnodes: int, nproc: int, 
                                                         "pass the same")
                 peers.append(theirs["address"])
             client.set(f"checked/{node_rank}", "1")
-            agreed = Agreement(peers, int(client.get("trainer_port", max(0.0, deadline - time.monotonic()))))
+            agreed = Agreement(peers, int(client.get("trainer_port", max(0.0, deadline - time.monotonic()))),
+                               client.get("token", max(0.0, deadline - time.monotonic())))
             client.set(f"read/{node_rank}", "1")
             if server is not None:  # the store may go once every node has the list
                 for r in range(nnodes):

@@ -53,6 +53,10 @@ def parse_args(argv):
     ap.add_argument("--agent-config", default=None, help="a TOML configuration for the agent")
     ap.add_argument("--agent-option", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="an agent setting, e.g. compress.min_elements=0 (repeatable)")
+    ap.add_argument("--token-file", default=None, help="the cluster token the agents authenticate each other with "
+                    "(the same file on every node, e.g. a mounted Kubernetes Secret); default: a fresh one per job "
+                    "from the rendezvous. With --hosts there is none: name one, or pass --agent-option "
+                    "security.allow_unauthenticated=true")
     ap.add_argument("--job", default=None, help="GCAGENT_JOB for the trainers (default: theirs, else 'default')")
     ap.add_argument("--log-dir", default=None, help="keep the agent's log here as agent<node-rank>.log")
     ap.add_argument("--rdzv-timeout", type=float, default=300, help="seconds to wait for the other nodes")
@@ -136,6 +140,7 @@ class Launch:
         a = self.a
         if a.hosts:
             peers = [f"{h}:{p}" for h, p in map(split_host, a.hosts)]
+            self.use_token(None)
             return peers, peers[a.node_rank], split_host(a.hosts[0])[0], a.master_port
         if a.nnodes == 1:
             return [], None, a.master_addr, a.master_port
@@ -144,7 +149,21 @@ class Launch:
         trainer_port = free_port(address_towards(a.master_addr)) if a.node_rank == 0 else None
         agreed = rendezvous(a.master_addr, a.master_port, a.node_rank, a.nnodes, a.nproc_per_node, mine,
                             a.rdzv_timeout, trainer_port)
+        self.use_token(agreed.token)
         return agreed.peers, mine, a.master_addr, agreed.trainer_port
+
+    def use_token(self, generated: Optional[str]):
+        """Hands the agent its cluster token: --token-file, else the rendezvous's (a file of
+        mode 0600 in the run directory); with neither the agent refuses its peers unless the
+        options allow them unauthenticated, and says so."""
+        a = self.a
+        if a.token_file:
+            a.agent_option = [f"security.token_file={a.token_file}", *a.agent_option]
+        elif generated:
+            path = self.run_dir / "cluster.token"
+            path.touch(mode=0o600)
+            path.write_text(generated)
+            a.agent_option = [f"security.token_file={path}", *a.agent_option]
 
     def trainer_command(self) -> List[str]:
         a = self.a

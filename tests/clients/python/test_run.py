@@ -90,22 +90,41 @@ def check_sums(results, nnodes, nproc, master_addr):
     assert len({r["env"]["MASTER_PORT"] for _, out, _ in results for r in reports(out)}) == 1
 
 
-def test_two_nodes_on_one_host_meet_at_node_0():
+def test_two_nodes_on_one_host_meet_at_node_0(tmp_path):
+    """...and their agents authenticate each other with the token node 0 made for the job."""
     port = free_ports(1)[0]
-    common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+              "--log-dir", str(tmp_path)]
     # Node 1 first: it waits for node 0's store.
     procs = [launch([*common, "--node-rank", str(r), RUN_TRAINER, "sum", str(N)]) for r in (1, 0)]
     node1, node0 = finish(procs)
     check_sums([node0, node1], 2, 2, "127.0.0.1")
+    for r in (0, 1):
+        assert "all peers up (authenticated by the cluster token)" in (tmp_path / f"agent{r}.log").read_text()
 
 
-def test_two_nodes_from_a_hosts_list():
+def test_two_nodes_from_a_hosts_list(tmp_path):
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
-    procs = [launch(["--hosts", hosts, "--node-rank", str(r), "--nproc-per-node", "2", RUN_TRAINER, "sum", str(N)])
-             for r in (0, 1)]
+    token = tmp_path / "token"  # the operator's secret, the same on every node
+    token.write_text("a-cluster-token-of-enough-length")
+    token.chmod(0o600)
+    procs = [launch(["--hosts", hosts, "--node-rank", str(r), "--nproc-per-node", "2", "--token-file", str(token),
+                     "--log-dir", str(tmp_path), RUN_TRAINER, "sum", str(N)]) for r in (0, 1)]
     results = finish(procs)
     check_sums(results, 2, 2, "127.0.0.1")
     assert {r["env"]["MASTER_PORT"] for _, out, _ in results for r in reports(out)} == {"29500"}
+    for r in (0, 1):
+        assert "all peers up (authenticated by the cluster token)" in (tmp_path / f"agent{r}.log").read_text()
+
+
+def test_a_hosts_list_without_a_token_stops_naming_the_fix(tmp_path):
+    """Without a rendezvous there is no one to make a token: the agent refuses unauthenticated
+    peers and the launcher fails with its reason."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    [(rc, _, err)] = finish([launch(["--hosts", hosts, "--node-rank", "0", RUN_TRAINER, "sum", str(N)])])
+    assert rc != 0
+    assert "security.token_file is empty and transport.peers names 2 agents" in err, err
+    assert "security.allow_unauthenticated = true" in err, err
 
 
 def test_two_nodes_in_network_namespaces():
