@@ -173,6 +173,18 @@ def goals(rows):
                       _find(rows, model, rate, "powersgd1"), 1.5, model, rate)
                 check(f"{kind} none vs DDP gloo", _best(rows, model, rate, f"{kind} none"),
                       _baseline(rows, model, rate), 1.0, model, rate)
+        # The torch.distributed backend (issue: uncompressed at least gloo's speed, compressed
+        # within 5% of the comm hook's rows)
+        for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
+            check("ddp on the gcagent backend none vs DDP gloo", _best(rows, model, rate, "ddp on the gcagent backend none"),
+                  _baseline(rows, model, rate), 1.0, model, rate)
+            for codec in ("none", "2bit"):
+                check(f"ddp on the gcagent backend {codec} vs ddp+gcagent {codec} (within 5%)",
+                      _best(rows, model, rate, f"ddp on the gcagent backend {codec}"),
+                      _best(rows, model, rate, f"ddp+gcagent {codec}"), 0.95, model, rate)
+            check("fsdp2-hsdp on the gcagent backend vs FSDP2's HSDP over gloo",
+                  _best(rows, model, rate, "fsdp2-hsdp on the gcagent backend"),
+                  _find(rows, model, rate, "fsdp2-hsdp gloo"), 1.0, model, rate)
         # FSDP2's HSDP: gcagent across nodes against FSDP2's own all-reduce over gloo
         for model in sorted({r["model"] for r in rows if r["rate"] == rate}):
             hsdp_base = _find(rows, model, rate, "fsdp2-hsdp gloo")

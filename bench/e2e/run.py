@@ -16,7 +16,9 @@ Systems: ddp (gloo allreduce), ddp-fp16, powersgd1, powersgd4 (DDP hooks), horov
 name (none, fp16, 2bit, onebit, dgc, threshold): gcagent through the C test trainer (gradient
 sets) or its DDP comm hook (mlp); backend-<codec> (backend-none, backend-2bit, ...): DDP with no
 hook on the gcagent torch.distributed backend, which starts the agents itself (rows "ddp on the
-gcagent backend <codec>"); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
+gcagent backend <codec>"); backend-hsdp (gradient sets): FSDP2's own HSDP, as fsdp-hsdp, on a
+DeviceMesh of the gcagent backend (the replicate groups' all-reduce through the agents, the
+in-node collectives on its gloo sub-backend; row "fsdp2-hsdp on the gcagent backend"); hook-<codec> (hook-none, hook-2bit, ...): DDP with gcagent's
 comm hook and that codec on any workload (rows "ddp+gcagent <codec>"); opt-<codec> (gradient
 sets): gcagent.torch.DistributedOptimizer without DDP (rows "optimizer+gcagent <codec>"); fsdp-hsdp
 (gradient sets): FSDP2 sharded over each node's --local trainers, one module per layer, with
@@ -87,6 +89,7 @@ BACKENDS = {f"backend-{c}": c for c in CODECS}
 # FSDP2 sharded over each node's trainers (--local), across nodes: FSDP2's own HSDP over gloo, or
 # gcagent.torch.fsdp.hsdp with a codec: system -> codec label (None: FSDP2's own)
 HSDP = {"fsdp-hsdp": None, "fsdp-node": None, **{f"hsdp-{c}": c for c in CODECS}}
+BACKEND_HSDP = "backend-hsdp"  # FSDP2's own HSDP on a DeviceMesh of the gcagent backend
 # FSDP2 over every trainer (no replication): its own reduce-scatter over gloo, or
 # gcagent.torch.fsdp.fsdp's through the agents: system -> codec label (None: FSDP2's own)
 FSDP_WORLD = {"fsdp-world": None, **{f"fsdp-{c}": c for c in CODECS}}
@@ -251,7 +254,8 @@ def run_torch(ns, workload, model_csv, hook, iterations, timeout, gcagent_codec=
         procs = []
         for r in range(n):
             for lr in range(local):
-                env = dict(os.environ, **base, RANK=str(r * local + lr), GLOO_SOCKET_IFNAME=f"gca{ns.tag}v{r}")
+                env = dict(os.environ, **base, RANK=str(r * local + lr), LOCAL_RANK=str(lr), GROUP_RANK=str(r),
+                           GLOO_SOCKET_IFNAME=f"gca{ns.tag}v{r}")
                 if c is not None:
                     build = cluster.BUILD
                     name, params = CODECS[gcagent_codec]
@@ -393,6 +397,11 @@ def main():
                             for sched in a.scheduling.split(","):
                                 runs.append((f"gcagent {system}", sched, lambda s=system, q=sched: run_gcagent(
                                     ns, csv, s, agent_flags(q, rate), a.iterations, a.timeout)))
+                    elif system == BACKEND_HSDP and workload == "gradset":
+                        for sched in a.scheduling.split(","):
+                            runs.append(("fsdp2-hsdp on the gcagent backend", sched, lambda q=sched: run_torch(
+                                ns, "hsdp", csv, "fsdp", a.iterations, a.timeout, agent_extra=agent_flags(q, rate),
+                                check=not a.no_check, local=a.local, backend_codec="none")))
                     elif system in BACKENDS:
                         codec = BACKENDS[system]
                         for sched in a.scheduling.split(","):

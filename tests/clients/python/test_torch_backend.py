@@ -67,6 +67,10 @@ def test_collectives_give_pytorchs_expected_values_through_the_agents_or_gloo(tm
             assert r["node_calls"] == [0, {"allreduce": 1}], r  # node 0's ranks: gloo
     log = "".join(outs)
     assert "gcagent backend: node 0 started its agent" in log and "gcagent backend: node 1 started its agent" in log
+    agent_logs = sorted(tmp_path.glob("gcagent-*/agent*.log"))
+    assert len(agent_logs) == NODES, agent_logs
+    for f in agent_logs:  # the job's token, from rank 0 through the store
+        assert "all peers up (authenticated by the cluster token)" in f.read_text(), f
     assert "gcagent backend: broadcast runs on the gloo sub-backend (the agents have no broadcast yet)" in log
     assert "gcagent backend: group 2 (ranks [0, 1]) runs on gloo: the agents serve groups with the same number of " \
            "ranks on every node" in log
@@ -144,6 +148,10 @@ def test_ddp_compressed_by_the_comm_hook_or_a_group_option_trains_one_model(tmp_
             assert 0 < r["agent_calls"] < 10, r  # the hook's learning steps
         else:
             assert r["agent_calls"] >= 40, r
+            # A key per bucket: those of the buckets DDP had before it rebuilt them are retired
+            # (their slots and residuals leave the agents), the rebuilt ones' stay.
+            before, rebuilt = r["buckets"]
+            assert (r["keys"], r["retired_keys"]) == (rebuilt, before), r
         first, last = sum(r["losses"][:5]) / 5, sum(r["losses"][-5:]) / 5
         assert last < 0.95 * first, r["losses"]
 

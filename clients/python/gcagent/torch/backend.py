@@ -31,6 +31,7 @@ import collections
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
@@ -43,7 +44,7 @@ from gcagent.client import GcagentError, TensorSpec, step_timeout_s
 from gcagent.torch._store_agent import NodeAgentLink, Placement
 
 NAME = "gcagent"
-ERR_INVALID_ARGUMENT = 1
+ERR_INVALID_ARGUMENT, ERR_IO = 1, 2
 log = logging.getLogger("gcagent.torch.backend")
 
 _SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -120,6 +121,9 @@ class GcagentBackend(_C10dBackend):
         self._slots: Dict[int, torch.Tensor] = {}
         self._iteration: Dict[int, int] = {}
         self._last: Dict[int, torch.futures.Future] = {}
+        self._next_key = 1
+        self._storage_of: Dict[int, "weakref.ref"] = {}  # compressed key -> its tensor's storage
+        self.retired_keys = 0
         self._queue: collections.deque = collections.deque()
         self._pending: List[_Pending] = []
         self._lock = threading.Lock()
@@ -221,7 +225,9 @@ class GcagentBackend(_C10dBackend):
         if compressed:
             identity += (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
         key = self._keys.get(identity)
-        if key is not None:
+        # A compressed key whose storage died names an address the allocator handed out again
+        # (on some ranks only): a new tensor, which must not inherit the dead one's residual.
+        if key is not None and self._storage_of.get(key, _alive)() is not None:
             return key
         # A new key: the node's trainers declare every key again (the same calls in the same
         # order on every rank), once nothing is in flight. Priorities follow first use: DDP
@@ -233,19 +239,64 @@ class GcagentBackend(_C10dBackend):
                     fut.wait()
                 except Exception:  # noqa: BLE001
                     pass
-        key = len(self._keys) + 1
+        self._retire_dead()
+        key, self._next_key = self._next_key, self._next_key + 1
         params = {"reduce.result": "sum"} if result == "sum" else {}
         if compressed:
             spec = TensorSpec(key, tensor.numel(), key, self.config.codec, {**self.config.params, **params}, dtype)
         else:
             spec = TensorSpec(key, tensor.numel(), key, "none", params, dtype)
+        error = None
+        try:
+            with self._lock:
+                self.client.declare(self._specs + [spec])
+                from gcagent.torch import _slot_tensor
+                self._slots = {s.key: _slot_tensor(self.client.slot(s.key), dtype_of(s.dtype))
+                               for s in self._specs + [spec]}
+        except GcagentError as e:
+            error = e
+        # No node sends the key's slices before every node knows it: a peer's agent keeps early
+        # slices only within a budget (a 400 MB layer's overflow it drops), and ranks meet a
+        # new key seconds apart in a first backward pass. Every rank says whether its agent
+        # took the key, so that none waits here for one that failed.
+        [declared] = self._min_over_ranks([0 if error else 1])
+        if error is not None:
+            raise error
+        if declared == 0:
+            raise GcagentError(ERR_IO, f"gcagent backend: group {self.group_name}: another rank's agent did not take "
+                                       f"the key of an allreduce of {tensor.numel()} elements (its error is raised "
+                                       "there)")
         self._specs.append(spec)
-        with self._lock:
-            self.client.declare(self._specs)
-            from gcagent.torch import _slot_tensor
-            self._slots = {s.key: _slot_tensor(self.client.slot(s.key), dtype_of(s.dtype)) for s in self._specs}
         self._keys[identity] = key
+        if compressed:
+            self._storage_of[key] = weakref.ref(tensor.untyped_storage())
         return key
+
+    def _min_over_ranks(self, values: List[int]) -> List[int]:
+        """The element-wise minimum of `values` over the group's ranks (on its gloo sub-backend)."""
+        t = torch.tensor(values, dtype=torch.int32)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MIN
+        self.gloo.allreduce([t], opts).wait()
+        return t.tolist()
+
+    def _retire_dead(self):
+        """Compressed keys whose tensor is gone (DDP's buckets from before it rebuilt them) leave
+        the agents, with their slots and residuals: those gone on every rank of the group, as
+        the group agrees on gloo, so that every rank declares the same list."""
+        candidates = sorted(self._storage_of)
+        if not candidates:
+            return
+        gone = self._min_over_ranks([int(self._storage_of[k]() is None) for k in candidates])
+        retired = {k for k, g in zip(candidates, gone) if g}
+        if not retired:
+            return
+        self._specs = [s for s in self._specs if s.key not in retired]
+        self._keys = {i: k for i, k in self._keys.items() if k not in retired}
+        for k in retired:
+            for table in (self._storage_of, self._slots, self._iteration, self._last):
+                table.pop(k, None)
+        self.retired_keys += len(retired)
 
     # Runs in the group's completion thread: every submit and wait of the agent tensors.
     def _complete_loop(self):
@@ -282,12 +333,18 @@ class GcagentBackend(_C10dBackend):
             p.fut.set_exception(e)
 
     def _finish(self, p: _Pending, error):
+        if error is None:
+            for t in p.tensors:
+                t.copy_(p.slot.view(t.shape))
+        # The slot is free again (a next call of the key need not wait), and the future, whose
+        # value holds the caller's tensors, is no longer kept here: a tensor the caller drops
+        # (DDP's buckets before it rebuilt them) can die and its key retire.
+        if self._last.get(p.key) is p.fut:
+            del self._last[p.key]
         if error is not None:
             p.fut.set_exception(error)
-            return
-        for t in p.tensors:
-            t.copy_(p.slot.view(t.shape))
-        p.fut.set_result(p.tensors)
+        else:
+            p.fut.set_result(p.tensors)
 
     def _expire(self):
         now, still = time.monotonic(), []
@@ -334,6 +391,10 @@ for _why, _names in _ON_GLOO.items():
     for _name in _names:
         if hasattr(dist.ProcessGroupGloo, _name):
             setattr(GcagentBackend, _name, _forward_to_gloo(_name, _why))
+
+
+def _alive():
+    return True  # the liveness of an exact key: it names no storage
 
 
 class _Work(dist.Work):

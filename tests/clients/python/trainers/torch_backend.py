@@ -142,6 +142,9 @@ def ddp(backend, steps, codec=None, params="", via="hook"):
     if backend == "gcagent":
         b = (group or dist.group.WORLD)._get_backend(torch.device("cpu"))
         out["agent_calls"], out["gloo_calls"] = b.agent_calls, dict(b.gloo_calls)
+        out["keys"], out["retired_keys"] = len(b._specs), b.retired_keys
+        logged = model._get_ddp_logging_data()
+        out["buckets"] = [len(logged[k].split(",")) for k in ("bucket_sizes", "rebuilt_bucket_sizes")]
     if state is not None:
         out["hook_job"] = state.client.job
     dist.destroy_process_group()
