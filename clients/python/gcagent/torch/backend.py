@@ -259,24 +259,26 @@ class GcagentBackend(_C10dBackend):
         # slices only within a budget (a 400 MB layer's overflow it drops), and ranks meet a
         # new key seconds apart in a first backward pass. Every rank says whether its agent
         # took the key, so that none waits here for one that failed.
-        [declared] = self._min_over_ranks([0 if error else 1])
+        mine = [0] * self.size()
+        mine[self.rank()] = int(error is not None)
+        failed = [r for r, f in enumerate(self._over_ranks(mine, dist.ReduceOp.MAX)) if f]
         if error is not None:
             raise error
-        if declared == 0:
-            raise GcagentError(ERR_IO, f"gcagent backend: group {self.group_name}: another rank's agent did not take "
-                                       f"the key of an allreduce of {tensor.numel()} elements (its error is raised "
-                                       "there)")
+        if failed:
+            raise GcagentError(ERR_IO, f"gcagent backend: group {self.group_name}: the agent of rank(s) "
+                                       f"{', '.join(map(str, failed))} did not take the key of an allreduce of "
+                                       f"{tensor.numel()} elements (the error is raised there)")
         self._specs.append(spec)
         self._keys[identity] = key
         if compressed:
             self._storage_of[key] = weakref.ref(tensor.untyped_storage())
         return key
 
-    def _min_over_ranks(self, values: List[int]) -> List[int]:
-        """The element-wise minimum of `values` over the group's ranks (on its gloo sub-backend)."""
+    def _over_ranks(self, values: List[int], op) -> List[int]:
+        """`values` reduced element-wise with `op` over the group's ranks (on its gloo sub-backend)."""
         t = torch.tensor(values, dtype=torch.int32)
         opts = dist.AllreduceOptions()
-        opts.reduceOp = dist.ReduceOp.MIN
+        opts.reduceOp = op
         self.gloo.allreduce([t], opts).wait()
         return t.tolist()
 
@@ -287,7 +289,7 @@ class GcagentBackend(_C10dBackend):
         candidates = sorted(self._storage_of)
         if not candidates:
             return
-        gone = self._min_over_ranks([int(self._storage_of[k]() is None) for k in candidates])
+        gone = self._over_ranks([int(self._storage_of[k]() is None) for k in candidates], dist.ReduceOp.MIN)
         retired = {k for k, g in zip(candidates, gone) if g}
         if not retired:
             return
