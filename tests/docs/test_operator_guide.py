@@ -72,7 +72,8 @@ def test_troubleshooting_quotes_the_real_messages(tmp_path):
         (["--agent.node_rank=2", "--transport.peers=a:1,b:2"], None),
         (["--metrics.listen=127.0.0.1:99999"], None),
         (["--metrics.listen", f"127.0.0.1:{busy_port}"], lambda m: m.replace(str(busy_port), "9464")),
-        (["--metrics.listen=", "--transport.listen=127.0.0.1:0",
+        (["--metrics.listen=", "--transport.peers=127.0.0.1:1,127.0.0.1:2"], None),
+        (["--metrics.listen=", "--transport.listen=127.0.0.1:0", "--security.allow_unauthenticated=true",
           "--transport.peers=localhost:18515,no-such-host.invalid:18515"],
          lambda m: m.split("cannot resolve: ")[0] + "cannot resolve: "),
     ]
