@@ -37,7 +37,8 @@ const char* frameName(FrameKind kind) {
 class LinkSupervisor final : public Transport {
  public:
   LinkSupervisor(const LinkOptions& options, std::unique_ptr<LinkBackend> backend, std::string name)
-      : options_(options), backend_(std::move(backend)), name_(std::move(name)), peers_(options.size) {}
+      : options_(options), backend_(std::move(backend)), name_(std::move(name)), peers_(options.size),
+        authenticated_from_(options.size) {}
 
   ~LinkSupervisor() override {
     gate_.reset();     // its callbacks point here
@@ -91,8 +92,9 @@ class LinkSupervisor final : public Transport {
       // The ranks this one dials must resolve now: a misspelt name fails the start.
       GC_RETURN_IF_ERROR(r > options_.rank ? checkResolvable(peers[r]) : splitHostPort(peers[r]).status());
       peers_[r].address = peers[r];
-      admitted_hosts_.push_back(splitHostPort(peers[r])->first);
+      listed_hosts_.push_back(splitHostPort(peers[r])->first);
     }
+    admitted_hosts_ = listed_hosts_;
     backend_->admitOnly(admitted_hosts_);
     (void)retryConnections();
     return {};
@@ -193,14 +195,19 @@ class LinkSupervisor final : public Transport {
   }
 
   // UCX's listening ports admit the addresses named in the peer list, resolved at start, and
-  // every address a peer has since authenticated from: a peer restarted at a new address (a
-  // rescheduled pod) proved itself in the gate's handshake, so its UCX connections may pass.
+  // the address each peer last authenticated from: a peer restarted at a new address (a
+  // rescheduled pod) proved itself in the gate's handshake, so its UCX connections may pass,
+  // and the address it left stops being admitted (unless the peer list names it).
   void admitHost(Rank r, const std::string& host) {
-    if (host.empty() || std::find(admitted_hosts_.begin(), admitted_hosts_.end(), host) != admitted_hosts_.end())
-      return;
-    admitted_hosts_.push_back(host);
+    if (host.empty() || authenticated_from_[r] == host) return;
+    authenticated_from_[r] = host;
+    std::vector<std::string> hosts = listed_hosts_;
+    for (const std::string& h : authenticated_from_)
+      if (!h.empty() && std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+    if (hosts == admitted_hosts_) return;  // the peer list names it already
+    admitted_hosts_ = std::move(hosts);
     GC_LOG(kInfo, "transport", "rank ", options_.rank, ": rank ", r, " authenticated from ", host,
-           ": UCX's listening ports admit that address too");
+           ": UCX's listening ports admit that address");
     backend_->admitOnly(admitted_hosts_);
   }
 
@@ -355,7 +362,9 @@ class LinkSupervisor final : public Transport {
   std::string name_;
   std::unique_ptr<LinkGate> gate_;
   std::vector<PeerLink> peers_;
-  std::vector<std::string> admitted_hosts_;  // the sources UCX's listening ports admit (admitHost)
+  std::vector<std::string> listed_hosts_;        // the peer list's hosts
+  std::vector<std::string> authenticated_from_;  // per rank: the address it last authenticated from
+  std::vector<std::string> admitted_hosts_;      // the sources UCX's listening ports admit (admitHost)
   std::vector<PeerEventRecord> events_;
   MessageHandler on_message_;
   PeerHandler on_peer_;

@@ -19,6 +19,7 @@ using namespace std::chrono_literals;
 struct Record {
   int opened = 0;
   int retired = 0;
+  std::vector<std::vector<std::string>> admitted;  // every admitOnly() call's hosts
   std::optional<FrameKind> lose;  // frames of this kind sent by this rank never arrive
   BackendEvents events;           // the layer's, to forge arrivals with
 };
@@ -45,6 +46,7 @@ class RecordingBackend final : public LinkBackend {
     ++record_->retired;
     inner_->retire(id);
   }
+  void admitOnly(const std::vector<std::string>& hosts) override { record_->admitted.push_back(hosts); }
   bool poll() override { return inner_->poll(); }
   bool deliver() override { return inner_->deliver(); }
   int eventFd() override { return inner_->eventFd(); }
@@ -59,7 +61,8 @@ class LinkSupervisorTest : public ::testing::Test {
  protected:
   static constexpr double kTimeout = 5;
 
-  void make() {
+  // `hosts`: each rank's host in the peer list (default: its gate's address) in the peer list as "HOST:"; the port is its gate's.
+  void make(const std::vector<std::string>& hosts = {}) {
     for (Rank r = 0; r < 2; ++r) {
       LinkOptions o;
       o.rank = r;
@@ -76,7 +79,9 @@ class LinkSupervisorTest : public ::testing::Test {
       ranks_.back()->setHandlers([this, r](const Message& m) { received_[r].push_back(m.from); },
                                  [this, r](Rank peer, PeerEvent e, const Status&) { events_[r].push_back({peer, e}); });
     }
-    const std::vector<std::string> addresses = {ranks_[0]->listenAddress(), ranks_[1]->listenAddress()};
+    std::vector<std::string> addresses = {ranks_[0]->listenAddress(), ranks_[1]->listenAddress()};
+    for (size_t r = 0; r < hosts.size(); ++r)
+      addresses[r] = hosts[r] + addresses[r].substr(addresses[r].rfind(':'));
     for (auto& t : ranks_) ASSERT_TRUE(t->connect(addresses).ok());
   }
 
@@ -145,6 +150,20 @@ TEST_F(LinkSupervisorTest, FramesOfNoCurrentLinkAreDropped) {
   EXPECT_FALSE(ranks_[0]->peerUp(1));
   EXPECT_EQ(events_[0].back(), (std::pair<Rank, PeerEvent>{1, PeerEvent::kDown}));
   EXPECT_TRUE(received_[0].empty());
+}
+
+// UCX's listening ports admit the peer list's hosts, then also the address each peer
+// authenticated from: a name in the list resolves to an address the filter learns from the
+// gate's connection (the address a restarted peer moved to, in a cluster).
+TEST_F(LinkSupervisorTest, ThePortFilterAdmitsTheAddressAPeerAuthenticatedFrom) {
+  make({"localhost", "localhost"});
+  ASSERT_TRUE(runUntil([&] { return ranks_[0]->peerUp(1) && ranks_[1]->peerUp(0); }));
+  for (Rank r = 0; r < 2; ++r) {
+    const auto& calls = records_[r]->admitted;
+    ASSERT_EQ(calls.size(), 2u) << "rank " << r;
+    EXPECT_EQ(calls[0], (std::vector<std::string>{"localhost"}));
+    EXPECT_EQ(calls[1], (std::vector<std::string>{"localhost", "127.0.0.1"}));
+  }
 }
 
 }  // namespace

@@ -203,20 +203,21 @@ def failing_init(tmp_path, node_envs):
 def test_a_killed_or_frozen_agent_fails_ddps_step_and_all_reduce_on_every_rank(tmp_path, kind):
     """Node 1's agent is killed (SIGKILL) or frozen (SIGSTOP, past transport.peer_timeout and the
     client's liveness timeout) between two DDP steps: on every rank the next step's backward
-    and a plain all_reduce raise, naming the cause, and the all_reduce's tensor is left as it
-    was; nothing hangs and nothing crashes."""
+    and plain all_reduces (of a shape the agents know, and of a new one) raise, naming the
+    cause, and leave their tensors as they were; nothing hangs and nothing crashes."""
     reps, _ = torchrun(tmp_path, ["fault", kind])
     # node 0's agent names the peer it lost; node 1's trainers, their own agent's state
     node1 = "closed the connection (did it exit?)" if kind == "kill" else "has not answered for 10 s"
     for rank, r in enumerate(reps):
         cause = "peer rank 1" if rank < 2 else node1
         assert r["ddp_error"] and cause in r["ddp_error"], (rank, r)
-        # the all_reduce is of a new shape: its key's declaration fails on node 1, which every
-        # rank hears of before anything is sent
+        assert r["allreduce_error"] and cause in r["allreduce_error"], (rank, r)
+        # a new shape: its key's declaration fails on node 1, which every rank hears of before
+        # anything is sent
         if rank >= 2:
-            assert r["allreduce_error"] and cause in r["allreduce_error"], (rank, r)
+            assert r["new_shape_error"] and cause in r["new_shape_error"], (rank, r)
         else:
-            assert r["allreduce_error"] == "GcagentError: gcagent backend: group 0: the agent of rank(s) 2, 3 did " \
-                                          "not take the key of an allreduce of 4096 elements (the error is raised " \
-                                          "there)", (rank, r)
-        assert r["allreduce_untouched"], (rank, r)
+            assert r["new_shape_error"] == "GcagentError: gcagent backend: group 0: the agent of rank(s) 2, 3 did " \
+                                           "not take the key of an allreduce of 8192 elements (the error is raised " \
+                                           "there)", (rank, r)
+        assert r["allreduce_untouched"] and r["new_shape_untouched"], (rank, r)

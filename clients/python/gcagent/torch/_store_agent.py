@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 from gcagent._node_agent import NodeAgent, find_agent
-from gcagent.client import Client, GcagentError
+from gcagent.client import ERR_INVALID_ARGUMENT, ERR_IO, Client, GcagentError
 
-ERR_INVALID_ARGUMENT, ERR_IO = 1, 2
 AGENT_START_TIMEOUT_S = 60
 FINISH_WAIT_S = 30  # local rank 0 waits this long for its node's other trainers before it stops the agent
 log = logging.getLogger("gcagent.torch.backend")

@@ -40,11 +40,12 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from gcagent.client import GcagentError, TensorSpec, step_timeout_s
+from gcagent.client import ERR_INVALID_ARGUMENT, ERR_IO, GcagentError, TensorSpec, step_timeout_s
+# gcagent.torch imports this module last, once these are defined
+from gcagent.torch import _bucket_result, _slot_tensor
 from gcagent.torch._store_agent import NodeAgentLink, Placement
 
 NAME = "gcagent"
-ERR_INVALID_ARGUMENT, ERR_IO = 1, 2
 log = logging.getLogger("gcagent.torch.backend")
 
 _SLOT_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -227,7 +228,8 @@ class GcagentBackend(_C10dBackend):
         key = self._keys.get(identity)
         # A compressed key whose storage died names an address the allocator handed out again
         # (on some ranks only): a new tensor, which must not inherit the dead one's residual.
-        if key is not None and self._storage_of.get(key, _alive)() is not None:
+        storage = self._storage_of.get(key)
+        if key is not None and (storage is None or storage() is not None):
             return key
         # A new key: the node's trainers declare every key again (the same calls in the same
         # order on every rank), once nothing is in flight. Priorities follow first use: DDP
@@ -250,7 +252,6 @@ class GcagentBackend(_C10dBackend):
         try:
             with self._lock:
                 self.client.declare(self._specs + [spec])
-                from gcagent.torch import _slot_tensor
                 self._slots = {s.key: _slot_tensor(self.client.slot(s.key), dtype_of(s.dtype))
                                for s in self._specs + [spec]}
         except GcagentError as e:
@@ -395,10 +396,6 @@ for _why, _names in _ON_GLOO.items():
             setattr(GcagentBackend, _name, _forward_to_gloo(_name, _why))
 
 
-def _alive():
-    return True  # the liveness of an exact key: it names no storage
-
-
 class _Work(dist.Work):
     """An agent collective's Work. The per-tensor futures get set_exception on failure, which
     keeps the exception as their value: Python's wait() raises it, but C++ callers of the
@@ -410,7 +407,7 @@ class _Work(dist.Work):
         super().__init__()
         self._futures = futures
         if len(futures) == 1:
-            self._fut = futures[0].then(_value)
+            self._fut = futures[0].then(_bucket_result)
         else:
             self._fut = torch.futures.collect_all(futures).then(lambda done: _all_values(done, tensors))
 
@@ -424,10 +421,6 @@ class _Work(dist.Work):
 
     def get_future(self):
         return self._fut
-
-
-def _value(fut):
-    return fut.value()  # raises the exception set_exception left as the value
 
 
 def _all_values(done, tensors):

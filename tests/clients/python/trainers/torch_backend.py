@@ -18,7 +18,7 @@ starts one torchrun per node):
                                           pg_options=gcagent.torch.Options(codec=CODEC)
     torch_backend.py fault kill|freeze    DDP trains 3 steps; then node 1's agent is killed
                                           (SIGKILL) or frozen (SIGSTOP) and every rank reports
-                                          how its next step and a plain all_reduce end
+                                          how its next step and plain all_reduces end
 
 Each rank writes its report to $REPORT_DIR/rank<RANK>.json."""
 
@@ -224,6 +224,7 @@ def fault(kind):
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(rank))
     for _ in range(3):
         model(x).sum().backward()
+    dist.all_reduce(torch.zeros(4096))  # the agents know this shape's key from now on
     dist.barrier()  # gloo: every rank is between steps
     agent = gcagent_backend._node.agent  # local rank 0 of node 1 started node 1's agent
     if rank == 2:
@@ -235,13 +236,15 @@ def fault(kind):
         out["ddp_error"] = None
     except Exception as e:  # noqa: BLE001
         out["ddp_error"] = f"{type(e).__name__}: {e}"
-    t = torch.full((4096,), float(rank))
-    try:
-        dist.all_reduce(t)
-        out["allreduce_error"] = None
-    except Exception as e:  # noqa: BLE001
-        out["allreduce_error"] = f"{type(e).__name__}: {e}"
-    out["allreduce_untouched"] = bool(torch.equal(t, torch.full((4096,), float(rank))))
+    # A shape the agents know (submitted, then failed) and a new one (its key's declaration fails).
+    for name, size in (("allreduce", 4096), ("new_shape", 8192)):
+        t = torch.full((size,), float(rank))
+        try:
+            dist.all_reduce(t)
+            out[f"{name}_error"] = None
+        except Exception as e:  # noqa: BLE001
+            out[f"{name}_error"] = f"{type(e).__name__}: {e}"
+        out[f"{name}_untouched"] = bool(torch.equal(t, torch.full((size,), float(rank))))
     dist.barrier()
     if rank == 2 and kind == "freeze":
         os.kill(agent.proc.pid, signal.SIGCONT)
